@@ -1,0 +1,408 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""Load, validate and compare the Morpheus ABI spec (spec/abi.toml).
+
+Every rule that makes a spec acceptable lives here, so the generator, its tests and the
+compatibility gate agree on what a valid ABI is. Errors name the record and field at fault.
+"""
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PRIMITIVES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8}
+DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message"}
+ACCESS = {"atomic", "plain"}
+CONSTANT_TYPES = {"u32", "u64", "str"}
+CACHE_LINE = 64
+_BYTES = re.compile(r"u8\[(\d+)\]")
+_IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+_UPPER_IDENT = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+class SpecError(Exception):
+    """A spec (or a change to it) that the ABI rules refuse."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    offset: int
+    size: int
+    align: int
+    direction: str
+    writer: str
+    access: str
+    ordering: str
+    doc: str
+
+    @property
+    def reserved(self) -> bool:
+        return self.name.startswith("_")
+
+    @property
+    def array_len(self) -> int | None:
+        m = _BYTES.fullmatch(self.type)
+        return int(m.group(1)) if m else None
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    size: int
+    align: int
+    doc: str
+    fields: tuple[Field, ...]
+    lines: tuple[str, ...] = ()
+
+    @property
+    def natural_align(self) -> int:
+        return max(f.align for f in self.fields)
+
+
+@dataclass(frozen=True)
+class EnumValue:
+    name: str
+    value: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Enum:
+    name: str
+    type: str
+    flags: bool
+    prefix: str
+    doc: str
+    values: tuple[EnumValue, ...]
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    type: str
+    value: int | str
+    stable: bool
+    doc: str
+
+
+@dataclass
+class Spec:
+    name: str
+    major: int
+    minor: int
+    constants: list[Constant] = field(default_factory=list)
+    enums: list[Enum] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+    escapable_default: dict[str, bool] = field(default_factory=dict)
+
+    def record(self, name: str) -> Record:
+        return next(r for r in self.records if r.name == name)
+
+    def enum(self, name: str) -> Enum:
+        return next(e for e in self.enums if e.name == name)
+
+
+def _need(table: dict, key: str, where: str, kind: type | tuple[type, ...]):
+    if key not in table:
+        raise SpecError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SpecError(f"{where}: '{key}' must be {getattr(kind, '__name__', kind)}, found {value!r}")
+    return value
+
+
+def _unique(names: list[str], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise SpecError(f"{where}: duplicate {what} '{n}'")
+        seen.add(n)
+
+
+def load(path: str | Path) -> Spec:
+    """Parse and validate a spec file; raise SpecError naming the first problem found."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML: {e}") from None
+    return parse(raw)
+
+
+def parse(raw: dict) -> Spec:
+    abi = raw.get("abi")
+    if not isinstance(abi, dict):
+        raise SpecError("spec: missing [abi] table")
+    spec = Spec(
+        name=_need(abi, "name", "[abi]", str),
+        major=_need(abi, "major", "[abi]", int),
+        minor=_need(abi, "minor", "[abi]", int),
+    )
+    if spec.major < 1 or spec.minor < 0:
+        raise SpecError(f"[abi]: version {spec.major}.{spec.minor} is not valid (major >= 1, minor >= 0)")
+
+    for c in raw.get("constant", []):
+        where = f"constant {c.get('name', '?')}"
+        name = _need(c, "name", where, str)
+        if not _UPPER_IDENT.fullmatch(name):
+            raise SpecError(f"{where}: name must be UPPER_SNAKE_CASE")
+        ctype = _need(c, "type", where, str)
+        if ctype not in CONSTANT_TYPES:
+            raise SpecError(f"{where}: unknown type '{ctype}' (expected one of {sorted(CONSTANT_TYPES)})")
+        value = _need(c, "value", where, str if ctype == "str" else int)
+        if ctype != "str" and not 0 <= value < 1 << (8 * PRIMITIVES[ctype]):
+            raise SpecError(f"{where}: value {value} does not fit {ctype}")
+        spec.constants.append(Constant(name, ctype, value, bool(c.get("stable", False)), _need(c, "doc", where, str)))
+    _unique([c.name for c in spec.constants], "constants", "constant")
+
+    for e in raw.get("enum", []):
+        where = f"enum {e.get('name', '?')}"
+        name = _need(e, "name", where, str)
+        if not _IDENT.fullmatch(name):
+            raise SpecError(f"{where}: name must be lower_snake_case")
+        etype = e.get("type", "u32")
+        if etype not in ("u32", "u64"):
+            raise SpecError(f"{where}: unknown type '{etype}' (expected u32 or u64)")
+        flags = bool(e.get("flags", False))
+        values = []
+        for v in _need(e, "values", where, list):
+            vname = _need(v, "name", where, str)
+            vwhere = f"{where}.{vname}"
+            if not _UPPER_IDENT.fullmatch(vname):
+                raise SpecError(f"{vwhere}: name must be UPPER_SNAKE_CASE")
+            value = _need(v, "value", vwhere, int)
+            if not 0 <= value < 1 << (8 * PRIMITIVES[etype]):
+                raise SpecError(f"{vwhere}: value {value} does not fit {etype}")
+            if flags and (value == 0 or value & (value - 1)):
+                raise SpecError(f"{vwhere}: flag value {value:#x} must be a single bit")
+            values.append(EnumValue(vname, value, _need(v, "doc", vwhere, str)))
+        _unique([v.name for v in values], where, "enum value name")
+        by_value: dict[int, str] = {}
+        for v in values:
+            if v.value in by_value:
+                raise SpecError(f"{where}: duplicate enum value {v.value} ({by_value[v.value]} and {v.name})")
+            by_value[v.value] = v.name
+        prefix = e.get("prefix", f"MORPHEUS_{name.upper()}")
+        spec.enums.append(Enum(name, etype, flags, prefix, _need(e, "doc", where, str), tuple(values)))
+    _unique([e.name for e in spec.enums], "enums", "enum")
+
+    kinds = {v.name for v in spec.enum("runtime_kind").values} if any(e.name == "runtime_kind" for e in spec.enums) else set()
+    for lang, value in raw.get("escapable_default", {}).items():
+        if lang not in kinds or lang == "UNKNOWN":
+            raise SpecError(f"escapable_default: '{lang}' is not a runtime_kind")
+        if not isinstance(value, bool):
+            raise SpecError(f"escapable_default.{lang}: must be true or false, found {value!r}")
+        spec.escapable_default[lang] = value
+
+    for r in raw.get("record", []):
+        spec.records.append(_parse_record(r, spec))
+    _unique([r.name for r in spec.records], "records", "record")
+    return spec
+
+
+def _type_layout(ftype: str, spec: Spec, where: str) -> tuple[int, int]:
+    """(size, natural alignment) of a field type."""
+    if ftype in PRIMITIVES:
+        return PRIMITIVES[ftype], PRIMITIVES[ftype]
+    m = _BYTES.fullmatch(ftype)
+    if m:
+        if int(m.group(1)) == 0:
+            raise SpecError(f"{where}: empty byte array")
+        return int(m.group(1)), 1
+    for rec in spec.records:
+        if rec.name == ftype:
+            return rec.size, rec.align
+    raise SpecError(f"{where}: unknown type '{ftype}' (expected one of {sorted(PRIMITIVES)}, u8[N], or a record defined earlier)")
+
+
+def _parse_record(r: dict, spec: Spec) -> Record:
+    where = f"record {r.get('name', '?')}"
+    name = _need(r, "name", where, str)
+    if not _IDENT.fullmatch(name):
+        raise SpecError(f"{where}: name must be lower_snake_case")
+    size = _need(r, "size", where, int)
+    align = _need(r, "align", where, int)
+    if align <= 0 or align & (align - 1):
+        raise SpecError(f"{where}: align {align} is not a power of two")
+    if size <= 0 or size % align:
+        raise SpecError(f"{where}: size {size} is not a positive multiple of align {align}")
+    fields = []
+    for f in _need(r, "fields", where, list):
+        fname = _need(f, "name", where, str)
+        fwhere = f"field {name}.{fname}"
+        if not _IDENT.fullmatch(fname):
+            raise SpecError(f"{fwhere}: name must be lower_snake_case")
+        ftype = _need(f, "type", fwhere, str)
+        tsize, talign = _type_layout(ftype, spec, fwhere)
+        offset = _need(f, "offset", fwhere, int)
+        declared = _need(f, "size", fwhere, int)
+        if declared != tsize:
+            raise SpecError(f"{fwhere}: declared size {declared} disagrees with type {ftype} ({tsize} bytes)")
+        if offset < 0 or offset % talign:
+            raise SpecError(f"{fwhere}: offset {offset} is not naturally aligned for {ftype} (alignment {talign})")
+        direction = _need(f, "direction", fwhere, str)
+        if direction not in DIRECTIONS:
+            raise SpecError(f"{fwhere}: unknown direction '{direction}' (expected one of {sorted(DIRECTIONS)})")
+        access = _need(f, "access", fwhere, str)
+        if access not in ACCESS:
+            raise SpecError(f"{fwhere}: unknown access '{access}' (expected atomic or plain)")
+        if access == "atomic":
+            if ftype not in PRIMITIVES:
+                raise SpecError(f"{fwhere}: only a primitive integer can be atomic, not {ftype}")
+            if offset // CACHE_LINE != (offset + tsize - 1) // CACHE_LINE:
+                raise SpecError(f"{fwhere}: atomic field straddles a cache line (bytes {offset}-{offset + tsize - 1})")
+        fld = Field(fname, ftype, offset, tsize, talign, direction, _need(f, "writer", fwhere, str), access,
+                    _need(f, "ordering", fwhere, str), _need(f, "doc", fwhere, str))
+        if fld.reserved and fld.writer != "nobody":
+            raise SpecError(f"{fwhere}: reserved fields (leading '_') must have writer = \"nobody\"")
+        fields.append(fld)
+    if not fields:
+        raise SpecError(f"{where}: has no fields")
+    _unique([f.name for f in fields], where, "field")
+
+    # The fields must tile the record exactly: no overlap, no implicit padding, nothing past the end.
+    pos = 0
+    for f in sorted(fields, key=lambda f: f.offset):
+        if f.offset < pos:
+            prev = next(p for p in fields if p.offset < f.offset + f.size and f.offset < p.end and p is not f)
+            raise SpecError(f"field {name}.{f.name}: overlaps {name}.{prev.name} (bytes {f.offset}-{min(f.end, prev.end) - 1})")
+        if f.offset > pos:
+            raise SpecError(f"field {name}.{f.name}: implicit padding at bytes {pos}-{f.offset - 1} before it; declare a _reserved field")
+        pos = f.end
+    if pos > size:
+        raise SpecError(f"{where}: fields end at byte {pos}, past the record size {size}")
+    if pos < size:
+        raise SpecError(f"{where}: implicit tail padding at bytes {pos}-{size - 1}; declare a _reserved field")
+    if [f.offset for f in fields] != sorted(f.offset for f in fields):
+        raise SpecError(f"{where}: fields must be listed in offset order")
+    for f in fields:
+        if f.type not in PRIMITIVES and f.array_len is None and f.offset % spec.record(f.type).align:
+            raise SpecError(f"field {name}.{f.name}: offset {f.offset} is not aligned for record {f.type}")
+
+    natural = max(f.align for f in fields)
+    if align < natural:
+        raise SpecError(f"{where}: align {align} is less than its fields need ({natural})")
+
+    lines = tuple(r.get("lines", ()))
+    if lines:
+        if len(lines) * CACHE_LINE != size:
+            raise SpecError(f"{where}: 'lines' names {len(lines)} cache lines but the record has {size // CACHE_LINE}")
+        for f in fields:
+            if f.reserved:
+                continue
+            for line in range(f.offset // CACHE_LINE, (f.end - 1) // CACHE_LINE + 1):
+                if f.direction != lines[line]:
+                    raise SpecError(f"field {name}.{f.name}: direction {f.direction} is not allowed in cache line {line} ({lines[line]} only)")
+    return Record(name, size, align, _need(r, "doc", where, str), tuple(fields), lines)
+
+
+# --- Compatibility gate -----------------------------------------------------------------------------------
+
+def lock_of(spec: Spec) -> dict:
+    """The released shape of an ABI version: what later versions of the same major must keep."""
+    return {
+        "abi": {"name": spec.name, "major": spec.major, "minor": spec.minor},
+        "constants": {c.name: c.value for c in spec.constants if c.stable},
+        "enums": {e.name: {v.name: v.value for v in e.values} for e in spec.enums},
+        "records": {
+            r.name: {
+                "size": r.size,
+                "align": r.align,
+                "fields": [{"name": f.name, "type": f.type, "offset": f.offset, "size": f.size} for f in r.fields],
+            }
+            for r in spec.records
+        },
+    }
+
+
+def lock_path(lock_dir: Path, major: int, minor: int) -> Path:
+    return lock_dir / f"abi-{major}.{minor}.lock.json"
+
+
+def latest_lock(lock_dir: Path, major: int) -> dict | None:
+    """The newest released lock of the given major version, if any."""
+    best = None
+    for p in lock_dir.glob(f"abi-{major}.*.lock.json"):
+        lock = json.loads(p.read_text())
+        if best is None or lock["abi"]["minor"] > best["abi"]["minor"]:
+            best = lock
+    return best
+
+
+def check_compatible(spec: Spec, lock: dict) -> None:
+    """Refuse, naming the field, any change that breaks readers of the released version `lock`."""
+    old_v = f"{lock['abi']['major']}.{lock['abi']['minor']}"
+    if spec.major != lock["abi"]["major"]:
+        return  # a new major version may change anything
+    if spec.minor < lock["abi"]["minor"]:
+        raise SpecError(f"[abi]: minor {spec.minor} is older than the released {old_v}")
+    grew = False
+    for name, value in lock["constants"].items():
+        now = next((c for c in spec.constants if c.name == name), None)
+        if now is None or now.value != value:
+            raise SpecError(f"constant {name}: stable since {old_v} with value {value!r}, now {now.value if now else 'removed'!r}")
+    for ename, values in lock["enums"].items():
+        now = next((e for e in spec.enums if e.name == ename), None)
+        if now is None:
+            raise SpecError(f"enum {ename}: released in {old_v}, now removed")
+        current = {v.name: v.value for v in now.values}
+        for vname, value in values.items():
+            if vname not in current:
+                raise SpecError(f"enum {ename}.{vname}: released in {old_v}, now removed")
+            if current[vname] != value:
+                raise SpecError(f"enum {ename}.{vname}: value changed from {value} to {current[vname]}")
+        released_values = {v: n for n, v in values.items()}
+        for vname, value in current.items():
+            if vname not in values:
+                if value in released_values:
+                    raise SpecError(f"enum {ename}.{vname}: reuses value {value} of {released_values[value]} released in {old_v}")
+                grew = True
+    for e in spec.enums:
+        if e.name not in lock["enums"]:
+            grew = True
+    for rname, old in lock["records"].items():
+        try:
+            rec = spec.record(rname)
+        except StopIteration:
+            raise SpecError(f"record {rname}: released in {old_v}, now removed") from None
+        if rec.size < old["size"]:
+            raise SpecError(f"record {rname}: shrinks from {old['size']} to {rec.size} bytes")
+        if rec.align != old["align"]:
+            raise SpecError(f"record {rname}: alignment changed from {old['align']} to {rec.align}")
+        now = {f.name: f for f in rec.fields}
+        reserved_ranges = []
+        for of in old["fields"]:
+            if of["name"].startswith("_"):
+                reserved_ranges.append((of["offset"], of["offset"] + of["size"]))
+                continue
+            f = now.get(of["name"])
+            if f is None:
+                raise SpecError(f"field {rname}.{of['name']}: released in {old_v}, now removed")
+            if f.offset != of["offset"]:
+                raise SpecError(f"field {rname}.{of['name']}: moved from offset {of['offset']} to {f.offset}")
+            if f.type != of["type"]:
+                raise SpecError(f"field {rname}.{of['name']}: type changed from {of['type']} to {f.type}")
+        released = {of["name"] for of in old["fields"] if not of["name"].startswith("_")}
+        for f in rec.fields:
+            if f.name in released or f.reserved:
+                continue
+            # A new field must be appended or carved out of space that was reserved in the released version.
+            if f.offset >= old["size"] or any(lo <= f.offset and f.end <= hi for lo, hi in reserved_ranges):
+                grew = True
+                continue
+            raise SpecError(f"field {rname}.{f.name}: new in {spec.major}.{spec.minor} but placed at offset {f.offset}, "
+                            f"which was not reserved in {old_v}")
+        if rec.size > old["size"]:
+            grew = True
+    if spec.records and any(r.name not in lock["records"] for r in spec.records):
+        grew = True
+    if grew and spec.minor == lock["abi"]["minor"]:
+        raise SpecError(f"[abi]: the layout grew since the released {old_v}; bump the minor version")
