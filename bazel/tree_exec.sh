@@ -56,6 +56,10 @@ for kv in "${envs[@]+"${envs[@]}"}"; do
   export "${kv?}"
 done
 
+# Bazel's test setup puts '.' first in PATH; after the cd below that would
+# let a file in the working directory shadow a real tool.
+[[ "$PATH" == .:* ]] && PATH="${PATH#.:}"
+
 cd "$dir"
 command -v -- "$1" >/dev/null || die "program '$1' not found (in '$dir', PATH=$PATH)"
 # One line so a failing test's log says exactly what ran and where.

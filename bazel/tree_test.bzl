@@ -55,16 +55,16 @@ def _sh_quote(text):
 
 def _tree_exec_impl(ctx):
     if not ctx.attr.cmd:
-        fail("cmd must name a program to run, e.g. cmd = [\"cargo\", \"test\"]", "cmd")
+        fail("%s: cmd must name a program to run, e.g. cmd = [\"cargo\", \"test\"]" % ctx.label)
     if not ctx.attr.cmd[0]:
-        fail("cmd[0] (the program) is empty", "cmd")
+        fail("%s: cmd[0] (the program) is empty" % ctx.label)
 
     runner = ctx.file._runner
     workdir = ctx.attr.workdir
     if workdir == None or workdir == "":
         workdir = ctx.label.package
     if workdir.startswith("/") or workdir == ".." or workdir.startswith("../") or "/../" in workdir:
-        fail("workdir must be a path inside the workspace, relative to its root; got %r" % workdir, "workdir")
+        fail("%s: workdir must be a path inside the workspace, relative to its root; got %r" % (ctx.label, workdir))
 
     runner_args = [
         "--label",
@@ -76,12 +76,12 @@ def _tree_exec_impl(ctx):
     ]
     for key, value in sorted(ctx.attr.env.items()):
         if not key or "=" in key:
-            fail("env key %r is not a valid variable name" % key, "env")
+            fail("%s: env key %r is not a valid variable name" % (ctx.label, key))
         runner_args += ["--env", key + "=" + value]
     runner_args.append("--")
     runner_args += ctx.attr.cmd
 
-    script = ctx.actions.declare_file(ctx.label.name + ".tree.sh")
+    script = ctx.actions.declare_file(ctx.label.name)
     ctx.actions.write(
         output = script,
         is_executable = True,
