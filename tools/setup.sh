@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+#
+# Installs what Morpheus needs on a fresh machine of the project's kind
+# (Debian bookworm, root), from package registries only: Debian's apt, PyPI,
+# crates.io, npm, Maven Central. Idempotent: what is present is skipped, so a
+# second run takes seconds. Prints every install it makes.
+#
+# Usage: tools/setup.sh
+#
+# Sections, one per ecosystem. A component that needs a new tool adds it to the
+# list in its section (marked "add here"), not as ad-hoc commands.
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# Run as root, or through sudo when there is one.
+as_root() {
+  if [[ $EUID -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null; then
+    sudo "$@"
+  else
+    die "need root to run: $*"
+  fi
+}
+
+# ---------------------------------------------------------------------------
+# Debian packages.
+APT_PACKAGES=(
+  # Bazel 4.2.3, offline (bazel/README.md); it drives every other tool.
+  bazel-bootstrap default-jdk-headless
+  # C and C++: compiler, GoogleTest (linked by //bazel:gtest_main), pkg-config.
+  build-essential googletest libgtest-dev pkg-config
+  # Scheduler: BPF compiler, libbpf's build needs, bpftool (skeletons, vmlinux.h), seccomp.
+  clang-19 llvm-19 libclang-19-dev libelf-dev zlib1g-dev bpftool libseccomp-dev
+  # sdk-c: C header from the Rust core.
+  cbindgen
+  # Kernel tests: a sched_ext kernel booted under qemu (TCG) with a busybox initramfs.
+  qemu-system-x86 busybox-static cpio
+  # General: the SPDX check lists files with git; ABI generator, harnesses.
+  git python3 ca-certificates
+  # Java: Maven (the JDK is Temurin 25, see the Java section).
+  maven
+  # add here
+)
+
+missing_apt_packages() {
+  local installed
+  # dpkg-query fails when it knows a name not at all; its output still counts.
+  installed="$({ dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${APT_PACKAGES[@]}" 2>/dev/null || true; } |
+    awk '$2 == "ii" { print $1 }')"
+  local pkg
+  for pkg in "${APT_PACKAGES[@]}"; do
+    grep -qxF -- "$pkg" <<<"$installed" || printf '%s\n' "$pkg"
+  done
+}
+
+setup_apt() {
+  local missing
+  mapfile -t missing < <(missing_apt_packages)
+  if ((${#missing[@]} == 0)); then
+    log "apt: all ${#APT_PACKAGES[@]} packages present"
+    return
+  fi
+  log "apt: installing ${missing[*]}"
+  # Wait for another apt/dpkg run (the machine image may still be installing)
+  # rather than fail on its lock.
+  local apt_opts=(-q -y -o DPkg::Lock::Timeout=900)
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install "${missing[@]}"
+  mapfile -t missing < <(missing_apt_packages)
+  ((${#missing[@]} == 0)) || die "apt: still missing after install: ${missing[*]}"
+}
+
+# ---------------------------------------------------------------------------
+# Bazel: what .bazelrc and WORKSPACE take for granted.
+setup_bazel() {
+  command -v bazel >/dev/null || die "bazel is not on PATH although bazel-bootstrap is installed"
+  [[ -x /usr/lib/jvm/default-java/bin/java ]] ||
+    die "/usr/lib/jvm/default-java is missing; .bazelrc runs Bazel's server on it (package default-jdk-headless)"
+  log "bazel: $(dpkg-query -W -f='${Version}' bazel-bootstrap) (Debian bazel-bootstrap)"
+}
+
+# ---------------------------------------------------------------------------
+# Rust. rustup and the stable toolchain come with the machine image; rustup
+# itself downloads from outside the registries, so it cannot be installed here.
+CARGO_TOOLS=(
+  # "crate binary" pairs, installed with `cargo install --locked`.
+  # add here
+)
+
+setup_rust() {
+  command -v cargo >/dev/null ||
+    die "cargo not found: this machine kind ships Rust through rustup in ~/.cargo/bin; is it on PATH?"
+  cargo --version >/dev/null 2>&1 || die "cargo is on PATH but does not run: $(cargo --version 2>&1 | head -n 3)"
+  local entry crate binary
+  for entry in "${CARGO_TOOLS[@]+"${CARGO_TOOLS[@]}"}"; do
+    read -r crate binary <<<"$entry"
+    command -v "$binary" >/dev/null && continue
+    log "cargo: installing $crate"
+    cargo install --locked "$crate"
+  done
+  log "rust: $(cargo --version)"
+}
+
+# ---------------------------------------------------------------------------
+# Python: the interpreter on PATH (pyenv's on this machine kind).
+PIP_PACKAGES=(
+  # "import-name requirement" pairs.
+  "maturin maturin>=1.9,<2"   # sdk-python: builds the pyo3 extension
+  "pytest pytest>=8"          # sdk-python and conformance tests
+  # add here
+)
+
+setup_python() {
+  command -v python3 >/dev/null || die "python3 not found"
+  local -a wanted=()
+  local entry module requirement
+  local modules=()
+  for entry in "${PIP_PACKAGES[@]}"; do
+    read -r module requirement <<<"$entry"
+    modules+=("$module")
+  done
+  # One interpreter start for all checks.
+  local absent
+  absent="$(python3 - "${modules[@]}" <<'EOF'
+import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+EOF
+)"
+  for entry in "${PIP_PACKAGES[@]}"; do
+    read -r module requirement <<<"$entry"
+    if [[ " $absent " == *" $module "* ]]; then wanted+=("$requirement"); fi
+  done
+  if ((${#wanted[@]})); then
+    log "pip: installing ${wanted[*]}"
+    python3 -m pip install --quiet --disable-pip-version-check "${wanted[@]}"
+    # pyenv puts new console scripts (maturin) on PATH only after a rehash.
+    if command -v pyenv >/dev/null; then pyenv rehash; fi
+  fi
+  log "python: $(python3 --version 2>&1)"
+}
+
+# ---------------------------------------------------------------------------
+# Node: node and npm from the machine image, else Debian's. Each package's own
+# dependencies come from its package-lock.json (`npm ci` in its tree_test).
+NPM_GLOBAL_PACKAGES=(
+  # "binary package@version" pairs.
+  # add here
+)
+
+setup_node() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "apt: installing nodejs npm"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=900 install nodejs npm
+  fi
+  local entry binary package
+  for entry in "${NPM_GLOBAL_PACKAGES[@]+"${NPM_GLOBAL_PACKAGES[@]}"}"; do
+    read -r binary package <<<"$entry"
+    command -v "$binary" >/dev/null && continue
+    log "npm: installing $package"
+    npm install --global --no-fund --no-audit "$package"
+  done
+  log "node: $(node --version), npm $(npm --version)"
+}
+
+# ---------------------------------------------------------------------------
+# Java: sdk-java uses the FFM API, so it needs a JDK 22+; the machine image
+# ships Temurin 25 at this path (it is not in Debian's archive). Maven comes
+# from apt above; its plugins and dependencies come from Maven Central.
+TEMURIN_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
+
+setup_java() {
+  [[ -x "$TEMURIN_HOME/bin/java" ]] ||
+    die "Temurin 25 not found at $TEMURIN_HOME; sdk-java needs it and it cannot be downloaded here"
+  command -v mvn >/dev/null || die "mvn not found although maven is installed"
+  log "java: $("$TEMURIN_HOME/bin/java" -version 2>&1 | head -n 1), $(mvn --version 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g')"
+}
+
+# ---------------------------------------------------------------------------
+# Scheduler and kernel tests: later components add their steps here (for
+# example the sid kernel for the qemu tests, fetched through a private apt
+# configuration into $MORPHEUS_CACHE, never into the system's sources).
+
+main() {
+  local start=$SECONDS
+  setup_apt
+  setup_bazel
+  setup_rust
+  setup_python
+  setup_node
+  setup_java
+  log "done in $((SECONDS - start))s"
+}
+
+main "$@"
