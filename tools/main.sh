@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+#
+# The project's main job: set up the machine (tools/setup.sh), then run each
+# step below in order, stopping at the first that fails.
+#
+# Usage: tools/main.sh            run every step in STEPS
+#        tools/main.sh STEP...    run only these steps (names as in STEPS)
+#        tools/main.sh --list     print the steps
+#
+# To add a step: write a function step_<name> (it runs in the repository root
+# and fails by returning non-zero) and add <name> to STEPS where it belongs.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf 'main: %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------
+# Steps.
+
+# The ABI's layout as generated from spec/abi.toml, for the record.
+step_abi_report() {
+  python3 abi/gen/morpheus_abigen.py --report
+}
+
+# add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
+
+STEPS=(
+  abi_report
+)
+
+# ---------------------------------------------------------------------------
+
+run_step() {
+  local name="$1" start=$SECONDS status=0
+  log "step $name: start"
+  # A subshell outside any `||`/`if`, so `set -e` stops the step at its first
+  # failing command (bash ignores -e inside a function called as `f || ...`).
+  set +e
+  (
+    set -e
+    "step_$name"
+  )
+  status=$?
+  set -e
+  if ((status != 0)); then
+    log "step $name: FAILED (exit status $status) after $((SECONDS - start))s"
+    return "$status"
+  fi
+  log "step $name: done in $((SECONDS - start))s"
+}
+
+main() {
+  if [[ "${1:-}" == "--list" ]]; then
+    printf '%s\n' "${STEPS[@]}"
+    return
+  fi
+  local steps=("$@")
+  ((${#steps[@]})) || steps=("${STEPS[@]}")
+  local name
+  for name in "${steps[@]}"; do
+    declare -F "step_$name" >/dev/null || { log "unknown step '$name'; steps: ${STEPS[*]}"; return 2; }
+  done
+
+  bash tools/setup.sh
+  # shellcheck source=tools/env.sh
+  source tools/env.sh
+
+  for name in "${steps[@]}"; do
+    run_step "$name"
+  done
+  log "all ${#steps[@]} steps done"
+}
+
+main "$@"
