@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""Tests of the ABI generator: bad specs fail naming the field, the gates catch drift and breaks."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import abispec  # noqa: E402
+import morpheus_abigen  # noqa: E402
+from abispec import SpecError  # noqa: E402
+
+ROOT = HERE.parents[1]
+RAW = tomllib.loads((ROOT / "spec" / "abi.toml").read_text())
+
+
+def raw() -> dict:
+    return copy.deepcopy(RAW)
+
+
+def scb_fields(spec: dict) -> list[dict]:
+    return next(r for r in spec["record"] if r["name"] == "scb")["fields"]
+
+
+def field(spec: dict, name: str, record: str = "scb") -> dict:
+    return next(f for f in next(r for r in spec["record"] if r["name"] == record)["fields"] if f["name"] == name)
+
+
+def test_the_real_spec_is_valid_and_the_scb_is_two_cache_lines():
+    spec = abispec.parse(raw())
+    scb = spec.record("scb")
+    assert (scb.size, scb.align) == (128, 64)
+    assert all(f.end <= 64 for f in scb.fields if f.direction == "scheduler_to_runtime")
+    assert all(f.offset >= 64 for f in scb.fields if f.direction == "runtime_to_scheduler")
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: field(s, "budget_remaining_ns").update(offset=4), "scb.budget_remaining_ns: offset 4 is not naturally aligned"),
+        (lambda s: field(s, "tid").update(offset=24), "overlaps"),
+        (lambda s: field(s, "preempt_seq").update(size=4), "scb.preempt_seq: declared size 4 disagrees with type u64"),
+        (lambda s: field(s, "tid").update(type="u24"), "scb.tid: unknown type 'u24'"),
+        (lambda s: field(s, "tid").update(name="pid"), "duplicate field 'pid'"),
+        (lambda s: scb_fields(s).pop(scb_fields(s).index(field(s, "tid"))), "implicit padding at bytes 28-31"),
+        (lambda s: field(s, "_reserved1").update(type="u8[16]", size=16), "implicit tail padding at bytes 124-127"),
+        (lambda s: field(s, "worker_state").update(direction="scheduler_to_runtime"), "scb.worker_state: direction scheduler_to_runtime is not allowed in cache line 1"),
+        (lambda s: field(s, "escapable").update(direction="sideways"), "unknown direction 'sideways'"),
+        (lambda s: field(s, "_reserved0").update(writer="scheduler"), "reserved fields"),
+        (lambda s: s["enum"][0]["values"].append({"name": "TURBO", "value": 1, "doc": "x"}), "duplicate enum value 1 (ENFORCED and TURBO)"),
+        (lambda s: s["enum"][0]["values"].append({"name": "ENFORCED", "value": 9, "doc": "x"}), "duplicate enum value name 'ENFORCED'"),
+        (lambda s: s["constant"].append(dict(s["constant"][0])), "duplicate constant 'REGION_MAGIC'"),
+        (lambda s: s["escapable_default"].update(COBOL=True), "escapable_default: 'COBOL' is not a runtime_kind"),
+        (lambda s: s["record"][1].update(align=48), "align 48 is not a power of two"),
+    ],
+)
+def test_bad_specs_fail_naming_what_is_wrong(mutate, message):
+    spec = raw()
+    mutate(spec)
+    with pytest.raises(SpecError) as err:
+        abispec.parse(spec)
+    assert message in str(err.value)
+
+
+def test_an_atomic_field_across_a_cache_line_is_refused_naming_it():
+    # With natural alignment no primitive up to 8 bytes can straddle a 64-byte line, so the alignment
+    # rule fires first; the straddle rule guards wider atomics a later version might add.
+    spec = raw()
+    header = next(r for r in spec["record"] if r["name"] == "region_header")
+    plain = {"direction": "header", "writer": "nobody", "access": "plain", "ordering": "none", "doc": "x"}
+    header["fields"] = [
+        {"name": "_reserved0", "type": "u8[60]", "offset": 0, "size": 60, **plain},
+        {**plain, "name": "gen", "type": "u64", "offset": 60, "size": 8, "writer": "scheduler", "access": "atomic"},
+        {"name": "_reserved1", "type": "u8[60]", "offset": 68, "size": 60, **plain},
+    ]
+    with pytest.raises(SpecError, match=r"field region_header\.gen: offset 60 is not naturally aligned"):
+        abispec.parse(spec)
+
+
+def lock() -> dict:
+    return json.loads((ROOT / "spec" / "locks" / "abi-1.0.lock.json").read_text())
+
+
+def test_the_real_spec_is_compatible_with_its_lock():
+    abispec.check_compatible(abispec.parse(raw()), lock())
+
+
+def swap_fields(spec: dict, a: str, b: str) -> None:
+    fa, fb = field(spec, a), field(spec, b)
+    fa["offset"], fb["offset"] = fb["offset"], fa["offset"]
+    fields = scb_fields(spec)
+    fields.sort(key=lambda f: f["offset"])
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: swap_fields(s, "tid", "slot_generation"), "field scb.slot_generation: moved from offset 24 to 28"),
+        (lambda s: field(s, "priority").update(type="u32"), "field scb.priority: type changed from i32 to u32"),
+        (lambda s: next(e for e in s["enum"] if e["name"] == "worker_state")["values"][2].update(value=7),
+         "enum worker_state.RUNNING: value changed from 2 to 7"),
+        (lambda s: next(r for r in s["record"] if r["name"] == "hint").update(
+            size=32, fields=[f for f in next(r for r in s["record"] if r["name"] == "hint")["fields"] if f["name"] != "overrun_ns"]),
+         "record hint: shrinks from 40 to 32 bytes"),
+        (lambda s: next(c for c in s["constant"] if c["name"] == "REGION_MAGIC").update(value=1),
+         "constant REGION_MAGIC: stable since 1.0"),
+    ],
+)
+def test_the_compatibility_gate_names_the_breaking_change(mutate, message):
+    spec = raw()
+    mutate(spec)
+    with pytest.raises(SpecError) as err:
+        abispec.check_compatible(abispec.parse(spec), lock())
+    assert message in str(err.value)
+
+
+def test_reusing_an_enum_value_is_refused():
+    spec = raw()
+    states = next(e for e in spec["enum"] if e["name"] == "worker_state")["values"]
+    states[:] = [v for v in states if v["name"] != "DEAD"] + [{"name": "ZOMBIE", "value": 4, "doc": "x"}]
+    with pytest.raises(SpecError, match="enum worker_state.DEAD: released in 1.0, now removed"):
+        abispec.check_compatible(abispec.parse(spec), lock())
+    states.append({"name": "DEAD", "value": 4, "doc": "x"})
+    states[-2]["value"] = 4
+    spec2 = raw()
+    next(e for e in spec2["enum"] if e["name"] == "worker_state")["values"].append({"name": "ZOMBIE", "value": 3, "doc": "x"})
+    with pytest.raises(SpecError, match="duplicate enum value 3"):
+        abispec.check_compatible(abispec.parse(spec2), lock())
+
+
+def carve_reserved(spec: dict) -> None:
+    """Add a u32 out of scb._reserved1, the way a minor version would."""
+    fields = scb_fields(spec)
+    res = field(spec, "_reserved1")
+    res.update(offset=res["offset"] + 4, type="u8[16]", size=16)
+    fields.insert(fields.index(res), {"name": "numa_node", "type": "u32", "offset": 108, "size": 4,
+                                      "direction": "runtime_to_scheduler", "writer": "runtime", "access": "plain",
+                                      "ordering": "x", "doc": "x"})
+
+
+def test_carving_reserved_space_needs_a_minor_bump_and_then_passes():
+    spec = raw()
+    carve_reserved(spec)
+    with pytest.raises(SpecError, match="bump the minor version"):
+        abispec.check_compatible(abispec.parse(spec), lock())
+    spec["abi"]["minor"] = 1
+    abispec.check_compatible(abispec.parse(spec), lock())
+
+
+def test_a_new_field_over_a_used_offset_is_refused_even_with_a_bump():
+    spec = raw()
+    spec["abi"]["minor"] = 1
+    hint = next(r for r in spec["record"] if r["name"] == "hint")
+    hint["fields"] = [f for f in hint["fields"] if f["name"] != "reason"]
+    hint["fields"].insert(4, {"name": "cause", "type": "u32", "offset": 24, "size": 4, "direction": "scheduler_to_runtime",
+                              "writer": "scheduler", "access": "plain", "ordering": "x", "doc": "x"})
+    with pytest.raises(SpecError, match="field hint.reason: released in 1.0, now removed"):
+        abispec.check_compatible(abispec.parse(spec), lock())
+
+
+def test_a_new_major_version_may_change_anything():
+    spec = raw()
+    swap_fields(spec, "tid", "slot_generation")
+    spec["abi"]["major"] = 2
+    abispec.check_compatible(abispec.parse(spec), lock())
+
+
+def run_gen(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(HERE / "morpheus_abigen.py"), *args], cwd=cwd, capture_output=True, text=True)
+
+
+def copy_tree(tmp_path: Path) -> Path:
+    """A scratch repository with the spec, its locks and the committed generated files."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "spec", root / "spec")
+    for rel in morpheus_abigen.generate(abispec.load(ROOT / "spec" / "abi.toml")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, root / rel)
+    return root
+
+
+def test_the_committed_abi_has_no_drift():
+    result = run_gen("--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_editing_a_generated_file_by_hand_fails_the_drift_gate_naming_it(tmp_path):
+    root = copy_tree(tmp_path)
+    header = root / "abi" / "c" / "morpheus_abi.h"
+    header.write_text(header.read_text().replace("morpheus_u64 preempt_seq;", "morpheus_u32 preempt_seq;"))
+    result = run_gen("--check", "--root", str(root), "--spec", str(root / "spec" / "abi.toml"))
+    assert result.returncode == 1
+    assert "abi/c/morpheus_abi.h: differs" in result.stderr
+    assert "abi/rust/src/generated.rs" not in result.stderr
+
+
+def test_a_stale_generated_java_file_is_named(tmp_path):
+    root = copy_tree(tmp_path)
+    stale = root / "abi/java/src/main/java/dev/morpheus/abi/OldThing.java"
+    stale.write_text("// old\n")
+    result = run_gen("--check", "--root", str(root), "--spec", str(root / "spec" / "abi.toml"))
+    assert result.returncode == 1 and "OldThing.java: generated file no longer produced" in result.stderr
+
+
+def test_moving_a_field_in_the_spec_fails_the_compatibility_gate_naming_it(tmp_path):
+    root = copy_tree(tmp_path)
+    spec_file = root / "spec" / "abi.toml"
+    text = spec_file.read_text()
+    text = text.replace('{ name = "slot_generation", type = "u32", offset = 24,', '{ name = "slot_generation", type = "u32", offset = 28,', 1)
+    text = text.replace('{ name = "tid", type = "u32", offset = 28,', '{ name = "tid", type = "u32", offset = 24,', 1)
+    spec_file.write_text(text)
+    result = run_gen("--check", "--root", str(root), "--spec", str(spec_file))
+    assert result.returncode == 1
+    assert "fields must be listed in offset order" in result.stderr or "moved from offset" in result.stderr
+    # In offset order the gate names the moved field.
+    lines = text.splitlines()
+    i = next(n for n, l in enumerate(lines) if 'name = "slot_generation"' in l)
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    spec_file.write_text("\n".join(lines) + "\n")
+    result = run_gen("--check", "--root", str(root), "--spec", str(spec_file))
+    assert result.returncode == 1
+    assert "field scb.slot_generation: moved from offset 24 to 28" in result.stderr
+
+
+def test_release_refuses_to_rewrite_a_released_version(tmp_path):
+    root = copy_tree(tmp_path)
+    spec_file = root / "spec" / "abi.toml"
+    spec_file.write_text(spec_file.read_text().replace("value = 1024", "value = 2048"))  # MAX_WORKERS is not stable
+    result = run_gen("--release", "--root", str(root), "--spec", str(spec_file))
+    assert result.returncode == 0, result.stderr  # the lock only holds stable facts: unchanged
+    text = spec_file.read_text().replace('name = "HINT_RING_BYTES"\ntype = "u32"\nvalue = 262144\nstable = false',
+                                         'name = "HINT_RING_BYTES"\ntype = "u32"\nvalue = 262144\nstable = true')
+    spec_file.write_text(text)
+    result = run_gen("--release", "--root", str(root), "--spec", str(spec_file))
+    assert result.returncode == 1 and "already released" in result.stderr
+
+
+def test_a_bad_spec_file_is_reported_with_its_path(tmp_path):
+    bad = tmp_path / "abi.toml"
+    bad.write_text("[abi\n")
+    result = run_gen("--check", "--spec", str(bad))
+    assert result.returncode == 1 and "not valid TOML" in result.stderr and str(bad) in result.stderr
+
+
+def test_verify_dump_reports_the_first_disagreeing_line():
+    spec = abispec.load(ROOT / "spec" / "abi.toml")
+    good = "\n".join(morpheus_abigen.expected_dump(spec))
+    assert morpheus_abigen.verify_dump(spec, good) == []
+    bad = good.replace("field scb in_critical 84 4", "field scb in_critical 88 4")
+    problems = morpheus_abigen.verify_dump(spec, bad)
+    assert "-field scb in_critical 84 4" in problems and "+field scb in_critical 88 4" in problems
