@@ -4,7 +4,7 @@
 # defaults, so a value already in the environment wins). .bazelrc passes these
 # through to tests.
 
-# sdk-java builds with Temurin 25 (FFM API); Bazel's own JVM is pinned in .bazelrc.
-export JAVA_HOME="${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}"
 # Downloads and build products kept between runs (kernel packages, VM images).
+# A tool that reads it should default to this same path when it is unset (as
+# under a plain `bazel test`).
 export MORPHEUS_CACHE="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"

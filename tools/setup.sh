@@ -37,8 +37,9 @@ APT_PACKAGES=(
   clang-19 llvm-19 libclang-19-dev libelf-dev zlib1g-dev bpftool libseccomp-dev
   # sdk-c: C header from the Rust core.
   cbindgen
-  # Kernel tests: a sched_ext kernel booted under qemu (TCG) with a busybox initramfs.
-  qemu-system-x86 busybox-static cpio
+  # Kernel tests (scheduler/vm): qemu (TCG), busybox initramfs, sid kernel via a private apt
+  # (keyring), depmod/modprobe and module decompression.
+  qemu-system-x86 busybox-static cpio kmod xz-utils zstd gzip debian-archive-keyring
   # General: the SPDX check lists files with git; ABI generator, harnesses.
   git python3 ca-certificates
   # Java: Maven (the JDK is Temurin 25, see the Java section).
@@ -168,8 +169,9 @@ setup_node() {
 
 # ---------------------------------------------------------------------------
 # Java: sdk-java uses the FFM API, so it needs a JDK 22+; the machine image
-# ships Temurin 25 at this path (it is not in Debian's archive). Maven comes
-# from apt above; its plugins and dependencies come from Maven Central.
+# ships Temurin 25 at this path (it is not in Debian's archive); .bazelrc hands
+# it to tests as JAVA_HOME. Maven comes from apt above; its plugins and
+# dependencies come from Maven Central.
 TEMURIN_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
 
 setup_java() {
