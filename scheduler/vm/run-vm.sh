@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# Boot a kernel and an initramfs from mkinitramfs.sh under qemu (TCG), stream
+# the serial console to stdout and a log file, and exit with the exit code the
+# guest's test reported (MORPHEUS-VM-EXIT=<code> run=<id> on the console).
+#
+# Exit codes besides the guest's own: 124 = wall-clock timeout (qemu killed),
+# 125 = no result from the guest (kernel panic, qemu failure, ...). Both come
+# with a "run-vm: error:" line on stderr that says which.
+set -euo pipefail
+
+readonly PROG=run-vm
+readonly EXIT_TIMEOUT=124
+readonly EXIT_NO_RESULT=125
+
+usage() {
+	cat <<EOF
+usage: $0 --kernel DIR --initrd FILE [options]
+
+options:
+  --kernel DIR|FILE  kernel directory from fetch-kernel.sh (or a bzImage)
+  --initrd FILE      initramfs from mkinitramfs.sh
+  --timeout SECS     wall-clock limit for the whole run (default: 300)
+  --smp N            virtual CPUs (default: 2)
+  --mem SIZE         guest memory, e.g. 2G or 1536M (default: 2G)
+  --log FILE         also write the console output here (truncated first)
+  --append ARGS      extra kernel command line arguments
+  --cpu MODEL        qemu -cpu model (default: qemu's own default)
+  --quiet            do not copy the console to stdout (log file only)
+  -h, --help         show this help
+EOF
+}
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$PROG" "$1" >&2; exit "${2:-2}"; } # die MESSAGE [CODE]
+
+kernel=""
+initrd=""
+timeout_secs=300
+smp=2
+mem=2G
+log_file=""
+append=""
+cpu=""
+quiet=0
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel=$2; shift 2 ;;
+	--initrd) [[ $# -ge 2 ]] || die "--initrd needs a file"; initrd=$2; shift 2 ;;
+	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout_secs=$2; shift 2 ;;
+	--smp) [[ $# -ge 2 ]] || die "--smp needs a CPU count"; smp=$2; shift 2 ;;
+	--mem) [[ $# -ge 2 ]] || die "--mem needs a size"; mem=$2; shift 2 ;;
+	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log_file=$2; shift 2 ;;
+	--append) [[ $# -ge 2 ]] || die "--append needs kernel arguments"; append=$2; shift 2 ;;
+	--cpu) [[ $# -ge 2 ]] || die "--cpu needs a model"; cpu=$2; shift 2 ;;
+	--quiet) quiet=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage >&2; die "unknown argument '$1'" ;;
+	esac
+done
+
+[[ -n "$kernel" ]] || die "--kernel is required"
+[[ -n "$initrd" ]] || die "--initrd is required"
+if [[ -d "$kernel" ]]; then
+	image=$kernel/vmlinuz
+	[[ -f "$image" ]] || die "--kernel '$kernel' has no vmlinuz (expected a directory from fetch-kernel.sh)"
+else
+	image=$kernel
+	[[ -f "$image" ]] || die "--kernel '$kernel' is neither a directory nor a file"
+fi
+[[ -f "$initrd" && -s "$initrd" ]] || die "--initrd '$initrd' is not a non-empty file"
+[[ "$timeout_secs" =~ ^[1-9][0-9]*$ ]] || die "--timeout must be a positive whole number of seconds, got '$timeout_secs'"
+[[ "$smp" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive whole number, got '$smp'"
+[[ "$mem" =~ ^[1-9][0-9]*[MG]$ ]] || die "--mem must look like 2G or 1536M, got '$mem'"
+[[ "$append" != *morpheus_run=* ]] || die "--append must not set morpheus_run (run-vm.sh sets it)"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install qemu-system-x86 (tools/setup.sh)"
+command -v timeout >/dev/null || die "'timeout' (coreutils) not found"
+
+if [[ -n "$log_file" ]]; then
+	[[ -d "$(dirname "$log_file")" ]] || die "--log directory '$(dirname "$log_file")' does not exist"
+	: >"$log_file"
+else
+	log_file=$(mktemp "${TMPDIR:-/tmp}/morpheus-vm.XXXXXX.log")
+	trap 'rm -f "$log_file"' EXIT
+fi
+
+# A fresh id per run: only the marker carrying it counts as the result.
+run_id=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
+# panic=-1 reboots at once on a panic and -no-reboot turns that into qemu
+# exiting; oops=panic makes any oops end the run instead of limping on.
+cmdline="console=ttyS0,115200 panic=-1 oops=panic rdinit=/init morpheus_run=$run_id${append:+ $append}"
+qemu=(qemu-system-x86_64 -accel tcg -smp "$smp" -m "$mem" -nographic -no-reboot
+	-monitor none -serial stdio -kernel "$image" -initrd "$initrd" -append "$cmdline")
+[[ -z "$cpu" ]] || qemu+=(-cpu "$cpu")
+
+log "booting $image with $initrd (smp $smp, mem $mem, timeout ${timeout_secs}s)"
+start=$(date +%s.%N)
+set +e
+if [[ $quiet -eq 1 ]]; then
+	timeout --kill-after=10 "$timeout_secs" "${qemu[@]}" </dev/null >"$log_file" 2>&1
+	qemu_status=$?
+else
+	timeout --kill-after=10 "$timeout_secs" "${qemu[@]}" </dev/null 2>&1 | tee -a "$log_file"
+	qemu_status=${PIPESTATUS[0]}
+fi
+set -e
+elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+
+marker=$(tr -d '\r' <"$log_file" | grep -a -oE "MORPHEUS-VM-EXIT=[0-9]+ run=$run_id\$" | tail -n 1 || true)
+if [[ -n "$marker" ]]; then
+	code=${marker#MORPHEUS-VM-EXIT=}
+	code=${code%% *}
+	if [[ $qemu_status -ne 0 ]]; then
+		log "warning: qemu exited with status $qemu_status after the guest reported its result"
+	fi
+	log "guest test exited with $code (${elapsed}s wall clock)"
+	exit "$code"
+fi
+
+trap - EXIT # keep the console log for the post-mortem
+if [[ $qemu_status -eq 124 || $qemu_status -eq 137 ]]; then
+	die "timed out after ${timeout_secs}s (wall clock): killed qemu before the guest reported a result; console log: $log_file" "$EXIT_TIMEOUT"
+fi
+reason="qemu exited with status $qemu_status"
+panic=$(tr -d '\r' <"$log_file" | grep -a -m 1 -E 'Kernel panic|BUG:|Oops' || true)
+[[ -z "$panic" ]] || reason="kernel failure: $panic"
+if [[ $qemu_status -ne 0 && -z "$panic" ]]; then
+	reason="$reason: $(tail -n 3 "$log_file" | tr -d '\r' | tr '\n' ' ')"
+fi
+die "guest did not report a result (no MORPHEUS-VM-EXIT marker) after ${elapsed}s; $reason; console log: $log_file" "$EXIT_NO_RESULT"
