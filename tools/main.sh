@@ -25,9 +25,15 @@ step_abi_report() {
   python3 abi/gen/morpheus_abigen.py --report
 }
 
+# The committed abi/ must be what spec/abi.toml generates, and compatible with the released locks.
+step_abi_check() {
+  python3 abi/gen/morpheus_abigen.py --check
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
+  abi_check
   abi_report
 )
 
