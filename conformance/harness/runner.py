@@ -1,0 +1,374 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""Runs one scenario against one agent and judges every step, bytes first.
+
+The harness keeps the image it expects the region to hold. Its own writes go to both the region and
+that image; after an agent step only the fields the scenario names may differ from it, and they must
+hold the values it gives. Any other byte that changed is a failure reported with its offset and name.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import abi
+from abi import HEADER_FIELDS, SCB_FIELDS, m
+from agentproc import Agent, AgentFault
+from expr import ExprError, evaluate
+from region import Region, constants, first_difference, resolve_enum
+from scenario import Scenario, Step
+
+
+@dataclass
+class AgentSpec:
+    """An agent as its manifest (conformance/agents/<name>/agent.toml) describes it."""
+
+    name: str
+    target: str
+    command: list[str]
+    cwd: str
+    build: list[list[str]] = field(default_factory=list)
+    description: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CellResult:
+    scenario: str
+    variant: str | None
+    agent: str
+    status: str  # pass | fail | n/a
+    step: int | None = None
+    step_label: str = ""
+    message: str = ""
+    first_diff: dict | None = None
+    seconds: float = 0.0
+
+    @property
+    def row(self) -> str:
+        return self.scenario if self.variant is None else f"{self.scenario}[{self.variant}]"
+
+    def to_json(self) -> dict:
+        out = {"status": self.status, "seconds": round(self.seconds, 3)}
+        if self.step is not None:
+            out["step"] = self.step
+            out["step_label"] = self.step_label
+        if self.message:
+            out["message"] = self.message
+        if self.first_diff:
+            out["first_diff"] = self.first_diff
+        return out
+
+
+class StepFailure(Exception):
+    def __init__(self, message: str, first_diff: dict | None = None):
+        super().__init__(message)
+        self.first_diff = first_diff
+
+
+def _diff_report(region: Region, expected: bytes, actual: bytes, context: str) -> StepFailure:
+    off = first_difference(expected, actual)
+    exp = expected[off] if off < len(expected) else None
+    act = actual[off] if off < len(actual) else None
+    where = region.locate(off)
+    diff = {"offset": off, "where": where, "expected": exp, "actual": act}
+    # Whole-field values make the message readable; the byte stays the precise locator.
+    field_note = ""
+    name = where.split(".", 1)[-1].split("+")[0] if "." in where else ""
+    if where.startswith("scb[") and name in SCB_FIELDS and SCB_FIELDS[name].struct_format:
+        slot = int(where[4:where.index("]")])
+        f = SCB_FIELDS[name]
+        base = region.scb_offset(slot) + f.offset
+        e = struct.unpack_from(f.struct_format, expected, base)[0]
+        a = struct.unpack_from(f.struct_format, actual, base)[0]
+        diff.update({"field": f"scb[{slot}].{name}", "expected_value": e, "actual_value": a})
+        field_note = f" (scb[{slot}].{name}: expected {e}, found {a})"
+    elif where.startswith("header.") and name in HEADER_FIELDS and HEADER_FIELDS[name].struct_format:
+        f = HEADER_FIELDS[name]
+        e = struct.unpack_from(f.struct_format, expected, f.offset)[0]
+        a = struct.unpack_from(f.struct_format, actual, f.offset)[0]
+        diff.update({"field": f"header.{name}", "expected_value": e, "actual_value": a})
+        field_note = f" (header.{name}: expected {e}, found {a})"
+    return StepFailure(
+        f"{context}: byte {off} ({where}) is {act}, expected {exp}{field_note}", diff)
+
+
+class CellRun:
+    def __init__(self, scenario: Scenario, variant: str | None, spec: AgentSpec, timeout: float):
+        self.scenario = scenario
+        self.variant = variant
+        self.spec = spec
+        self.timeout = timeout
+        self.agent: Agent | None = None
+        self.region: Region | None = None
+        self.expected = b""
+        self.tid: int | None = None
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _names(self, image: bytes, before: bytes, slot: int, reply: dict) -> dict:
+        names: dict = {"reply": reply}
+        hello = self.agent.hello if self.agent else {}
+        if "pid" in hello:
+            names["pid"] = hello["pid"]
+        if self.tid is not None:
+            names["tid"] = self.tid
+        kind = hello.get("runtime_kind")
+        if kind in m.RuntimeKind.__members__:
+            names["runtime_kind"] = int(m.RuntimeKind[kind])
+            try:
+                names["escapable_default"] = int(abi.escapable_default(kind))
+            except KeyError:
+                pass
+        if (image and self.region.spec.create and self.region.size >= self.region.full_size
+                and 0 <= slot < self.region.spec.scb_count):
+            names.update(self.region.scb_fields(slot, image))
+            for f in m.RegionHeader.FIELDS:
+                if f.struct_format and f.name not in names:
+                    names[f.name] = struct.unpack_from(f.struct_format, image, f.offset)[0]
+        return names
+
+    def _apply(self, image: bytearray, base: int, f, value) -> None:
+        struct.pack_into(f.struct_format, image, base + f.offset, value)
+
+    def _harness_write(self, fields: dict, slot: int | None) -> None:
+        image = bytearray(self.expected)
+        names = {**constants(), **self._names(self.expected, self.expected, slot or 0, {})}
+        for name, value in fields.items():
+            value = resolve_enum(name, value, names)
+            if slot is None:
+                self.region.write_header(name, value)
+                self._apply(image, 0, HEADER_FIELDS[name], resolve_enum(name, value))
+            else:
+                self.region.write_scb(slot, name, value)
+                self._apply(image, self.region.scb_offset(slot), SCB_FIELDS[name], resolve_enum(name, value))
+        self.expected = bytes(image)
+
+    def _bump(self, slot: int, by: int) -> None:
+        seq = self.region.read_scb(slot, "preempt_seq") + by
+        self._harness_write({"preempt_seq": seq}, slot)
+
+    def _check_bytes(self, step: Step, before: bytes, reply: dict) -> None:
+        if not self.region.spec.create or self.region.size == 0:
+            return
+        actual = self.region.snapshot()
+        expected = bytearray(before)
+        expect = step.expect
+        checks = []
+        slot = step.slot
+        prev_names = self._names(before, before, slot, reply)
+        post_names = self._names(actual, before, slot, reply)
+        for table, fields, base in (
+            (expect.get("scb", {}), SCB_FIELDS, self.region.scb_offset(slot) if expect.get("scb") else 0),
+            (expect.get("header", {}), HEADER_FIELDS, 0),
+        ):
+            for name, want in table.items():
+                f = fields[name]
+                start, end = base + f.offset, base + f.offset + f.size
+                if want == "any":
+                    expected[start:end] = actual[start:end]
+                    continue
+                names = dict(post_names)
+                names["prev"] = struct.unpack_from(f.struct_format, before, start)[0]
+                try:
+                    value = evaluate(want, names, name)
+                except ExprError as err:
+                    raise StepFailure(f"{step.describe()}: expect {name}: {err}") from None
+                if isinstance(value, bool):
+                    value = int(value)
+                try:
+                    struct.pack_into(f.struct_format, expected, start, value)
+                except struct.error:
+                    raise StepFailure(f"{step.describe()}: expect {name} = {value} does not fit") from None
+        if bytes(expected) != actual:
+            raise _diff_report(self.region, bytes(expected), actual, step.describe())
+        for text in expect.get("check", []):
+            names = dict(post_names)
+            try:
+                ok = evaluate(text, names)
+            except ExprError as err:
+                raise StepFailure(f"{step.describe()}: check: {err}") from None
+            if not ok:
+                raise StepFailure(f"{step.describe()}: check failed: {text} (with "
+                                  + ", ".join(f"{k}={v}" for k, v in names.items()
+                                              if k in text and k != "reply") + ")")
+        del prev_names, checks
+        self.expected = actual
+
+    def _check_reply(self, step: Step, reply: dict) -> None:
+        expect = step.expect
+        want_error = expect.get("error")
+        want_ok = expect.get("ok", want_error is None)
+        if want_ok == "either":  # success (reply checked) or the named error
+            if not reply["ok"]:
+                want_ok = False
+            else:
+                want_ok = True
+        if reply["ok"] and not want_ok:
+            raise StepFailure(f"{step.describe()}: succeeded, expected error {want_error}: {reply}")
+        if not reply["ok"]:
+            if reply["error"] not in abi.error_names():
+                raise StepFailure(f"{step.describe()}: error {reply['error']!r} is not an error_code name")
+            if want_ok:
+                raise StepFailure(f"{step.describe()}: failed with {reply['error']}"
+                                  f" ({reply.get('message', '')}), expected success")
+            if want_error is not None and reply["error"] != want_error:
+                raise StepFailure(f"{step.describe()}: error {reply['error']}, expected {want_error}"
+                                  f" ({reply.get('message', '')})")
+        for key, want in (expect.get("reply", {}) if reply["ok"] else {}).items():
+            if key not in reply:
+                raise StepFailure(f"{step.describe()}: reply lacks {key!r}: {reply}")
+            if reply[key] != want:
+                raise StepFailure(f"{step.describe()}: reply {key} = {reply[key]!r}, expected {want!r}")
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _agent_step(self, step: Step) -> None:
+        args = dict(step.args)
+        if step.op in ("checkpoint", "checkpoint_loop") and "mode" not in args:
+            args["mode"] = self.variant
+        if step.op == "attach" and "path" in args and args["path"] == "@region":
+            args["path"] = self.region.path
+        if isinstance(args.get("runtime_ns"), str):  # e.g. "slice_ns + grace_ns + 1"
+            names = {**constants(), **self._names(self.expected, self.expected, step.slot, {})}
+            args["runtime_ns"] = evaluate(args["runtime_ns"], names)
+        before = self.expected
+        during_yield = step.expect.get("during_yield", {})
+        suspended_failure: list[StepFailure] = []
+
+        def on_suspended(_event):
+            # The task is parked in the executor: the SDK must not have written anything yet.
+            actual = self.region.snapshot()
+            if actual != self.expected:
+                suspended_failure.append(_diff_report(
+                    self.region, self.expected, actual,
+                    f"{step.describe()}: while the task was suspended in its yield (before resumption)"))
+                self.expected = actual
+            bump = during_yield.get("bump", 0)
+            if bump:
+                self._bump(step.slot, bump)
+
+        reply = self.agent.request(step.op, args, on_suspended=on_suspended)
+        if suspended_failure:
+            raise suspended_failure[0]
+        if step.op == "checkpoint" and reply.get("ok"):
+            yielded = reply.get("yielded")
+            if not isinstance(yielded, bool):
+                raise StepFailure(f"{step.describe()}: checkpoint reply has no boolean 'yielded': {reply}")
+            if args["mode"] == "async" and reply["_suspensions"] != int(yielded):
+                raise StepFailure(
+                    f"{step.describe()}: async checkpoint returned yielded={yielded} after "
+                    f"{reply['_suspensions']} suspension(s); a yield suspends exactly once, no yield never")
+        if step.op == "register" and reply.get("ok"):
+            tid = reply.get("tid")
+            pid = self.agent.hello.get("pid")
+            if not isinstance(tid, int) or not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                raise StepFailure(f"{step.describe()}: register reply tid {tid!r} is not a thread of "
+                                  f"the agent process {pid}")
+            self.tid = tid
+        self._check_reply(step, reply)
+        self._check_bytes(step, self.expected if during_yield else before, reply)
+
+    def _concurrent_step(self, step: Step) -> None:
+        """The agent checkpoints in a loop while the harness bumps preempt_seq and samples the SCB."""
+        args = dict(step.args)
+        args.setdefault("mode", self.variant)
+        slot = step.slot
+        stop = threading.Event()
+        problems: list[str] = []
+        samples = [0]
+        bumped = [0]
+
+        spacing = step.count / 1000.0 * 0.8 / step.bumps  # bumps spread over 80% of the loop
+
+        def bumper():
+            rng = random.Random(0x5EED)
+            last_ack = self.region.read_scb(slot, "last_ack_seq")
+            while not stop.is_set() and bumped[0] < step.bumps:
+                self._bump(slot, 1)
+                bumped[0] += 1
+                for _ in range(rng.randint(1, 8)):
+                    # Read the ack first: ack(t1) <= preempt(t1) <= preempt(t2) must hold.
+                    ack = self.region.read_scb(slot, "last_ack_seq")
+                    seq = self.region.read_scb(slot, "preempt_seq")
+                    samples[0] += 1
+                    if ack > seq:
+                        problems.append(f"last_ack_seq {ack} ran ahead of preempt_seq {seq}")
+                    if ack < last_ack:
+                        problems.append(f"last_ack_seq went backwards: {last_ack} -> {ack}")
+                    last_ack = ack
+                    if problems:
+                        stop.set()
+                        return
+                time.sleep(spacing * rng.random() * 2)
+
+        thread = threading.Thread(target=bumper, daemon=True)
+        before = self.expected
+        thread.start()
+        try:
+            reply = self.agent.request("checkpoint_loop", args, timeout=self.timeout + step.count / 1000.0)
+        finally:
+            stop.set()
+            thread.join()
+        if problems:
+            raise StepFailure(f"{step.describe()}: after {samples[0]} samples: {problems[0]}")
+        if bumped[0] == 0:
+            raise StepFailure(f"{step.describe()}: the loop ended before the harness could bump once")
+        self._check_reply(step, reply)
+        # The harness's bumps are already in self.expected; judge the rest against it.
+        del before
+        self._check_bytes(step, self.expected, reply)
+
+    def run(self) -> CellResult:
+        start = time.monotonic()
+        result = CellResult(self.scenario.name, self.variant, self.spec.name, "pass")
+        with tempfile.TemporaryDirectory(prefix="morpheus-conf-") as tmp:
+            path = os.path.join(tmp, "region")
+            current: Step | None = None
+            try:
+                self.region = Region(path, self.scenario.region)
+                self.expected = self.region.snapshot()
+                env = {k: v for k, v in os.environ.items() if k not in (m.ENV_REGION, m.ENV_SOCKET)}
+                env[m.ENV_SOCKET] = os.path.join(tmp, "no-agent.sock")  # direct registration only
+                if self.scenario.env_region is not None:
+                    env[m.ENV_REGION] = path if self.scenario.env_region == "@region" else self.scenario.env_region
+                env.update(self.spec.env)
+                self.agent = Agent(self.spec.command, self.spec.cwd, env, self.timeout)
+                if self.variant is not None and self.variant not in self.agent.hello["checkpoint_modes"]:
+                    result.status = "n/a"
+                    result.message = f"the SDK has no {self.variant} checkpoint"
+                    return result
+                for step in self.scenario.steps:
+                    current = step
+                    if step.kind == "agent":
+                        self._agent_step(step)
+                    elif step.kind == "write":
+                        self._harness_write(step.writes, step.slot)
+                    elif step.kind == "write_header":
+                        self._harness_write(step.writes, None)
+                    elif step.kind == "bump":
+                        self._bump(step.slot, step.by)
+                    elif step.kind == "concurrent":
+                        self._concurrent_step(step)
+            except StepFailure as err:
+                result.status, result.message, result.first_diff = "fail", str(err), err.first_diff
+            except AgentFault as err:
+                where = current.describe() if current else "start-up"
+                result.status, result.message = "fail", f"{where}: {err}"
+            except (ValueError, KeyError, TypeError) as err:
+                where = current.describe() if current else "set-up"
+                result.status, result.message = "fail", f"{where}: scenario error: {err}"
+            finally:
+                if result.status == "fail" and current is not None:
+                    result.step, result.step_label = current.index, current.label
+                if self.agent is not None:
+                    self.agent.close()
+                if self.region is not None:
+                    self.region.close()
+                result.seconds = time.monotonic() - start
+        return result

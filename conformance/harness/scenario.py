@@ -1,0 +1,212 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""Scenario files (conformance/scenarios/*.toml): loading and validation.
+
+The format is specified in spec/CONFORMANCE.md ("Scenario files"). A malformed file raises
+ScenarioError naming the file, the step and what is wrong; the runner reports it as a failed row.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abi import HEADER_FIELDS, SCB_FIELDS
+from region import RegionSpec
+
+TARGETS = ("sdk", "gate")
+CHECKPOINT_MODES = ("sync", "async")
+# Agent operations a scenario may request, and the arguments each accepts (CONFORMANCE.md).
+AGENT_OPS = {
+    "attach": {"path", "discover"},
+    "register": {"slot"},
+    "checkpoint": {"mode"},
+    "checkpoint_loop": {"mode", "duration_ms"},
+    "critical_enter": set(),
+    "critical_exit": set(),
+    "set_escapable": {"value"},
+    "set_priority": {"value"},
+    "state": set(),
+    "shutdown": set(),
+    "gate": {"slot", "runtime_ns"},
+}
+EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot"}
+STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent")
+
+
+class ScenarioError(Exception):
+    pass
+
+
+@dataclass
+class Step:
+    index: int  # 1-based, as printed
+    kind: str
+    label: str
+    op: str = ""
+    args: dict = field(default_factory=dict)
+    writes: dict = field(default_factory=dict)
+    slot: int = 0
+    by: int = 1
+    expect: dict = field(default_factory=dict)
+    # concurrent
+    count: int = 0
+    bumps: int = 0
+
+    def describe(self) -> str:
+        return f"step {self.index} ({self.label})"
+
+
+@dataclass
+class Scenario:
+    name: str
+    path: Path
+    intent: str
+    spec: str
+    target: str
+    checkpoint_modes: tuple[str, ...]
+    region: RegionSpec
+    env_region: str | None  # MORPHEUS_REGION for the agent: None = unset, "@region" = the region path
+    slot: int
+    steps: list[Step]
+
+    def uses_checkpoint_mode(self) -> bool:
+        return any(s.op in ("checkpoint", "checkpoint_loop") and "mode" not in s.args for s in self.steps)
+
+    def variants(self) -> list[str | None]:
+        """Checkpoint flavours the scenario runs under; None when it does not depend on one."""
+        return list(self.checkpoint_modes) if self.uses_checkpoint_mode() else [None]
+
+
+def _fail(path: Path, where: str, what: str) -> ScenarioError:
+    return ScenarioError(f"{path.name}: {where}: {what}")
+
+
+def _check_fields(path, where, table, known, kind):
+    if not isinstance(table, dict):
+        raise _fail(path, where, f"{kind} must be a table of field = value")
+    for name in table:
+        if name not in known:
+            raise _fail(path, where, f"{name!r} is not a {kind} field")
+
+
+def load(path: Path) -> Scenario:
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(path.read_text())
+        else:
+            raise _fail(path, "file", "scenario files end in .toml")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise _fail(path, "file", f"not valid TOML: {err}") from None
+    known_top = {"intent", "spec", "target", "checkpoint_modes", "region", "env_region", "slot", "step"}
+    unknown = set(data) - known_top
+    if unknown:
+        raise _fail(path, "top level", f"unknown keys {sorted(unknown)}")
+    intent = data.get("intent")
+    if not isinstance(intent, str) or not intent.strip():
+        raise _fail(path, "top level", "`intent` (one sentence saying what the scenario proves) is missing")
+    target = data.get("target", "sdk")
+    if target not in TARGETS:
+        raise _fail(path, "target", f"{target!r} is not one of {TARGETS}")
+    modes = tuple(data.get("checkpoint_modes", CHECKPOINT_MODES))
+    if not modes or any(m not in CHECKPOINT_MODES for m in modes):
+        raise _fail(path, "checkpoint_modes", f"must be a non-empty subset of {CHECKPOINT_MODES}")
+    try:
+        region = RegionSpec.from_table(data.get("region", {}))
+    except (ValueError, TypeError) as err:
+        raise _fail(path, "[region]", str(err)) from None
+    env_region = data.get("env_region")
+    if env_region is not None and not isinstance(env_region, str):
+        raise _fail(path, "env_region", "must be a string (\"@region\" for the scenario's region)")
+    default_slot = data.get("slot", 0)
+    raw_steps = data.get("step")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise _fail(path, "top level", "no [[step]] entries")
+    steps = [_load_step(path, i + 1, raw, default_slot) for i, raw in enumerate(raw_steps)]
+    return Scenario(
+        name=path.stem, path=path, intent=" ".join(intent.split()), spec=data.get("spec", ""),
+        target=target, checkpoint_modes=modes, region=region, env_region=env_region,
+        slot=default_slot, steps=steps,
+    )
+
+
+def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
+    where = f"step {index}"
+    if not isinstance(raw, dict):
+        raise _fail(path, where, "must be a table")
+    kinds = [k for k in STEP_KINDS if k in raw]
+    if len(kinds) != 1:
+        raise _fail(path, where, f"needs exactly one of {STEP_KINDS}, has {kinds or 'none'}")
+    kind = kinds[0]
+    expect = raw.get("expect", {})
+    if not isinstance(expect, dict):
+        raise _fail(path, where, "`expect` must be a table")
+    bad = set(expect) - EXPECT_KEYS
+    if bad:
+        raise _fail(path, where, f"expect has unknown keys {sorted(bad)}; known: {sorted(EXPECT_KEYS)}")
+    if "scb" in expect:
+        _check_fields(path, where + " expect.scb", expect["scb"], SCB_FIELDS, "scb")
+    if "header" in expect:
+        _check_fields(path, where + " expect.header", expect["header"], HEADER_FIELDS, "region_header")
+    if "check" in expect and not (
+        isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
+        raise _fail(path, where, "expect.check must be a list of expressions")
+    slot = raw.get("slot", expect.get("slot", default_slot))
+    step = Step(index=index, kind=kind, label=raw.get("label", ""), slot=slot, expect=expect)
+    common = {"label", "expect", "slot", kind}
+    if kind == "agent":
+        op = raw["agent"]
+        if op not in AGENT_OPS:
+            raise _fail(path, where, f"agent op {op!r} is not one of {sorted(AGENT_OPS)}")
+        args = {k: v for k, v in raw.items() if k not in common}
+        bad = set(args) - AGENT_OPS[op] - {"slot"}
+        if bad:
+            raise _fail(path, where, f"{op} takes no argument(s) {sorted(bad)}")
+        if op in ("register", "gate"):
+            args["slot"] = slot
+        if "mode" in args and args["mode"] not in CHECKPOINT_MODES:
+            raise _fail(path, where, f"mode {args['mode']!r} is not one of {CHECKPOINT_MODES}")
+        step.op, step.args = op, args
+        step.label = step.label or op
+    elif kind in ("write", "write_header"):
+        writes = raw[kind]
+        known = SCB_FIELDS if kind == "write" else HEADER_FIELDS
+        _check_fields(path, where, writes, known, "scb" if kind == "write" else "region_header")
+        extra = set(raw) - common
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        step.writes = writes
+        step.label = step.label or f"{kind} " + ", ".join(f"{k}={v}" for k, v in writes.items())
+    elif kind == "bump":
+        by = raw["bump"]
+        if not isinstance(by, int) or isinstance(by, bool) or by < 1:
+            raise _fail(path, where, "bump = N needs a positive integer")
+        step.by = by
+        step.label = step.label or f"bump preempt_seq by {by}"
+    elif kind == "concurrent":
+        op = raw["concurrent"]
+        if op != "checkpoint_loop":
+            raise _fail(path, where, "concurrent supports only \"checkpoint_loop\"")
+        duration, bumps = raw.get("duration_ms"), raw.get("bumps")
+        if not (isinstance(duration, int) and duration > 0 and isinstance(bumps, int) and bumps > 0):
+            raise _fail(path, where, "concurrent needs positive integers `duration_ms` and `bumps`")
+        extra = set(raw) - common - {"duration_ms", "bumps", "mode"}
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        step.op, step.count, step.bumps = op, duration, bumps
+        step.args = {"duration_ms": duration}
+        if "mode" in raw:
+            step.args["mode"] = raw["mode"]
+        step.label = step.label or f"checkpoints for {duration} ms while the harness bumps {bumps} times"
+    return step
+
+
+def load_dir(directory: Path) -> tuple[list[Scenario], list[tuple[Path, str]]]:
+    """All scenarios in a directory, and the files that failed to load with why."""
+    scenarios, broken = [], []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            scenarios.append(load(path))
+        except ScenarioError as err:
+            broken.append((path, str(err)))
+    return scenarios, broken
