@@ -46,7 +46,8 @@ class Worker:
         self.mm = None
         self.attached = False
         self.attach_generation = 0
-        self.slot = None
+        self.slot = None  # SCB index while the worker writes to a region; None when detached
+        self.registered = False
         self.cached_ack = 0
         self.depth = 0
         self.scb_base = 0
@@ -134,10 +135,12 @@ class Worker:
     # -- registration -----------------------------------------------------------------------------
 
     def register(self, slot: int):
-        if self.slot is not None:
-            raise SdkError(m.ErrorCode.ALREADY_REGISTERED, f"this thread holds slot {self.slot}")
-        if not self.attached:
-            raise SdkError(m.ErrorCode.DETACHED, "no region attached")
+        if self.registered:
+            raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
+        tid = threading.get_native_id()
+        if not self.attached:  # SCB.md §7: registration returns a detached worker
+            self.registered = True
+            return {"slot": None, "tid": tid, "attached": False}
         if not 0 <= slot < self.count:
             raise SdkError(m.ErrorCode.SLOT_OUT_OF_RANGE, f"slot {slot} >= scb_count {self.count}")
         if not self.generation_ok():
@@ -147,7 +150,6 @@ class Worker:
         if self.load(S.WORKER_STATE) != m.WorkerState.INIT:
             raise SdkError(m.ErrorCode.SLOT_BUSY, f"slot {slot} is in state {self.load(S.WORKER_STATE)}")
         self.store(S.WORKER_STATE, m.WorkerState.REGISTERED)
-        tid = threading.get_native_id()
         self.store(S.TID, tid)
         self.store(S.PID, os.getpid())
         self.store(S.SLOT_GENERATION, self.load(S.SLOT_GENERATION) + 1)
@@ -161,22 +163,32 @@ class Worker:
         self.store(S.IN_CRITICAL, 0)
         self.store(S.WORKER_STATE, m.WorkerState.RUNNING)
         self.slot = slot
-        return {"slot": slot, "tid": tid, "slot_generation": self.load(S.SLOT_GENERATION)}
+        self.registered = True
+        return {"slot": slot, "tid": tid, "attached": True}
 
     def _need_worker(self):
-        if self.slot is None:
+        if not self.registered:
             raise SdkError(m.ErrorCode.NOT_REGISTERED, "this thread holds no worker")
+
+    def _detach(self):
+        self.slot = None  # SCB.md §6: write nothing more to this region
 
     def shutdown(self):
         self._need_worker()
         S = m.Scb
-        if self.generation_ok():
+        if self.slot is not None and self.generation_ok():
             self.store(S.WORKER_STATE, m.WorkerState.QUIESCING)
             self.store(S.WORKER_STATE, m.WorkerState.DEAD)
+            # Direct registration: the scheduler's DEAD -> INIT row, done by the SDK (SCB.md §4).
+            for f in m.Scb.FIELDS:
+                if f.offset >= m.CACHE_LINE_SIZE and f.struct_format and f not in (S.LAST_ACK_SEQ, S.WORKER_STATE):
+                    self.store(f, 0)
             self.store(S.TID, 0)
             self.store(S.PID, 0)
             self.store(S.WORKER_STATE, m.WorkerState.INIT)
         self.slot = None
+        self.registered = False
+        self.depth = 0
         return {}
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -191,6 +203,7 @@ class Worker:
         if self.depth > 0:
             return seq, "critical"
         if not self.generation_ok():
+            self._detach()
             raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; re-register")
         return seq, None
 
@@ -220,6 +233,7 @@ class Worker:
             return True
         suspend()  # yield to the executor first
         if not self.generation_ok():
+            self._detach()
             raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted during the yield")
         self._acknowledge(seq)
         return True
@@ -228,33 +242,39 @@ class Worker:
 
     def critical_enter(self):
         self.depth += 1
-        if self.depth == 1 and self.slot is not None and self.generation_ok():
-            self.store(m.Scb.IN_CRITICAL, 1)
+        if self.depth == 1 and self.slot is not None:
+            if self.generation_ok():
+                self.store(m.Scb.IN_CRITICAL, 1)
+            else:
+                self._detach()
         return {"depth": self.depth}
 
     def critical_exit(self):
         if self.depth == 0:
             raise SdkError(m.ErrorCode.NOT_IN_CRITICAL, "critical exit without enter")
         self.depth -= 1
-        if self.depth == 0 and self.slot is not None and self.generation_ok():
-            self.store(m.Scb.IN_CRITICAL, 0)
+        if self.depth == 0 and self.slot is not None:
+            if self.generation_ok():
+                self.store(m.Scb.IN_CRITICAL, 0)
+            else:
+                self._detach()
         return {"depth": self.depth}
 
     def set_escapable(self, value: bool):
         self._need_worker()
-        if self.generation_ok():
+        if self.slot is not None and self.generation_ok():
             self.store(m.Scb.ESCAPABLE, 1 if value else 0)
         return {}
 
     def set_priority(self, value: int):
         self._need_worker()
-        if self.generation_ok():
+        if self.slot is not None and self.generation_ok():
             self.store(m.Scb.PRIORITY, value)
         return {}
 
     def state(self):
         return {
-            "attached": self.attached, "registered": self.slot is not None, "slot": self.slot,
+            "attached": self.attached, "registered": self.registered, "slot": self.slot,
             "depth": self.depth, "cached_ack": self.cached_ack, "yields": self.yields,
             "mode": m.RuntimeMode.DETERMINISTIC.name,
             "escapable": bool(self.load(m.Scb.ESCAPABLE)) if self.slot is not None else None,
