@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The scheduler's decision functions for the agent: `scheduler/src/policy/morpheus_policy.h`,
+//! compiled from C (the BPF program compiles the same header), with safe wrappers.
+
+#![no_std]
+
+/// Raw bindgen output for `policy_ffi.h`.
+#[allow(non_camel_case_types, non_upper_case_globals, non_snake_case, missing_docs, dead_code, clippy::all)]
+pub mod raw {
+    include!(concat!(env!("OUT_DIR"), "/policy_bindings.rs"));
+}
+
+pub use raw::morpheus_gate_input as GateInput;
+pub use raw::morpheus_gate_verdict as GateVerdict;
+pub use raw::morpheus_hint_decision as HintDecision;
+
+/// Number of gate verdicts (for counter arrays indexed by verdict).
+pub const GATE_VERDICTS: usize = GateVerdict::MORPHEUS_GATE_NR_VERDICTS as usize;
+
+/// The escalation gate: whether the worker described by `input` may be escalated, or why not.
+pub fn gate(input: &GateInput) -> GateVerdict {
+    // SAFETY: a pure function of the struct it reads; the reference is valid for the call.
+    unsafe { raw::morpheus_ffi_gate(input) }
+}
+
+/// Whether a worker that ran `runtime_ns` since its last yield point gets a hint now.
+pub fn hint_decide(
+    worker_state: u32,
+    runtime_ns: u64,
+    slice_ns: u64,
+    now_ns: u64,
+    last_hint_ns: u64,
+    min_interval_ns: u64,
+) -> HintDecision {
+    // SAFETY: pure function of its arguments.
+    unsafe { raw::morpheus_ffi_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns) }
+}
+
+/// The escalation_action value an escalation under `policy` takes (0 for none); `repeated` selects
+/// the step after a further grace period (HYBRID).
+pub fn escalation_action(policy: u32, repeated: bool) -> u32 {
+    // SAFETY: pure function of its arguments.
+    unsafe { raw::morpheus_ffi_escalation_action(policy, repeated as core::ffi::c_int) }
+}
+
+/// pressure_level for a PSI cpu "some" avg10 in hundredths of a percent.
+pub fn pressure_level(cpu_some_avg10_centi: u32) -> u32 {
+    // SAFETY: pure function of its argument.
+    unsafe { raw::morpheus_ffi_pressure_level(cpu_some_avg10_centi) }
+}
+
+impl GateVerdict {
+    /// Every verdict, in the order of the enum (index = value).
+    pub const ALL: [GateVerdict; GATE_VERDICTS] = [
+        GateVerdict::MORPHEUS_GATE_ESCALATE,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_MODE,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_POLICY_NONE,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_STATE,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_NOT_ESCAPABLE,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_CRITICAL,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_ACKNOWLEDGED,
+        GateVerdict::MORPHEUS_GATE_BLOCKED_WITHIN_GRACE,
+    ];
+
+    /// Short name for logs and stats.
+    pub const fn label(self) -> &'static str {
+        match self {
+            GateVerdict::MORPHEUS_GATE_ESCALATE => "escalate",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_MODE => "mode",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_POLICY_NONE => "policy_none",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_STATE => "state",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_NOT_ESCAPABLE => "not_escapable",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_CRITICAL => "critical",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_ACKNOWLEDGED => "acknowledged",
+            GateVerdict::MORPHEUS_GATE_BLOCKED_WITHIN_GRACE => "within_grace",
+            GateVerdict::MORPHEUS_GATE_NR_VERDICTS => "invalid",
+        }
+    }
+}

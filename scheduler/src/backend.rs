@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What every scheduler backend provides, and which one runs.
+//!
+//! Two backends implement [`Backend`]:
+//! * `sim` (src/sim.rs): a normal kernel; reads worker CPU time from /proc, decides with the policy
+//!   header through FFI, and escalates with effects any kernel offers (SCHED_IDLE demotion, cgroup v2
+//!   cpu.max).
+//! * `kernel` (src/kernel.rs, cargo feature `kernel`): the sched_ext BPF scheduler; the BPF side
+//!   decides and the agent drains its ring buffers and applies cgroup caps.
+//!
+//! The agent (main.rs) owns the registration channel (src/registry.rs), the pressure feed
+//! (src/pressure.rs) and the stats loop; it calls the backend's `tick` at `tick_interval`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use morpheus_abi as abi;
+
+use crate::region::Region;
+use crate::stats::Counters;
+
+/// Everything the command line decides, validated (see main.rs).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub slice_ns: u64,
+    pub grace_ns: u64,
+    pub hint_min_interval_ns: u64,
+    pub throttle_max_ns: u64,
+    pub mode: abi::SchedulerMode,
+    pub policy: abi::EscalationPolicy,
+    /// SCB slots in the region.
+    pub max_workers: u32,
+    /// Slots one process may hold at once (registration flood cap).
+    pub max_workers_per_process: u32,
+    /// Region file (sim). The kernel backend pins its map at PINNED_REGION_PATH unless told otherwise.
+    pub region_path: Option<PathBuf>,
+    pub socket_path: PathBuf,
+    /// Sim backend sampling period.
+    pub tick: Duration,
+    pub verbose: u8,
+}
+
+/// A registration changed the owner of a slot. Called by the registry thread synchronously, before
+/// it replies, so a backend that keeps its own tid -> slot index (the BPF side) is current by the time
+/// the worker starts running checkpoints.
+pub trait SlotObserver: Send + Sync {
+    /// `slot` now belongs to thread `tid` of process `pid`. An error refuses the registration
+    /// (reg_status INTERNAL) and the registry frees the slot again.
+    fn assigned(&self, slot: u32, tid: u32, pid: u32) -> Result<()>;
+    /// `slot` was released (UNREGISTER, or its thread or process died). Lift anything in force for it.
+    fn released(&self, slot: u32, tid: u32, pid: u32);
+}
+
+/// A scheduler backend. Created by [`open`]; driven by the agent's main loop on one thread.
+pub trait Backend {
+    /// Which backing published the region (stored in the header's `backend` field).
+    fn kind(&self) -> abi::Backend;
+
+    /// The region this backend created and published (generation != 0). The registry writes slot
+    /// assignments into it; the stats loop reads it.
+    fn region(&self) -> &Arc<Region>;
+
+    /// Told about slot hand-overs, if the backend needs to know (kernel: tid -> slot map).
+    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
+        None
+    }
+
+    /// How often the agent calls [`Backend::tick`].
+    fn tick_interval(&self) -> Duration;
+
+    /// One round of work: observe workers, emit hints, apply and lift escalations (sim); drain the
+    /// hint/escalation rings and apply cgroup caps (kernel). Must not block for long.
+    fn tick(&mut self, now_ns: u64) -> Result<()>;
+
+    /// Counters since start (cumulative; gauges current).
+    fn counters(&self) -> Counters;
+
+    /// Clean exit: lift every escalation still in force, store generation 0 in the region, detach
+    /// from the kernel. Called once; errors are reported but the agent exits anyway.
+    fn shutdown(&mut self) -> Result<()>;
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// `kernel` where the running kernel offers sched_ext (/sys/kernel/sched_ext exists), else `sim`.
+    Auto,
+    /// The sched_ext BPF scheduler.
+    Kernel,
+    /// The simulation backend for kernels without sched_ext.
+    Sim,
+}
+
+/// Where the running kernel announces sched_ext support.
+pub const SCHED_EXT_SYSFS: &str = "/sys/kernel/sched_ext";
+
+/// Resolves `auto` to a concrete backend.
+pub fn resolve(choice: BackendChoice) -> BackendChoice {
+    match choice {
+        BackendChoice::Auto if std::path::Path::new(SCHED_EXT_SYSFS).exists() => BackendChoice::Kernel,
+        BackendChoice::Auto => BackendChoice::Sim,
+        other => other,
+    }
+}
+
+/// Creates the chosen backend: builds and publishes the region, attaches whatever it attaches.
+pub fn open(choice: BackendChoice, config: &Config) -> Result<Box<dyn Backend>> {
+    match resolve(choice) {
+        BackendChoice::Sim => Ok(Box::new(crate::sim::SimBackend::open(config)?)),
+        BackendChoice::Kernel => open_kernel(config),
+        BackendChoice::Auto => unreachable!("resolved above"),
+    }
+}
+
+#[cfg(feature = "kernel")]
+fn open_kernel(config: &Config) -> Result<Box<dyn Backend>> {
+    // Hook for the BPF backend: src/kernel.rs provides `KernelBackend::open(&Config)`.
+    Ok(Box::new(crate::kernel::KernelBackend::open(config)?))
+}
+
+#[cfg(not(feature = "kernel"))]
+fn open_kernel(_config: &Config) -> Result<Box<dyn Backend>> {
+    if std::path::Path::new(SCHED_EXT_SYSFS).exists() {
+        anyhow::bail!(
+            "--backend kernel: this scx_morpheus was built without the sched_ext backend \
+             (cargo feature `kernel`); rebuild with --features kernel, or use --backend sim"
+        )
+    }
+    anyhow::bail!(
+        "--backend kernel: this scx_morpheus was built without the sched_ext backend (cargo feature \
+         `kernel`), and the running kernel has no sched_ext ({SCHED_EXT_SYSFS} is missing); use --backend sim"
+    )
+}

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! scx_morpheus: the Morpheus scheduler agent.
+//!
+//! Publishes the region of Shared Control Blocks, serves worker registrations on a Unix socket, keeps
+//! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`) or the
+//! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
+
+mod backend;
+#[cfg(feature = "kernel")]
+mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.
+mod lock;
+mod pressure;
+mod region;
+mod registry;
+mod sim;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use morpheus_abi as abi;
+
+use backend::{BackendChoice, Config};
+
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    /// Hints only, never escalate (the default).
+    Observer,
+    /// Escalate workers that pass the escalation gate.
+    Enforced,
+}
+
+/// `--policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PolicyArg {
+    /// Never escalate, even in enforced mode.
+    None,
+    /// Preempt the worker's CPU (kernel) / demote the thread (sim).
+    Kick,
+    /// Cap the worker's cgroup (cgroup v2 cpu.max) for a bounded time.
+    Throttle,
+    /// Kick first, throttle if still unacknowledged after another grace period.
+    Hybrid,
+}
+
+// Bounds a human could mean; beyond them a value is a typo (ms for µs, an extra zero block).
+const MIN_SLICE_US: u64 = 50;
+const MAX_SLICE_US: u64 = 10_000_000;
+const MIN_GRACE_US: u64 = 10;
+const MAX_GRACE_US: u64 = 10_000_000;
+const MAX_SLOTS: u32 = 16_384;
+
+/// Morpheus scheduler agent: asks registered worker threads to yield at safe points, and (enforced
+/// mode) escalates those that ignore it.
+#[derive(Debug, Parser)]
+#[command(name = "scx_morpheus", version, about, long_about = None)]
+struct Opts {
+    /// CPU time a worker may run before it is asked to yield, in microseconds.
+    #[arg(short = 's', long, default_value_t = abi::DEFAULT_SLICE_NS / 1000)]
+    slice_us: u64,
+
+    /// Time past the slice a worker has to acknowledge before it may be escalated, in microseconds.
+    #[arg(short = 'g', long, default_value_t = abi::DEFAULT_GRACE_NS / 1000)]
+    grace_us: u64,
+
+    /// Minimum time between two hints to the same worker, in microseconds.
+    #[arg(long, default_value_t = abi::DEFAULT_HINT_MIN_INTERVAL_NS / 1000)]
+    hint_interval_us: u64,
+
+    /// Longest an escalation (demotion, cgroup cap) stays in force without an acknowledgement, in ms.
+    #[arg(long, default_value_t = abi::DEFAULT_THROTTLE_MAX_NS / 1_000_000)]
+    throttle_max_ms: u64,
+
+    /// observer: hints only. enforced: also escalate workers that pass the gate.
+    #[arg(short = 'm', long, value_enum, default_value_t = ModeArg::Observer)]
+    mode: ModeArg,
+
+    /// How an escalation is carried out (enforced mode only).
+    #[arg(short = 'p', long, value_enum, default_value_t = PolicyArg::Kick)]
+    policy: PolicyArg,
+
+    /// auto: kernel if this kernel has sched_ext (/sys/kernel/sched_ext), else sim.
+    #[arg(short = 'b', long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+
+    /// Print counters every INTERVAL seconds (default 1).
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1")]
+    stats: Option<f64>,
+
+    /// Region to create. Default: the spec's SIM_REGION_PATH (sim) or PINNED_REGION_PATH (kernel).
+    #[arg(short = 'r', long, value_name = "PATH")]
+    region: Option<PathBuf>,
+
+    /// Registration socket. Default: the spec's DEFAULT_SOCKET_PATH.
+    #[arg(short = 'S', long, value_name = "PATH", default_value = abi::DEFAULT_SOCKET_PATH)]
+    socket: PathBuf,
+
+    /// Number of SCB slots (workers that can be registered at once).
+    #[arg(short = 'w', long, default_value_t = abi::MAX_WORKERS)]
+    max_workers: u32,
+
+    /// Slots one process may hold at once (default: half of --max-workers): a registration flood from
+    /// one process cannot take every slot.
+    #[arg(long)]
+    max_workers_per_process: Option<u32>,
+
+    /// Simulation backend: how often worker CPU time is sampled, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    tick_us: u64,
+
+    /// More logging (-v: registrations and escalations; -vv: every hint).
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn validate(opts: &Opts) -> Result<Config> {
+    let range = |name: &str, value: u64, min: u64, max: u64, unit: &str| -> Result<()> {
+        if value == 0 {
+            bail!("--{name} 0: must be at least {min} {unit}");
+        }
+        if value < min {
+            bail!("--{name} {value}: too small; must be at least {min} {unit}");
+        }
+        if value > max {
+            bail!("--{name} {value}: too large; must be at most {max} {unit}");
+        }
+        Ok(())
+    };
+    range("slice-us", opts.slice_us, MIN_SLICE_US, MAX_SLICE_US, "µs")?;
+    range("grace-us", opts.grace_us, MIN_GRACE_US, MAX_GRACE_US, "µs")?;
+    range("hint-interval-us", opts.hint_interval_us, 1, MAX_SLICE_US, "µs")?;
+    range("throttle-max-ms", opts.throttle_max_ms, 1, 60_000, "ms")?;
+    range("tick-us", opts.tick_us, 100, 1_000_000, "µs")?;
+    if opts.max_workers == 0 || opts.max_workers > MAX_SLOTS {
+        bail!("--max-workers {}: must be between 1 and {MAX_SLOTS}", opts.max_workers);
+    }
+    let per_process = opts.max_workers_per_process.unwrap_or((opts.max_workers / 2).max(1));
+    if per_process == 0 || per_process > opts.max_workers {
+        bail!(
+            "--max-workers-per-process {per_process}: must be between 1 and --max-workers ({})",
+            opts.max_workers
+        );
+    }
+    if let Some(interval) = opts.stats {
+        if !(interval.is_finite() && (0.01..=3600.0).contains(&interval)) {
+            bail!("--stats {interval}: the interval must be between 0.01 and 3600 seconds");
+        }
+    }
+    if let Some(region) = &opts.region {
+        if region.as_os_str().is_empty() {
+            bail!("--region: the path is empty");
+        }
+        if region::path_for_reply(region).is_none() {
+            bail!(
+                "--region {}: the path must be shorter than {} bytes (it is sent in registration replies)",
+                region.display(),
+                abi::REGION_PATH_MAX
+            );
+        }
+    }
+    registry::check_socket_path(&opts.socket)?;
+    Ok(Config {
+        slice_ns: opts.slice_us * 1000,
+        grace_ns: opts.grace_us * 1000,
+        hint_min_interval_ns: opts.hint_interval_us * 1000,
+        throttle_max_ns: opts.throttle_max_ms * 1_000_000,
+        mode: match opts.mode {
+            ModeArg::Observer => abi::SchedulerMode::Observer,
+            ModeArg::Enforced => abi::SchedulerMode::Enforced,
+        },
+        policy: match opts.policy {
+            PolicyArg::None => abi::EscalationPolicy::None,
+            PolicyArg::Kick => abi::EscalationPolicy::ThreadKick,
+            PolicyArg::Throttle => abi::EscalationPolicy::CgroupThrottle,
+            PolicyArg::Hybrid => abi::EscalationPolicy::Hybrid,
+        },
+        max_workers: opts.max_workers,
+        max_workers_per_process: per_process,
+        region_path: opts.region.clone(),
+        socket_path: opts.socket.clone(),
+        tick: Duration::from_micros(opts.tick_us),
+        verbose: opts.verbose,
+    })
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() -> Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        // SAFETY: valid sigaction struct.
+        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("sigaction");
+        }
+    }
+    // A client that hangs up mid-reply must not kill the agent.
+    // SAFETY: ignoring SIGPIPE is always allowed.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    Ok(())
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn init_logging(verbose: u8) {
+    struct Stderr(log::LevelFilter);
+    impl log::Log for Stderr {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= self.0
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                eprintln!("scx_morpheus: {}: {}", record.level().as_str().to_lowercase(), record.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    let level = match verbose {
+        0 => log::LevelFilter::Info,
+        1 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    let _ = log::set_boxed_logger(Box::new(Stderr(level)));
+    log::set_max_level(level);
+}
+
+fn run(opts: Opts) -> Result<()> {
+    let mut config = validate(&opts)?;
+    init_logging(config.verbose);
+    let choice = backend::resolve(opts.backend);
+    if choice == BackendChoice::Sim && config.region_path.is_none() {
+        config.region_path = Some(PathBuf::from(abi::SIM_REGION_PATH));
+    }
+
+    // One instance per socket and per region: a lock file beside each, held with flock, so a killed
+    // instance leaves nothing that blocks the next start (the kernel drops the lock with the process).
+    let _socket_lock = lock::InstanceLock::acquire(&lock::lock_path_for(&config.socket_path), "socket")?;
+    let _region_lock = match &config.region_path {
+        Some(path) => Some(lock::InstanceLock::acquire(&lock::lock_path_for(path), "region")?),
+        None => None,
+    };
+    install_signal_handlers()?;
+
+    let mut backend = backend::open(choice, &config)?;
+    let region = Arc::clone(backend.region());
+    log::info!(
+        "{} backend, region {} ({} slots, generation {:#x}), mode {}, policy {}, slice {} µs, grace {} µs",
+        backend.kind(),
+        region.path().display(),
+        region.scb_count(),
+        region.generation(),
+        config.mode,
+        config.policy,
+        config.slice_ns / 1000,
+        config.grace_ns / 1000,
+    );
+
+    let result = serve(&config, &opts, backend.as_mut(), &region);
+    let shutdown = backend.shutdown();
+    drop(backend);
+    result.and(shutdown)
+}
+
+fn serve(config: &Config, opts: &Opts, backend: &mut dyn backend::Backend, region: &Arc<Region>) -> Result<()> {
+    let registry = registry::Registry::start(config, Arc::clone(region), backend.slot_observer())?;
+    log::info!("listening for registrations on {}", config.socket_path.display());
+
+    let mut pressure = pressure::PressureFeed::new();
+    let tick = backend.tick_interval();
+    let stats_every = opts.stats.map(Duration::from_secs_f64);
+    let mut last_stats = (Instant::now(), backend.counters());
+    let mut next_tick = Instant::now();
+    let mut next_pressure = Instant::now();
+    let mut result = Ok(());
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= next_pressure {
+            pressure.publish(region, monotonic_ns());
+            next_pressure = now + pressure::PUBLISH_INTERVAL;
+        }
+        if let Err(e) = backend.tick(monotonic_ns()) {
+            result = Err(e).context("backend tick failed");
+            break;
+        }
+        if let Some(every) = stats_every {
+            if now.duration_since(last_stats.0) >= every {
+                let mut counters = backend.counters();
+                counters.workers = registry.registered() as u64;
+                let delta = counters.delta(&last_stats.1);
+                println!("{}", delta.format_line(now.duration_since(last_stats.0), region.mode(), region.policy()));
+                last_stats = (now, counters);
+            }
+        }
+        next_tick += tick;
+        let now = Instant::now();
+        if next_tick > now {
+            std::thread::sleep(next_tick - now);
+        } else {
+            // Fell behind (a slow tick, or the machine was busy): don't try to catch up in a burst.
+            next_tick = now;
+        }
+    }
+    if STOP.load(Ordering::SeqCst) {
+        log::info!("stopping");
+    }
+    registry.stop();
+    result
+}
+
+use region::Region;
+
+fn main() -> ExitCode {
+    let opts = Opts::parse();
+    match run(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scx_morpheus: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

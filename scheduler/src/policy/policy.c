@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Out-of-line copies of the inline decision functions in morpheus_policy.h, so the agent's simulation
+ * backend (Rust, through FFI) runs exactly the code the BPF program runs. No logic lives here.
+ */
+#include "policy_ffi.h"
+
+enum morpheus_gate_verdict morpheus_ffi_gate(const struct morpheus_gate_input *in)
+{
+	return morpheus_gate(in);
+}
+
+enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns,
+						     morpheus_u64 slice_ns, morpheus_u64 now_ns,
+						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns)
+{
+	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns);
+}
+
+morpheus_u32 morpheus_ffi_escalation_action(morpheus_u32 policy, int repeated)
+{
+	return morpheus_escalation_action(policy, repeated);
+}
+
+morpheus_u32 morpheus_ffi_pressure_level(morpheus_u32 cpu_some_avg10_centi)
+{
+	return morpheus_pressure_level(cpu_some_avg10_centi);
+}

@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Extern entry points for the inline policy (policy.c), for callers that cannot inline C: the agent. */
+#ifndef MORPHEUS_POLICY_FFI_H
+#define MORPHEUS_POLICY_FFI_H
+
+#include "morpheus_policy.h"
+
+enum morpheus_gate_verdict morpheus_ffi_gate(const struct morpheus_gate_input *in);
+enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns,
+						     morpheus_u64 slice_ns, morpheus_u64 now_ns,
+						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns);
+morpheus_u32 morpheus_ffi_escalation_action(morpheus_u32 policy, int repeated);
+morpheus_u32 morpheus_ffi_pressure_level(morpheus_u32 cpu_some_avg10_centi);
+
+#endif /* MORPHEUS_POLICY_FFI_H */

@@ -1,0 +1,519 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The simulation backend: Morpheus on a kernel without sched_ext.
+//!
+//! Every tick it reads each registered worker's CPU time (/proc/<pid>/task/<tid>/schedstat, the
+//! kernel's sum_exec_runtime), keeps the CPU time since the worker's last yield point, and runs the
+//! same decision functions the BPF program runs (src/policy/morpheus_policy.h, through FFI): hints
+//! bump preempt_seq; escalations use effects a normal kernel offers — demoting the thread to
+//! SCHED_IDLE (THREAD_KICK: there is no cross-CPU kick from userspace) or capping its cgroup v2
+//! cpu.max (CGROUP_THROTTLE; demotion when the cgroup is not writable). An escalation is lifted when
+//! the worker acknowledges or after throttle_max_ns.
+//!
+//! Precision: sum_exec_runtime of a thread that is on a CPU is brought up to date at the scheduler
+//! tick (CONFIG_HZ), so overruns are seen up to one kernel tick late.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use morpheus_abi as abi;
+use morpheus_abi::{EscalationAction, WorkerState};
+use morpheus_policy_ffi::{self as policy, GateInput, GateVerdict, HintDecision};
+
+use crate::backend::{Backend, Config, SlotObserver};
+use crate::region::{new_generation, Region, RegionParams};
+use crate::stats::Counters;
+
+/// A demotion in force: what to put back.
+#[derive(Debug)]
+struct Demotion {
+    policy: libc::c_int,
+    priority: libc::c_int,
+    nice: libc::c_int,
+}
+
+#[derive(Debug)]
+enum Effect {
+    Demoted(Demotion),
+    Throttled(PathBuf),
+}
+
+#[derive(Debug)]
+struct Escalation {
+    since_ns: u64,
+    /// last_ack_seq when it started: any advance is an acknowledgement.
+    ack_at_start: u64,
+    effects: Vec<Effect>,
+    /// HYBRID's second step was taken.
+    repeated: bool,
+}
+
+struct Worker {
+    tid: u32,
+    pid: u32,
+    slot_generation: u32,
+    schedstat: File,
+    stat: File,
+    run_ns: u64,
+    since_yield_ns: u64,
+    last_ack: u64,
+    last_yield_count: u64,
+    escalation: Option<Escalation>,
+}
+
+/// A cgroup we capped, shared by every escalated worker in it.
+struct CgroupCap {
+    previous: String,
+    holders: u32,
+}
+
+pub struct SimBackend {
+    region: Arc<Region>,
+    config: Config,
+    workers: Vec<Option<Worker>>,
+    counters: Counters,
+    caps: HashMap<PathBuf, CgroupCap>,
+    cgroup2_root: Option<PathBuf>,
+    released: Arc<Released>,
+    warned_no_cgroup: bool,
+}
+
+/// Slots the registry released since the last tick (lifted at the next tick, or at once by the tick
+/// noticing the SCB changed owner).
+#[derive(Default)]
+struct Released(Mutex<Vec<(u32, u32)>>);
+
+impl SlotObserver for Released {
+    fn assigned(&self, _slot: u32, _tid: u32, _pid: u32) -> Result<()> {
+        Ok(())
+    }
+    fn released(&self, slot: u32, tid: u32, _pid: u32) {
+        if let Ok(mut list) = self.0.lock() {
+            list.push((slot, tid));
+        }
+    }
+}
+
+fn read_u64_fields(file: &File, buf: &mut [u8]) -> Option<usize> {
+    file.read_at(buf, 0).ok().filter(|n| *n > 0)
+}
+
+/// First field of /proc/.../schedstat: nanoseconds on CPU.
+fn read_runtime(file: &File) -> Option<u64> {
+    let mut buf = [0u8; 96];
+    let n = read_u64_fields(file, &mut buf)?;
+    std::str::from_utf8(&buf[..n]).ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// State letter of /proc/.../stat (after the command name's closing parenthesis).
+fn read_state(file: &File) -> Option<u8> {
+    let mut buf = [0u8; 512];
+    let n = read_u64_fields(file, &mut buf)?;
+    let text = &buf[..n];
+    let close = text.iter().rposition(|&b| b == b')')?;
+    text.get(close + 2).copied()
+}
+
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    for line in mounts.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split_whitespace().next() == Some("cgroup2") {
+            return left.split_whitespace().nth(4).map(PathBuf::from);
+        }
+    }
+    None
+}
+
+impl SimBackend {
+    pub fn open(config: &Config) -> Result<SimBackend> {
+        let path = config.region_path.clone().unwrap_or_else(|| PathBuf::from(abi::SIM_REGION_PATH));
+        let (region, previous) = Region::create_file(&path, config.max_workers)?;
+        let optional_features =
+            if crate::pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 };
+        let params = RegionParams {
+            scb_count: config.max_workers,
+            mode: config.mode,
+            policy: config.policy,
+            slice_ns: config.slice_ns,
+            grace_ns: config.grace_ns,
+            hint_min_interval_ns: config.hint_min_interval_ns,
+            backend: abi::Backend::Sim,
+            optional_features,
+        };
+        // Fresh pressure figures before anyone can see the region.
+        region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
+        region.publish(&params, new_generation(previous));
+        Ok(SimBackend {
+            region: Arc::new(region),
+            config: config.clone(),
+            workers: (0..config.max_workers).map(|_| None).collect(),
+            counters: Counters::default(),
+            caps: HashMap::new(),
+            cgroup2_root: cgroup2_mount(),
+            released: Arc::new(Released::default()),
+            warned_no_cgroup: false,
+        })
+    }
+
+    fn track(&self, tid: u32, pid: u32, slot_generation: u32) -> Option<Worker> {
+        let dir = format!("/proc/{pid}/task/{tid}");
+        let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
+        let stat = File::open(format!("{dir}/stat")).ok()?;
+        let run_ns = read_runtime(&schedstat)?;
+        Some(Worker {
+            tid,
+            pid,
+            slot_generation,
+            schedstat,
+            stat,
+            run_ns,
+            since_yield_ns: 0,
+            last_ack: 0,
+            last_yield_count: 0,
+            escalation: None,
+        })
+    }
+
+    fn demote(&mut self, tid: u32) -> Option<Demotion> {
+        let tid = tid as libc::pid_t;
+        // SAFETY: plain syscalls on a thread id; failures are reported through errno.
+        unsafe {
+            let policy = libc::sched_getscheduler(tid);
+            if policy < 0 {
+                return None;
+            }
+            let mut param = libc::sched_param { sched_priority: 0 };
+            libc::sched_getparam(tid, &mut param);
+            *libc::__errno_location() = 0;
+            let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+            let idle = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &idle) != 0 {
+                return None;
+            }
+            Some(Demotion { policy, priority: param.sched_priority, nice })
+        }
+    }
+
+    fn restore(tid: u32, demotion: &Demotion) -> bool {
+        let tid = tid as libc::pid_t;
+        let param = libc::sched_param { sched_priority: demotion.priority };
+        // SAFETY: as in demote.
+        unsafe {
+            let ok = libc::sched_setscheduler(tid, demotion.policy, &param) == 0;
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, demotion.nice);
+            ok
+        }
+    }
+
+    /// The writable cpu.max of the worker's cgroup (v2), if any.
+    fn cpu_max_of(&self, pid: u32, tid: u32) -> Option<PathBuf> {
+        let root = self.cgroup2_root.as_ref()?;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/cgroup")).ok()?;
+        let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        let dir = root.join(rel.trim_start_matches('/'));
+        if dir == *root {
+            return None; // the root cgroup has no cpu.max
+        }
+        let file = dir.join("cpu.max");
+        let writable = std::fs::OpenOptions::new().write(true).open(&file).is_ok();
+        writable.then_some(file)
+    }
+
+    fn throttle(&mut self, cpu_max: &Path) -> bool {
+        if let Some(cap) = self.caps.get_mut(cpu_max) {
+            cap.holders += 1;
+            return true;
+        }
+        let Ok(previous) = std::fs::read_to_string(cpu_max) else { return false };
+        // 10% of one CPU: enough to reach the next checkpoint, too little to starve anyone.
+        if std::fs::write(cpu_max, "10000 100000").is_err() {
+            return false;
+        }
+        self.caps.insert(cpu_max.to_owned(), CgroupCap { previous: previous.trim().to_owned(), holders: 1 });
+        true
+    }
+
+    fn unthrottle(&mut self, cpu_max: &Path) -> bool {
+        let Some(cap) = self.caps.get_mut(cpu_max) else { return false };
+        cap.holders -= 1;
+        if cap.holders > 0 {
+            return true;
+        }
+        let cap = self.caps.remove(cpu_max).expect("present");
+        std::fs::write(cpu_max, &cap.previous).is_ok()
+    }
+
+    /// Applies one escalation step; returns the effects it took.
+    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let want_throttle = action == EscalationAction::Throttle.raw();
+        if want_throttle {
+            if let Some(cpu_max) = self.cpu_max_of(pid, tid) {
+                if self.throttle(&cpu_max) {
+                    self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
+                    log::debug!("slot {slot}: throttled {} (tid {tid})", cpu_max.display());
+                    effects.push(Effect::Throttled(cpu_max));
+                    return effects;
+                }
+                self.counters.effect_errors += 1;
+            }
+            self.counters.fallbacks += 1;
+            if !self.warned_no_cgroup {
+                log::warn!(
+                    "CGROUP_THROTTLE: tid {tid} (pid {pid}) is not in a writable cgroup v2 with cpu.max; demoting the thread with SCHED_IDLE instead"
+                );
+                self.warned_no_cgroup = true;
+            }
+        }
+        match self.demote(tid) {
+            Some(demotion) => {
+                self.counters.actions[EscalationAction::Demote.raw() as usize] += 1;
+                log::debug!("slot {slot}: demoted tid {tid} to SCHED_IDLE");
+                effects.push(Effect::Demoted(demotion));
+            }
+            None => {
+                self.counters.effect_errors += 1;
+                log::debug!("slot {slot}: cannot demote tid {tid}: {}", std::io::Error::last_os_error());
+            }
+        }
+        effects
+    }
+
+    fn lift(&mut self, slot: u32, tid: u32, escalation: Escalation, why: &str) {
+        for effect in escalation.effects {
+            match effect {
+                Effect::Demoted(demotion) => {
+                    if Self::restore(tid, &demotion) {
+                        self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
+                    } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+                        // ESRCH: the thread is gone, nothing to restore.
+                        self.counters.effect_errors += 1;
+                    }
+                }
+                Effect::Throttled(cpu_max) => {
+                    if self.unthrottle(&cpu_max) {
+                        self.counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
+                    } else {
+                        self.counters.effect_errors += 1;
+                    }
+                }
+            }
+        }
+        if slot < self.region.scb_count() {
+            let scb = self.region.scb(slot);
+            if scb.tid().load(Ordering::Relaxed) == tid {
+                scb.escalated().store(0, Ordering::Relaxed);
+            }
+        }
+        log::debug!("slot {slot}: escalation of tid {tid} lifted ({why})");
+    }
+
+    fn drop_worker(&mut self, slot: u32, why: &str) {
+        if let Some(mut worker) = self.workers[slot as usize].take() {
+            if let Some(escalation) = worker.escalation.take() {
+                self.lift(slot, worker.tid, escalation, why);
+            }
+        }
+    }
+
+    fn tick_slot(&mut self, slot: u32, now_ns: u64) {
+        let region = Arc::clone(&self.region);
+        let scb = region.scb(slot);
+        let state = scb.worker_state().load(Ordering::Acquire);
+        let tid = scb.tid().load(Ordering::Relaxed);
+        let pid = scb.pid().load(Ordering::Relaxed);
+        let slot_generation = scb.slot_generation().load(Ordering::Acquire);
+        let active = tid != 0
+            && (state == WorkerState::Registered.raw()
+                || state == WorkerState::Running.raw()
+                || state == WorkerState::Quiescing.raw());
+        let same = self.workers[slot as usize]
+            .as_ref()
+            .is_some_and(|w| w.tid == tid && w.pid == pid && w.slot_generation == slot_generation);
+        if !active || !same {
+            self.drop_worker(slot, "slot released");
+            if !active {
+                return;
+            }
+            let Some(mut worker) = self.track(tid, pid, slot_generation) else { return };
+            worker.last_ack = scb.last_ack_seq().load(Ordering::Acquire);
+            worker.last_yield_count = scb.yield_count().load(Ordering::Relaxed);
+            self.workers[slot as usize] = Some(worker);
+        }
+        let slice_ns = region.slice_ns();
+        let worker = self.workers[slot as usize].as_mut().expect("tracked above");
+
+        let Some(run_ns) = read_runtime(&worker.schedstat) else {
+            // The thread is gone; the registry reclaims the slot.
+            self.drop_worker(slot, "thread exited");
+            return;
+        };
+        let ran = run_ns.saturating_sub(worker.run_ns);
+        worker.run_ns = run_ns;
+        let ack = scb.last_ack_seq().load(Ordering::Acquire);
+        let yields = scb.yield_count().load(Ordering::Relaxed);
+        if ack != worker.last_ack || yields != worker.last_yield_count {
+            // A yield point since the last tick: the worker starts a new slice.
+            worker.since_yield_ns = 0;
+        } else if ran == 0 && read_state(&worker.stat).is_some_and(|s| s != b'R') {
+            // Blocked, not merely waiting for a CPU: sleeping ends a slice, as in the kernel.
+            worker.since_yield_ns = 0;
+        } else {
+            worker.since_yield_ns = worker.since_yield_ns.saturating_add(ran);
+        }
+        let acknowledged = ack != worker.last_ack;
+        worker.last_ack = ack;
+        worker.last_yield_count = yields;
+        let since_yield = worker.since_yield_ns;
+        scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
+
+        // Lift an escalation once acknowledged, or when its time bound is up.
+        if let Some(escalation) = &worker.escalation {
+            let expired = now_ns.saturating_sub(escalation.since_ns) >= self.config.throttle_max_ns;
+            if acknowledged || ack != escalation.ack_at_start || expired {
+                let escalation = worker.escalation.take().expect("checked");
+                let why = if expired { "time bound reached" } else { "acknowledged" };
+                self.lift(slot, tid, escalation, why);
+            }
+        }
+        let worker = self.workers[slot as usize].as_mut().expect("tracked above");
+
+        match policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), region.hint_min_interval_ns()) {
+            HintDecision::MORPHEUS_HINT_EMIT => {
+                let seq = scb.preempt_seq().fetch_add(1, Ordering::Release) + 1;
+                scb.last_hint_ns().store(now_ns, Ordering::Relaxed);
+                scb.budget_remaining_ns().store(0, Ordering::Relaxed);
+                self.counters.hints_emitted += 1;
+                log::trace!("slot {slot}: hint to tid {tid}, preempt_seq {seq}, {} µs since its last yield", since_yield / 1000);
+            }
+            HintDecision::MORPHEUS_HINT_RATE_LIMITED => {
+                scb.hints_dropped().fetch_add(1, Ordering::Relaxed);
+                self.counters.hints_dropped += 1;
+            }
+            HintDecision::MORPHEUS_HINT_NONE => {}
+        }
+        if since_yield <= slice_ns {
+            return; // nothing to judge: the gate is for workers past their slice
+        }
+
+        let mode = region.mode();
+        let esc_policy = region.policy();
+        let input = GateInput {
+            scheduler_mode: mode,
+            escalation_policy: esc_policy,
+            worker_state: state,
+            escapable: scb.escapable().load(Ordering::Acquire),
+            in_critical: scb.in_critical().load(Ordering::Acquire),
+            _pad: 0,
+            preempt_seq: scb.preempt_seq().load(Ordering::Acquire),
+            last_ack_seq: scb.last_ack_seq().load(Ordering::Acquire),
+            runtime_ns: since_yield,
+            slice_ns,
+            grace_ns: region.grace_ns(),
+        };
+        let verdict = policy::gate(&input);
+        match &worker.escalation {
+            None => {
+                self.counters.gate[verdict as usize] += 1;
+                if verdict != GateVerdict::MORPHEUS_GATE_ESCALATE {
+                    return;
+                }
+                let action = policy::escalation_action(esc_policy, false);
+                let ack_at_start = input.last_ack_seq;
+                let effects = self.apply(slot, action, tid, pid);
+                if effects.is_empty() {
+                    return;
+                }
+                scb.escalations().fetch_add(1, Ordering::Relaxed);
+                scb.escalated().store(1, Ordering::Relaxed);
+                log::debug!(
+                    "slot {slot}: escalated tid {tid} (pid {pid}), {} µs past slice + grace, policy {}",
+                    (since_yield - slice_ns).saturating_sub(input.grace_ns) / 1000,
+                    abi::EscalationPolicy::try_from(esc_policy).map(|p| p.name()).unwrap_or("?")
+                );
+                self.workers[slot as usize].as_mut().expect("tracked").escalation =
+                    Some(Escalation { since_ns: now_ns, ack_at_start, effects, repeated: false });
+            }
+            Some(escalation) => {
+                // HYBRID: still unacknowledged a further grace period after the kick -> throttle too.
+                let second = verdict == GateVerdict::MORPHEUS_GATE_ESCALATE
+                    && !escalation.repeated
+                    && now_ns.saturating_sub(escalation.since_ns) > input.grace_ns
+                    && esc_policy == abi::EscalationPolicy::Hybrid.raw();
+                if second {
+                    let action = policy::escalation_action(esc_policy, true);
+                    self.counters.gate[verdict as usize] += 1;
+                    let effects = self.apply(slot, action, tid, pid);
+                    let worker = self.workers[slot as usize].as_mut().expect("tracked");
+                    let escalation = worker.escalation.as_mut().expect("present");
+                    escalation.repeated = true;
+                    // Demotion fallback on an already-demoted thread: keep the first saved state.
+                    for effect in effects {
+                        match effect {
+                            Effect::Throttled(_) => escalation.effects.push(effect),
+                            Effect::Demoted(_) => {}
+                        }
+                    }
+                    scb.escalations().fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl Backend for SimBackend {
+    fn kind(&self) -> abi::Backend {
+        abi::Backend::Sim
+    }
+
+    fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
+        Some(Arc::clone(&self.released) as Arc<dyn SlotObserver>)
+    }
+
+    fn tick_interval(&self) -> Duration {
+        self.config.tick
+    }
+
+    fn tick(&mut self, now_ns: u64) -> Result<()> {
+        let released: Vec<(u32, u32)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        for (slot, tid) in released {
+            if self.workers[slot as usize].as_ref().is_some_and(|w| w.tid == tid) {
+                self.drop_worker(slot, "unregistered");
+            }
+        }
+        let level = self.region.read_pressure().level;
+        for slot in 0..self.region.scb_count() {
+            self.tick_slot(slot, now_ns);
+            if self.workers[slot as usize].is_some() {
+                self.region.scb(slot).kernel_pressure_level().store(level, Ordering::Relaxed);
+            }
+        }
+        self.counters.ticks += 1;
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        let mut counters = self.counters.clone();
+        counters.workers = self.workers.iter().filter(|w| w.is_some()).count() as u64;
+        counters
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        for slot in 0..self.workers.len() as u32 {
+            self.drop_worker(slot, "scheduler exiting");
+        }
+        self.region.retire();
+        log::info!("region {} retired (generation 0)", self.region.path().display());
+        Ok(())
+    }
+}
