@@ -65,6 +65,10 @@ class CellResult:
         return out
 
 
+# Errors of the agent protocol itself (spec/CONFORMANCE.md), not of the SDK.
+PROTOCOL_ERRORS = ("BAD_REQUEST", "UNSUPPORTED")
+
+
 class StepFailure(Exception):
     def __init__(self, message: str, first_diff: dict | None = None):
         super().__init__(message)
@@ -212,6 +216,9 @@ class CellRun:
         if reply["ok"] and not want_ok:
             raise StepFailure(f"{step.describe()}: succeeded, expected error {want_error}: {reply}")
         if not reply["ok"]:
+            if reply["error"] in PROTOCOL_ERRORS:
+                raise StepFailure(f"{step.describe()}: the agent refused the request: {reply['error']}"
+                                  f" ({reply.get('message', '')})")
             if reply["error"] not in abi.error_names():
                 raise StepFailure(f"{step.describe()}: error {reply['error']!r} is not an error_code name")
             if want_ok:

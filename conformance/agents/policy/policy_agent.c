@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+/*
+ * Policy conformance agent: the scheduler side of spec/SCB.md §5.6 (the escalation gate).
+ *
+ * It speaks the agent protocol of spec/CONFORMANCE.md (target "gate"): `attach` maps the harness's
+ * region read-only, `gate` loads the header and one SCB with the orders SCB.md gives, exactly as the
+ * simulation backend does at decision time, and asks morpheus_gate() from the shared policy header,
+ * the code compiled into both the BPF program and the simulation backend. The verdict name is the
+ * enumerator's name without its MORPHEUS_GATE_ prefix, produced by the preprocessor from the header.
+ *
+ * (The policy header is GPL-2.0-only; a binary built from this file is therefore GPL-2.0-only.)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../../scheduler/src/policy/morpheus_policy.h"
+
+#define VERDICT(name) [MORPHEUS_GATE_##name] = #name
+static const char *const verdict_names[MORPHEUS_GATE_NR_VERDICTS] = {
+	VERDICT(ESCALATE),
+	VERDICT(BLOCKED_MODE),
+	VERDICT(BLOCKED_POLICY_NONE),
+	VERDICT(BLOCKED_STATE),
+	VERDICT(BLOCKED_NOT_ESCAPABLE),
+	VERDICT(BLOCKED_CRITICAL),
+	VERDICT(BLOCKED_ACKNOWLEDGED),
+	VERDICT(BLOCKED_WITHIN_GRACE),
+};
+
+static unsigned char *region;
+static size_t region_len;
+
+/* Find "key": in a flat JSON object and return a pointer to its value, or NULL. */
+static const char *json_value(const char *line, const char *key)
+{
+	char pattern[64];
+	snprintf(pattern, sizeof(pattern), "\"%s\"", key);
+	for (const char *p = strstr(line, pattern); p; p = strstr(p + 1, pattern)) {
+		const char *q = p + strlen(pattern);
+		while (*q == ' ')
+			q++;
+		if (*q == ':') {
+			q++;
+			while (*q == ' ')
+				q++;
+			return q;
+		}
+	}
+	return NULL;
+}
+
+static int json_u64(const char *line, const char *key, unsigned long long *out)
+{
+	const char *v = json_value(line, key);
+	char *end;
+	if (!v || *v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	*out = strtoull(v, &end, 10);
+	return errno ? -1 : 0;
+}
+
+/* Copy a JSON string value (no escapes needed for paths the harness creates). */
+static int json_str(const char *line, const char *key, char *out, size_t size)
+{
+	const char *v = json_value(line, key);
+	size_t n = 0;
+	if (!v || *v != '"')
+		return -1;
+	for (v++; *v && *v != '"'; v++) {
+		if (*v == '\\' || n + 1 >= size)
+			return -1;
+		out[n++] = *v;
+	}
+	out[n] = '\0';
+	return *v == '"' ? 0 : -1;
+}
+
+static void reply_error(long long id, const char *error, const char *message)
+{
+	printf("{\"id\":%lld,\"ok\":false,\"error\":\"%s\",\"message\":\"%s\"}\n", id, error, message);
+}
+
+static void attach(long long id, const char *line)
+{
+	char path[4096];
+	struct stat st;
+	if (json_str(line, "path", path, sizeof(path))) {
+		reply_error(id, "BAD_REQUEST", "attach needs a string path");
+		return;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st)) {
+		reply_error(id, "IO", "cannot open the region");
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	void *map = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED) {
+		reply_error(id, "IO", "cannot map the region");
+		return;
+	}
+	const struct morpheus_region_header *h = map;
+	const char *error = NULL;
+	if ((size_t)st.st_size < sizeof(*h))
+		error = "REGION_TRUNCATED";
+	else if (h->magic != MORPHEUS_REGION_MAGIC)
+		error = "BAD_MAGIC";
+	else if (h->abi_major != MORPHEUS_ABI_MAJOR)
+		error = "ABI_MAJOR_MISMATCH";
+	if (error) {
+		munmap(map, st.st_size);
+		reply_error(id, error, "the gate needs a region of this ABI major");
+		return;
+	}
+	region = map;
+	region_len = st.st_size;
+	printf("{\"id\":%lld,\"ok\":true,\"attached\":true}\n", id);
+}
+
+static void gate(long long id, const char *line)
+{
+	unsigned long long slot, runtime_ns;
+	if (!region) {
+		reply_error(id, "DETACHED", "gate before attach");
+		return;
+	}
+	if (json_u64(line, "slot", &slot) || json_u64(line, "runtime_ns", &runtime_ns)) {
+		reply_error(id, "BAD_REQUEST", "gate needs integer slot and runtime_ns");
+		return;
+	}
+	const struct morpheus_region_header *h = (const void *)region;
+	if (slot >= h->scb_count || h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > region_len) {
+		reply_error(id, "SLOT_OUT_OF_RANGE", "slot outside the region");
+		return;
+	}
+	const struct morpheus_scb *scb = (const void *)(region + h->header_size + slot * h->scb_stride);
+	/* The loads a scheduler makes at decision time, with SCB.md's orders. */
+	struct morpheus_gate_input in = {
+		.scheduler_mode = __atomic_load_n(&h->scheduler_mode, __ATOMIC_RELAXED),
+		.escalation_policy = __atomic_load_n(&h->escalation_policy, __ATOMIC_RELAXED),
+		.worker_state = __atomic_load_n(&scb->worker_state, __ATOMIC_ACQUIRE),
+		.escapable = __atomic_load_n(&scb->escapable, __ATOMIC_ACQUIRE),
+		.in_critical = __atomic_load_n(&scb->in_critical, __ATOMIC_ACQUIRE),
+		.preempt_seq = __atomic_load_n(&scb->preempt_seq, __ATOMIC_ACQUIRE),
+		.last_ack_seq = __atomic_load_n(&scb->last_ack_seq, __ATOMIC_ACQUIRE),
+		.runtime_ns = runtime_ns,
+		.slice_ns = __atomic_load_n(&h->slice_ns, __ATOMIC_RELAXED),
+		.grace_ns = __atomic_load_n(&h->grace_ns, __ATOMIC_RELAXED),
+	};
+	enum morpheus_gate_verdict v = morpheus_gate(&in);
+	const char *name = (unsigned)v < MORPHEUS_GATE_NR_VERDICTS && verdict_names[v] ? verdict_names[v] : "UNKNOWN";
+	printf("{\"id\":%lld,\"ok\":true,\"escalate\":%s,\"verdict\":\"%s\"}\n", id,
+	       v == MORPHEUS_GATE_ESCALATE ? "true" : "false", name);
+}
+
+int main(void)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"policy\",\"runtime_kind\":\"UNKNOWN\","
+	       "\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[],\"pid\":%d}\n",
+	       (unsigned)MORPHEUS_ABI_MAJOR, (unsigned)MORPHEUS_ABI_MINOR, (int)getpid());
+	while (getline(&line, &cap, stdin) > 0) {
+		unsigned long long uid = 0;
+		long long id = json_u64(line, "id", &uid) ? -1 : (long long)uid;
+		char op[32];
+		if (json_str(line, "op", op, sizeof(op))) {
+			reply_error(id, "BAD_REQUEST", "no op");
+		} else if (!strcmp(op, "exit")) {
+			break;
+		} else if (!strcmp(op, "attach")) {
+			attach(id, line);
+		} else if (!strcmp(op, "gate")) {
+			gate(id, line);
+		} else {
+			reply_error(id, "UNSUPPORTED", "the policy agent knows attach and gate");
+		}
+	}
+	free(line);
+	return 0;
+}
