@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! libmorpheus: the C face of the Morpheus runtime SDK.
+//!
+//! Every function here is a thin wrapper over the Rust crate `morpheus`. `include/morpheus.h` is
+//! generated from this file (and the `RawWorker` struct of `morpheus`) by cbindgen; the fast paths
+//! (checkpoint, critical enter/exit) are `static inline` in `include/morpheus_inline.h` and call into
+//! this library only on their slow paths.
+//!
+//! Conventions: functions returning `int` return 0 (or a non-negative value they document) on success
+//! and a negated `MORPHEUS_E_*` code on failure; [`morpheus_last_error`] then describes the failure.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::{
+    cell::RefCell,
+    ffi::{c_char, CStr, CString},
+    os::unix::ffi::OsStrExt,
+    path::PathBuf,
+};
+
+use morpheus::{
+    check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, register_current_thread,
+    unregister_current_thread, with_current_worker, Config, Error, RawWorker, RuntimeKind, YieldReason,
+};
+use morpheus_abi::escapable_default;
+
+/// Options of [`morpheus_worker_register`]. Initialise with [`morpheus_options_init`], then change
+/// what you need.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MorpheusOptions {
+    /// `sizeof(struct morpheus_options)` of the caller, so the struct can grow (set by
+    /// `morpheus_options_init`).
+    pub size: u32,
+    /// A slot to register directly (no agent: tests and harnesses), or -1 to use the agent.
+    pub direct_slot: i32,
+    /// Region to map; NULL discovers it (MORPHEUS_REGION, pinned map, sim file); "" runs detached.
+    pub region_path: *const c_char,
+    /// Agent socket; NULL uses MORPHEUS_SOCKET or the default path.
+    pub socket_path: *const c_char,
+    /// 1 lets the scheduler escalate the worker, 0 forbids it, -1 takes the C default.
+    pub escapable: i32,
+    /// Advisory priority, -20 (most important) to 19 (clamped).
+    pub priority: i32,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(err: Error) -> i32 {
+    let code = err.code().raw() as i32;
+    let text = CString::new(err.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    -code
+}
+
+fn status(result: Result<(), Error>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(err) => fail(err),
+    }
+}
+
+/// Check that `w` is the calling thread's registered worker.
+unsafe fn own(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
+    if w.is_null() || w != current_raw() || (*w).inner.is_null() {
+        return Err(Error::NotRegistered { operation });
+    }
+    Ok(())
+}
+
+/// Run `f` on the calling thread's worker after checking `w` is it.
+unsafe fn with_worker<R>(
+    w: *mut RawWorker,
+    operation: &'static str,
+    f: impl FnOnce(&morpheus::Worker) -> R,
+) -> Result<R, Error> {
+    own(w, operation)?;
+    // SAFETY: f never unregisters.
+    with_current_worker(f)
+}
+
+fn c_path(ptr: *const c_char) -> Option<PathBuf> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+/// Fill `opts` with the defaults: discover the region, register through the agent, the C default for
+/// `escapable`, priority 0.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_options_init(opts: *mut MorpheusOptions) {
+    if opts.is_null() {
+        return;
+    }
+    *opts = MorpheusOptions {
+        size: std::mem::size_of::<MorpheusOptions>() as u32,
+        direct_slot: -1,
+        region_path: std::ptr::null(),
+        socket_path: std::ptr::null(),
+        escapable: -1,
+        priority: 0,
+    };
+}
+
+/// Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
+/// (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
+/// Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
+/// The handle belongs to the calling thread; release it with [`morpheus_worker_unregister`] (a
+/// thread that exits without doing so releases it on exit).
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, out: *mut *mut RawWorker) -> i32 {
+    let mut defaults = std::mem::zeroed::<MorpheusOptions>();
+    morpheus_options_init(&mut defaults);
+    let opts = if opts.is_null() { defaults } else { *opts };
+    let mut config = Config::default().runtime_kind(RuntimeKind::C).priority(opts.priority);
+    config.escapable = match opts.escapable {
+        0 => Some(false),
+        1 => Some(true),
+        _ => Some(escapable_default(RuntimeKind::C)),
+    };
+    match c_path(opts.region_path) {
+        Some(path) if path.as_os_str().is_empty() => config = config.detached(),
+        Some(path) => config = config.region_path(path),
+        None => {}
+    }
+    if let Some(socket) = c_path(opts.socket_path) {
+        config = config.agent_socket(socket);
+    }
+    if opts.direct_slot >= 0 {
+        config = config.direct_slot(opts.direct_slot as u32);
+    }
+    match register_current_thread(&config) {
+        Ok(raw) => {
+            if !out.is_null() {
+                *out = raw;
+            }
+            0
+        }
+        Err(err) => fail(err),
+    }
+}
+
+/// Shut the worker down (QUIESCING, DEAD, release the slot). `w` must be the calling thread's.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_worker_unregister(w: *mut RawWorker) -> i32 {
+    if let Err(err) = own(w, "morpheus_worker_unregister") {
+        return fail(err);
+    }
+    status(unregister_current_thread())
+}
+
+/// The calling thread's worker, or NULL if it holds none.
+#[no_mangle]
+pub extern "C" fn morpheus_worker_current() -> *mut RawWorker {
+    let raw = current_raw();
+    // SAFETY: this thread's state.
+    if unsafe { (*raw).inner.is_null() } {
+        std::ptr::null_mut()
+    } else {
+        raw
+    }
+}
+
+/// Slow path of the inline checkpoint (`morpheus_checkpoint`): called when `preempt_seq` (read as
+/// `seq`) differs from `cached_ack`. Returns true when the caller must yield now.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_checkpoint_slow(w: *mut RawWorker, seq: u64) -> bool {
+    if own(w, "morpheus_checkpoint_slow").is_err() {
+        return false;
+    }
+    checkpoint_slow(w, seq)
+}
+
+/// Out-of-line checkpoint: 1 = yield now, 0 = carry on, `-MORPHEUS_E_GENERATION_CHANGED` once a
+/// scheduler restart has detached the worker, `-MORPHEUS_E_NOT_REGISTERED` for a foreign handle.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_checkpoint_call(w: *mut RawWorker) -> i32 {
+    match with_worker(w, "morpheus_checkpoint_call", |worker| worker.try_checkpoint()) {
+        Ok(Ok(yielded)) => yielded as i32,
+        Ok(Err(Error::Detached { .. })) => 0,
+        Ok(Err(err)) | Err(err) => fail(err),
+    }
+}
+
+/// Called by the inline critical-section functions when they find the generation changed: checks
+/// again and detaches the worker (writing nothing) if it did change.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_worker_lost(w: *mut RawWorker) {
+    if own(w, "morpheus_worker_lost").is_ok() {
+        check_generation_raw(w);
+    }
+}
+
+/// Out-of-line critical enter (same effect as the inline `morpheus_critical_enter`).
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_critical_enter_call(w: *mut RawWorker) -> i32 {
+    if let Err(err) = own(w, "morpheus_critical_enter_call") {
+        return fail(err);
+    }
+    critical_enter_raw(w);
+    0
+}
+
+/// Out-of-line critical exit: `-MORPHEUS_E_NOT_IN_CRITICAL` (writing nothing) without a matching enter.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_critical_exit_call(w: *mut RawWorker) -> i32 {
+    if let Err(err) = own(w, "morpheus_critical_exit_call") {
+        return fail(err);
+    }
+    status(critical_exit_raw(w))
+}
+
+/// 0 while attached to a live region; `-MORPHEUS_E_DETACHED` for a worker without a region;
+/// `-MORPHEUS_E_GENERATION_CHANGED` once a scheduler restart detached it.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_worker_status(w: *mut RawWorker) -> i32 {
+    match with_worker(w, "morpheus_worker_status", |worker| worker.status()) {
+        Ok(result) => status(result),
+        Err(err) => fail(err),
+    }
+}
+
+/// Slot index, or -1 when detached (or `w` is not the calling thread's worker).
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_worker_slot(w: *mut RawWorker) -> i64 {
+    with_worker(w, "morpheus_worker_slot", |worker| worker.slot().map_or(-1, i64::from)).unwrap_or(-1)
+}
+
+/// Opt in to (true) or out of (false) escalation.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_set_escapable(w: *mut RawWorker, escapable: bool) -> i32 {
+    match with_worker(w, "morpheus_set_escapable", |worker| worker.set_escapable(escapable)) {
+        Ok(result) => status(result),
+        Err(err) => fail(err),
+    }
+}
+
+/// Set the advisory priority (-20 .. 19, clamped).
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_set_priority(w: *mut RawWorker, priority: i32) -> i32 {
+    match with_worker(w, "morpheus_set_priority", |worker| worker.set_priority(priority)) {
+        Ok(result) => status(result),
+        Err(err) => fail(err),
+    }
+}
+
+/// Store the scheduler's `budget_remaining_ns` in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_budget_remaining_ns(w: *mut RawWorker, out: *mut u64) -> i32 {
+    match with_worker(w, "morpheus_budget_remaining_ns", |worker| worker.budget_remaining_ns()) {
+        Ok(Ok(ns)) => {
+            if !out.is_null() {
+                *out = ns;
+            }
+            0
+        }
+        Ok(Err(err)) | Err(err) => fail(err),
+    }
+}
+
+/// The worker's `runtime_mode` (`MORPHEUS_RUNTIME_MODE_*`), or a negated error.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_runtime_mode(w: *mut RawWorker) -> i32 {
+    match with_worker(w, "morpheus_runtime_mode", |worker| worker.runtime_mode()) {
+        Ok(mode) => mode.raw() as i32,
+        Err(err) => fail(err),
+    }
+}
+
+/// Yields counted for `reason` (`MORPHEUS_YIELD_REASON_*`); 0 for an unknown reason or foreign handle.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_yield_count(w: *mut RawWorker, reason: u32) -> u64 {
+    let Ok(reason) = YieldReason::try_from(reason) else { return 0 };
+    with_worker(w, "morpheus_yield_count", |worker| worker.yield_counts().get(reason)).unwrap_or(0)
+}
+
+/// A description of the calling thread's last failure (valid until its next failing call).
+#[no_mangle]
+pub extern "C" fn morpheus_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}

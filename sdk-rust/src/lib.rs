@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Morpheus runtime SDK: kernel-guided cooperative yielding.
+//!
+//! A scheduler (the `scx_morpheus` sched_ext program, or its simulation backend) watches registered
+//! worker threads. When one overruns its slice it bumps `preempt_seq` in that worker's Shared Control
+//! Block (SCB). The worker calls a **checkpoint** at safe points: one acquire load when nothing is
+//! asked; when asked, it yields and acknowledges. **Critical sections** mark code that must not be
+//! interrupted. Normative protocol: `spec/SCB.md`; layout: the `morpheus-abi` crate.
+//!
+//! ```no_run
+//! // A thread-per-core work loop.
+//! let worker = morpheus::Worker::register()?; // discover the region; detached if there is none
+//! for job in 0..1_000_000u64 {
+//!     let _ = job; // ... one unit of work ...
+//!     if worker.checkpoint_sync() {
+//!         std::thread::yield_now(); // asked to yield: do it now
+//!     }
+//! }
+//! # Ok::<(), morpheus::Error>(())
+//! ```
+//!
+//! In async code the free functions act on the calling thread's worker:
+//!
+//! ```no_run
+//! async fn busy() {
+//!     for _ in 0..1000 {
+//!         // ... work ...
+//!         morpheus::checkpoint!(); // yields to the executor only when the scheduler asked
+//!     }
+//! }
+//! ```
+
+#![deny(missing_docs)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod agent;
+mod error;
+pub mod hints;
+pub mod region;
+mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+mod worker;
+
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+pub use error::{Error, Result};
+pub use morpheus_abi::{ErrorCode, PressureLevel, RuntimeKind, RuntimeMode, YieldReason};
+pub use region::{Backing, DetachReason, Discovered, PressureSnapshot, Region};
+pub use worker::{
+    check_generation_raw, checkpoint_slow, checkpoint_sync_raw, critical_enter_raw, critical_exit_raw, current_raw,
+    register_current_thread, unregister_current_thread, with_current_worker, Config, CriticalSection, RawWorker, RegionSource,
+    Registration, Worker, YieldCounts, FORCE_SLOW_PATH,
+};
+
+/// The calling thread's synchronous checkpoint: true means "yield now" (see
+/// [`Worker::checkpoint_sync`]). A thread without a worker reads the detached SCB and never yields.
+#[inline(always)]
+pub fn checkpoint_sync() -> bool {
+    // SAFETY: current_raw() is this thread's state.
+    unsafe { checkpoint_sync_raw(current_raw()) }
+}
+
+/// The calling thread's asynchronous checkpoint. When the scheduler asked, the future yields to the
+/// executor once (wakes itself and returns `Pending`) and acknowledges when polled again, so the
+/// acknowledgement is written only after the task really yielded. Resolves to whether it yielded.
+#[inline(always)]
+pub fn checkpoint() -> Checkpoint {
+    Checkpoint { ticket: None }
+}
+
+/// Future returned by [`checkpoint`].
+#[derive(Debug)]
+#[must_use = "a checkpoint does nothing unless awaited"]
+pub struct Checkpoint {
+    ticket: Option<worker::Ticket>,
+}
+
+impl Future for Checkpoint {
+    type Output = bool;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        match self.ticket.take() {
+            None => match worker::prepare_current() {
+                None => Poll::Ready(false),
+                Some(ticket) => {
+                    self.ticket = Some(ticket);
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            },
+            Some(ticket) => Poll::Ready(worker::commit_current(ticket)),
+        }
+    }
+}
+
+/// Enter a critical section on the calling thread's worker until the guard drops.
+#[inline(always)]
+pub fn critical_section() -> CriticalSection<'static> {
+    CriticalSection::enter()
+}
+
+/// Checkpoint macro.
+///
+/// * `checkpoint!()` inside an `async` block: one load; yields to the executor only when asked.
+/// * `checkpoint!(sync)`: the calling thread's [`checkpoint_sync`] (a `bool`: true = yield now).
+/// * `checkpoint!(worker)`: `worker.checkpoint_sync()`.
+#[macro_export]
+macro_rules! checkpoint {
+    () => {
+        $crate::__private::checkpoint_async().await
+    };
+    (sync) => {
+        $crate::checkpoint_sync()
+    };
+    ($worker:expr) => {
+        $worker.checkpoint_sync()
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    /// What `checkpoint!()` awaits: the fast path decides before any future is polled.
+    #[inline(always)]
+    pub fn checkpoint_async() -> super::Checkpoint {
+        super::checkpoint()
+    }
+}

@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Attaching to a region (spec/SCB.md §1): discovery, the one mmap path for both backings, and header
+//! validation.
+
+use std::{
+    ffi::OsString,
+    fs::OpenOptions,
+    io,
+    mem::size_of,
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+    ptr::addr_of,
+    sync::Arc,
+};
+
+use morpheus_abi::{
+    feature, PressureLevel, RegionHeader, SchedulerMode, Scb, ABI_MAJOR, CACHE_LINE_SIZE, ENV_REGION,
+    PINNED_REGION_PATH, SIM_REGION_PATH,
+};
+
+use crate::{
+    error::{Error, Result},
+    sys::{self, a32, a64, Mapping},
+};
+
+/// Which backing a region was mapped from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A pinned `BPF_F_MMAPABLE` array map on bpffs (kernel backend).
+    PinnedMap,
+    /// A shared-memory (or any) file (simulation backend).
+    File,
+}
+
+/// A validated, mapped region. Shared by every worker of the process that attached to it; the
+/// mapping lives as long as the last `Arc`, so a scheduler restart never unmaps memory a worker uses.
+#[derive(Debug)]
+pub struct Region {
+    map: Mapping,
+    path: PathBuf,
+    backing: Backing,
+    generation: u64,
+    header_size: u32,
+    scb_stride: u32,
+    scb_count: u32,
+}
+
+/// A consistent copy of the header's pressure record (read under its seqlock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PressureSnapshot {
+    /// Coarse level (`pressure_level`); `None` if the stored value is unknown to this SDK.
+    pub level: Option<PressureLevel>,
+    /// PSI cpu some avg10, hundredths of a percent.
+    pub cpu_some_avg10: u32,
+    /// PSI io some avg10, hundredths of a percent.
+    pub io_some_avg10: u32,
+    /// PSI memory some avg10, hundredths of a percent.
+    pub memory_some_avg10: u32,
+    /// Runnable tasks beyond one per CPU.
+    pub runqueue_depth: u32,
+    /// CLOCK_MONOTONIC time of the last update.
+    pub updated_ns: u64,
+}
+
+impl Region {
+    /// Map and validate the region at `path`: a pinned map if `path` is on bpffs, else a file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Arc<Region>> {
+        let path = path.as_ref();
+        let (fd, len, backing) = if sys::is_on_bpffs(path) {
+            let (fd, value_size) = sys::open_pinned_array(path)?;
+            (fd, value_size, Backing::PinnedMap)
+        } else {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(|e| Error::io(format!("opening region {}", path.display()), e))?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io(format!("fstat of region {}", path.display()), e))?
+                .len();
+            (OwnedFd::from(file), len as usize, Backing::File)
+        };
+        Self::map_fd(&fd, len, path, backing).map(Arc::new)
+    }
+
+    /// The one mmap path of both backings, then validation (§1.3). Nothing is written.
+    fn map_fd(fd: &OwnedFd, len: usize, path: &Path, backing: Backing) -> Result<Region> {
+        let header_len = size_of::<RegionHeader>();
+        if len < header_len {
+            // mmap of an empty file fails; report the size problem instead.
+            return Err(Error::RegionTruncated { path: path.into(), needed: header_len as u64, found: len as u64 });
+        }
+        let map = Mapping::new(fd, len, libc::PROT_READ | libc::PROT_WRITE, 0, path)?;
+        let checked = validate(map.base() as *const RegionHeader, map.len(), path)?;
+        Ok(Region {
+            map,
+            path: path.into(),
+            backing,
+            generation: checked.generation,
+            header_size: checked.header_size,
+            scb_stride: checked.scb_stride,
+            scb_count: checked.scb_count,
+        })
+    }
+
+    /// Where the region was mapped from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Which backing the region was mapped from.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// The generation seen when the region was attached.
+    pub fn attached_generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The generation stored now (load-acquire). Differs from [`attached_generation`] once the
+    /// scheduler retired the region (0) or another instance took it over.
+    ///
+    /// [`attached_generation`]: Region::attached_generation
+    pub fn current_generation(&self) -> u64 {
+        // SAFETY: the header is mapped for our lifetime; generation is 8-byte aligned.
+        unsafe { a64(self.generation_ptr()).load(std::sync::atomic::Ordering::Acquire) }
+    }
+
+    /// Whether the scheduler that published the region is still the one we attached to.
+    pub fn is_current(&self) -> bool {
+        self.current_generation() == self.generation
+    }
+
+    /// Number of SCB slots.
+    pub fn scb_count(&self) -> u32 {
+        self.scb_count
+    }
+
+    /// Distance between SCBs.
+    pub fn scb_stride(&self) -> u32 {
+        self.scb_stride
+    }
+
+    /// Size of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Always false: a validated region holds at least a header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub(crate) fn header(&self) -> *const RegionHeader {
+        self.map.base() as *const RegionHeader
+    }
+
+    pub(crate) fn generation_ptr(&self) -> *const u64 {
+        // SAFETY: in bounds of the mapping (validated >= header size).
+        unsafe { addr_of!((*self.header()).generation) }
+    }
+
+    /// Pointer to SCB `slot`, or `SLOT_OUT_OF_RANGE`.
+    pub fn scb_ptr(&self, slot: u32) -> Result<*mut Scb> {
+        if slot >= self.scb_count {
+            return Err(Error::SlotOutOfRange { slot, scb_count: self.scb_count });
+        }
+        let offset = self.header_size as usize + slot as usize * self.scb_stride as usize;
+        // SAFETY: validation guaranteed header_size + scb_count * stride <= len.
+        Ok(unsafe { self.map.base().add(offset) } as *mut Scb)
+    }
+
+    /// The scheduler's slice (relaxed; it may change at run time).
+    pub fn slice_ns(&self) -> u64 {
+        // SAFETY: mapped header field.
+        unsafe { a64(addr_of!((*self.header()).slice_ns)).load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// The scheduler's grace period (relaxed).
+    pub fn grace_ns(&self) -> u64 {
+        // SAFETY: mapped header field.
+        unsafe { a64(addr_of!((*self.header()).grace_ns)).load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// The scheduler mode (relaxed); `Err(raw)` for a value this SDK does not know.
+    pub fn scheduler_mode(&self) -> Result<SchedulerMode, u32> {
+        // SAFETY: mapped header field.
+        let raw = unsafe { a32(addr_of!((*self.header()).scheduler_mode)).load(std::sync::atomic::Ordering::Relaxed) };
+        SchedulerMode::try_from(raw)
+    }
+
+    /// Read the pressure record under its seqlock (spec/SCB.md §2.1).
+    pub fn pressure(&self) -> PressureSnapshot {
+        use std::sync::atomic::{fence, Ordering};
+        // SAFETY: the pressure record is inside the mapped header; fields are read atomically.
+        unsafe {
+            let p = addr_of!((*self.header()).pressure);
+            let seq = a32(addr_of!((*p).seq));
+            loop {
+                let before = seq.load(Ordering::Acquire);
+                if before & 1 == 1 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let snap = PressureSnapshot {
+                    level: PressureLevel::try_from(a32(addr_of!((*p).level)).load(Ordering::Relaxed)).ok(),
+                    cpu_some_avg10: a32(addr_of!((*p).cpu_some_avg10)).load(Ordering::Relaxed),
+                    io_some_avg10: a32(addr_of!((*p).io_some_avg10)).load(Ordering::Relaxed),
+                    memory_some_avg10: a32(addr_of!((*p).memory_some_avg10)).load(Ordering::Relaxed),
+                    runqueue_depth: a32(addr_of!((*p).runqueue_depth)).load(Ordering::Relaxed),
+                    updated_ns: a64(addr_of!((*p).updated_ns)).load(Ordering::Relaxed),
+                };
+                fence(Ordering::Acquire);
+                if seq.load(Ordering::Relaxed) == before {
+                    return snap;
+                }
+            }
+        }
+    }
+}
+
+struct Checked {
+    generation: u64,
+    header_size: u32,
+    scb_stride: u32,
+    scb_count: u32,
+}
+
+/// Header checks in the order spec/SCB.md §1.3 gives; the first failure wins. Reads only.
+fn validate(header: *const RegionHeader, len: usize, path: &Path) -> Result<Checked> {
+    use std::sync::atomic::Ordering;
+    let header_len = size_of::<RegionHeader>();
+    if len < header_len {
+        return Err(Error::RegionTruncated { path: path.into(), needed: header_len as u64, found: len as u64 });
+    }
+    // SAFETY: len >= header size, the mapping is page aligned. Plain header fields are read with
+    // relaxed atomic loads: the scheduler may still be writing them (then generation is 0, reported last).
+    let (magic, major, header_size, scb_stride, scb_count, required) = unsafe {
+        (
+            a64(addr_of!((*header).magic)).load(Ordering::Relaxed),
+            std::ptr::read_volatile(addr_of!((*header).abi_major)),
+            a32(addr_of!((*header).header_size)).load(Ordering::Relaxed),
+            a32(addr_of!((*header).scb_stride)).load(Ordering::Relaxed),
+            a32(addr_of!((*header).scb_count)).load(Ordering::Relaxed),
+            a64(addr_of!((*header).required_features)).load(Ordering::Relaxed),
+        )
+    };
+    if magic != morpheus_abi::REGION_MAGIC {
+        return Err(Error::BadMagic { path: path.into(), expected: morpheus_abi::REGION_MAGIC, found: magic });
+    }
+    if major != ABI_MAJOR {
+        return Err(Error::AbiMajorMismatch { path: path.into(), expected: ABI_MAJOR, found: major });
+    }
+    for (field, value, minimum) in [
+        ("header_size", header_size, header_len as u32),
+        ("scb_stride", scb_stride, size_of::<Scb>() as u32),
+    ] {
+        if value < minimum || value % CACHE_LINE_SIZE != 0 {
+            return Err(Error::BadLayout {
+                path: path.into(),
+                field,
+                minimum,
+                multiple_of: CACHE_LINE_SIZE,
+                found: value,
+            });
+        }
+    }
+    let needed = header_size as u64 + scb_count as u64 * scb_stride as u64;
+    if (len as u64) < needed {
+        return Err(Error::RegionTruncated { path: path.into(), needed, found: len as u64 });
+    }
+    // Required bits are 32-63; an optional bit we do not know is fine.
+    let required_known = feature::KNOWN & !0xFFFF_FFFFu64;
+    let unknown = required & !required_known & !0xFFFF_FFFFu64;
+    if unknown != 0 {
+        return Err(Error::UnknownRequiredFeature { path: path.into(), unknown_bits: unknown, known: feature::KNOWN });
+    }
+    // SAFETY: as above.
+    let generation = unsafe { a64(addr_of!((*header).generation)).load(Ordering::Acquire) };
+    if generation == 0 {
+        return Err(Error::NotReady { path: path.into() });
+    }
+    Ok(Checked { generation, header_size, scb_stride, scb_count })
+}
+
+/// Where discovery found a region, or why it found none.
+#[derive(Debug)]
+pub enum Discovered {
+    /// A region was found and validated.
+    Attached(Arc<Region>),
+    /// No region: `ENV_REGION` was empty, or no default path exists.
+    Detached(DetachReason),
+}
+
+/// Why discovery chose detached mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetachReason {
+    /// `MORPHEUS_REGION` was set to the empty string.
+    ForcedByEnvironment,
+    /// Neither `PINNED_REGION_PATH` nor `SIM_REGION_PATH` exists.
+    NoScheduler,
+    /// The application asked for detached mode.
+    Requested,
+}
+
+/// Find the region as spec/SCB.md §1.2 says: `MORPHEUS_REGION`, then the pinned map, then the sim file.
+pub fn discover() -> Result<Discovered> {
+    discover_with(std::env::var_os(ENV_REGION), Path::new(PINNED_REGION_PATH), Path::new(SIM_REGION_PATH))
+}
+
+/// [`discover`] with the environment value and default paths given (for tests and harnesses).
+pub fn discover_with(env_region: Option<OsString>, pinned: &Path, sim: &Path) -> Result<Discovered> {
+    match env_region {
+        Some(value) if value.is_empty() => return Ok(Discovered::Detached(DetachReason::ForcedByEnvironment)),
+        // An explicit path that cannot be opened is an error, never a silent detach.
+        Some(value) => return Region::open(PathBuf::from(value)).map(Discovered::Attached),
+        None => {}
+    }
+    for path in [pinned, sim] {
+        match path.try_exists() {
+            Ok(true) => return Region::open(path).map(Discovered::Attached),
+            Ok(false) => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(Error::io(format!("checking for region {}", path.display()), e))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(Discovered::Detached(DetachReason::NoScheduler))
+}

@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Test helpers (feature `testing`): a region file written as a scheduler writes it, tools to play the
+//! scheduler's side of the protocol on it, and a fake agent speaking the registration channel.
+//!
+//! Every byte of the region comes from `morpheus-abi`: the header is a `RegionHeader` value built from
+//! the ABI constants, each SCB a `Scb`. Used by this crate's tests, the conformance suite and bindings.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{Read, Write},
+    mem::size_of,
+    os::{fd::OwnedFd, unix::net::UnixListener},
+    path::{Path, PathBuf},
+    ptr::addr_of,
+    sync::{
+        atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+};
+
+use morpheus_abi::{
+    Backend, EscalationPolicy, RegOp, RegReply, RegRequest, RegStatus, RegionHeader, SchedulerMode, Scb, WorkerState,
+    ABI_MAJOR, ABI_MINOR, DEFAULT_GRACE_NS, DEFAULT_HINT_MIN_INTERVAL_NS, DEFAULT_SLICE_NS, REGION_MAGIC,
+    REGION_PATH_MAX, REG_MAGIC,
+};
+
+use crate::sys::{a32, a64, Mapping};
+
+static UNIQUE: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh path for a test region (under `/dev/shm` when it exists, else the temp directory).
+pub fn unique_path(tag: &str) -> PathBuf {
+    let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("morpheus-test-{tag}-{}-{n}", std::process::id()))
+}
+
+/// How to write a region; the defaults are what a scheduler writes. The overrides make bad regions.
+#[derive(Clone, Debug)]
+pub struct SimRegionBuilder {
+    /// Number of SCB slots.
+    pub scb_count: u32,
+    /// `header_size`.
+    pub header_size: u32,
+    /// `scb_stride`.
+    pub scb_stride: u32,
+    /// `magic`.
+    pub magic: u64,
+    /// `abi_major`.
+    pub abi_major: u16,
+    /// `abi_minor`.
+    pub abi_minor: u16,
+    /// `required_features`.
+    pub required_features: u64,
+    /// `generation` published last; 0 leaves the region "not ready".
+    pub generation: u64,
+    /// File size override (for truncated regions); `None` = exactly header + count * stride.
+    pub file_len: Option<u64>,
+}
+
+impl Default for SimRegionBuilder {
+    fn default() -> Self {
+        SimRegionBuilder {
+            scb_count: 8,
+            header_size: size_of::<RegionHeader>() as u32,
+            scb_stride: size_of::<Scb>() as u32,
+            magic: REGION_MAGIC,
+            abi_major: ABI_MAJOR,
+            abi_minor: ABI_MINOR,
+            required_features: 0,
+            generation: 1,
+            file_len: None,
+        }
+    }
+}
+
+impl SimRegionBuilder {
+    /// Write the region at `path` (replacing an existing file by unlink, as a scheduler does).
+    pub fn create(&self, path: impl AsRef<Path>) -> std::io::Result<SimRegion> {
+        let path = path.as_ref();
+        let _ = std::fs::remove_file(path);
+        let layout_len = self.header_size as u64 + self.scb_count as u64 * self.scb_stride as u64;
+        let len = self.file_len.unwrap_or(layout_len);
+        let mut file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        file.set_len(len)?;
+        // Write the header bytes (all but generation) through the file, then publish generation.
+        let header = RegionHeader {
+            magic: self.magic,
+            abi_major: self.abi_major,
+            abi_minor: self.abi_minor,
+            header_size: self.header_size,
+            scb_stride: self.scb_stride,
+            scb_count: self.scb_count,
+            generation: 0,
+            required_features: self.required_features,
+            optional_features: 0,
+            scheduler_mode: SchedulerMode::Observer.raw(),
+            escalation_policy: EscalationPolicy::None.raw(),
+            slice_ns: DEFAULT_SLICE_NS,
+            grace_ns: DEFAULT_GRACE_NS,
+            hint_min_interval_ns: DEFAULT_HINT_MIN_INTERVAL_NS,
+            scheduler_pid: std::process::id(),
+            backend: Backend::Sim.raw(),
+            ..Default::default()
+        };
+        // SAFETY: RegionHeader is plain integers with explicit reserved bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(&header as *const RegionHeader as *const u8, size_of::<RegionHeader>())
+        };
+        let n = bytes.len().min(len as usize);
+        file.write_all(&bytes[..n])?;
+        let map = if len > 0 {
+            Some(Mapping::new(&OwnedFd::from(file.try_clone()?), len as usize, libc::PROT_READ | libc::PROT_WRITE, 0, path)
+                .map_err(|e| std::io::Error::other(e.to_string()))?)
+        } else {
+            None
+        };
+        let region = SimRegion { path: path.into(), map, scb_count: self.scb_count, header_size: self.header_size, scb_stride: self.scb_stride, _file: file };
+        if self.generation != 0 && len >= size_of::<RegionHeader>() as u64 {
+            region.set_generation(self.generation);
+        }
+        Ok(region)
+    }
+}
+
+/// A region file the test owns, removed on drop. Plays the scheduler's side of the protocol.
+#[derive(Debug)]
+pub struct SimRegion {
+    path: PathBuf,
+    map: Option<Mapping>,
+    scb_count: u32,
+    header_size: u32,
+    scb_stride: u32,
+    _file: File,
+}
+
+/// A snapshot of one SCB (every field loaded atomically, one by one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct ScbSnapshot {
+    pub preempt_seq: u64,
+    pub budget_remaining_ns: u64,
+    pub slot_generation: u32,
+    pub tid: u32,
+    pub pid: u32,
+    pub hints_dropped: u32,
+    pub last_ack_seq: u64,
+    pub yield_count: u64,
+    pub worker_state: u32,
+    pub in_critical: u32,
+    pub escapable: u32,
+    pub priority: i32,
+    pub last_yield_reason: u32,
+    pub runtime_mode: u32,
+    pub runtime_kind: u32,
+}
+
+impl SimRegion {
+    /// Options for a region.
+    pub fn builder() -> SimRegionBuilder {
+        SimRegionBuilder::default()
+    }
+
+    /// A valid region with `scb_count` slots at a fresh path.
+    pub fn temp(scb_count: u32) -> SimRegion {
+        SimRegionBuilder { scb_count, ..Default::default() }
+            .create(unique_path("region"))
+            .expect("creating a test region")
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn header(&self) -> *const RegionHeader {
+        self.map.as_ref().expect("region file is empty").base() as *const RegionHeader
+    }
+
+    /// SCB `slot`. Panics if out of range.
+    pub fn scb(&self, slot: u32) -> *mut Scb {
+        assert!(slot < self.scb_count, "slot {slot} >= scb_count {}", self.scb_count);
+        let offset = self.header_size as usize + slot as usize * self.scb_stride as usize;
+        // SAFETY: inside the file we sized.
+        unsafe { self.map.as_ref().unwrap().base().add(offset) as *mut Scb }
+    }
+
+    fn u64_at(&self, slot: u32, f: impl Fn(*const Scb) -> *const u64) -> &AtomicU64 {
+        // SAFETY: a field of an SCB inside our mapping.
+        unsafe { a64(f(self.scb(slot))) }
+    }
+
+    fn u32_at(&self, slot: u32, f: impl Fn(*const Scb) -> *const u32) -> &AtomicU32 {
+        // SAFETY: as above.
+        unsafe { a32(f(self.scb(slot))) }
+    }
+
+    /// Store `generation` (release), as a scheduler does last at start-up; 0 retires the region.
+    pub fn set_generation(&self, generation: u64) {
+        // SAFETY: header field in our mapping.
+        unsafe { a64(addr_of!((*self.header()).generation)).store(generation, Ordering::Release) }
+    }
+
+    /// The header's generation.
+    pub fn generation(&self) -> u64 {
+        // SAFETY: as above.
+        unsafe { a64(addr_of!((*self.header()).generation)).load(Ordering::Acquire) }
+    }
+
+    /// Store `slice_ns` (relaxed).
+    pub fn set_slice_ns(&self, ns: u64) {
+        // SAFETY: as above.
+        unsafe { a64(addr_of!((*self.header()).slice_ns)).store(ns, Ordering::Relaxed) }
+    }
+
+    /// Publish a pressure level under the seqlock, as the agent does.
+    pub fn set_pressure_level(&self, level: morpheus_abi::PressureLevel) {
+        // SAFETY: header fields in our mapping.
+        unsafe {
+            let p = addr_of!((*self.header()).pressure);
+            let seq = a32(addr_of!((*p).seq));
+            let start = seq.load(Ordering::Relaxed).wrapping_add(1) | 1;
+            seq.store(start, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::Release);
+            a32(addr_of!((*p).level)).store(level.raw(), Ordering::Relaxed);
+            seq.store(start.wrapping_add(1), Ordering::Release);
+        }
+    }
+
+    /// The scheduler asks slot `slot` to yield: `preempt_seq += 1` (release), `budget_remaining_ns = 0`.
+    /// Returns the new `preempt_seq`.
+    pub fn request_yield(&self, slot: u32) -> u64 {
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).budget_remaining_ns) }).store(0, Ordering::Relaxed);
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }).fetch_add(1, Ordering::Release) + 1
+    }
+
+    /// Store `budget_remaining_ns`.
+    pub fn set_budget(&self, slot: u32, ns: u64) {
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).budget_remaining_ns) }).store(ns, Ordering::Relaxed)
+    }
+
+    /// `hints_dropped += n`.
+    pub fn drop_hints(&self, slot: u32, n: u32) {
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).hints_dropped) }).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Store `worker_state` (release): lets a test make a slot busy.
+    pub fn set_worker_state(&self, slot: u32, state: WorkerState) {
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) }).store(state.raw(), Ordering::Release)
+    }
+
+    /// The scheduler's INIT -> REGISTERED hand-off (§4): tid, pid, slot_generation + 1,
+    /// last_ack_seq := preempt_seq, then REGISTERED. Returns the new slot_generation, or None if
+    /// the slot was not INIT.
+    pub fn assign(&self, slot: u32, tid: u32, pid: u32) -> Option<u32> {
+        let state = self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) });
+        if state.load(Ordering::Acquire) != WorkerState::Init.raw() {
+            return None;
+        }
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).tid) }).store(tid, Ordering::Relaxed);
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).pid) }).store(pid, Ordering::Relaxed);
+        let generation = self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) }).fetch_add(1, Ordering::Release) + 1;
+        let seq = self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }).load(Ordering::Acquire);
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(seq, Ordering::Release);
+        state.store(WorkerState::Registered.raw(), Ordering::Release);
+        Some(generation)
+    }
+
+    /// The scheduler's DEAD -> INIT: line 1 zeroed except last_ack_seq; tid and pid 0.
+    pub fn reclaim(&self, slot: u32) {
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).yield_count) }).store(0, Ordering::Relaxed);
+        for f in [
+            (|s: *const Scb| unsafe { addr_of!((*s).in_critical) }) as fn(*const Scb) -> *const u32,
+            |s| unsafe { addr_of!((*s).escapable) },
+            |s| unsafe { addr_of!((*s).priority) as *const u32 },
+            |s| unsafe { addr_of!((*s).last_yield_reason) },
+            |s| unsafe { addr_of!((*s).runtime_mode) },
+            |s| unsafe { addr_of!((*s).runtime_kind) },
+            |s| unsafe { addr_of!((*s).tid) },
+            |s| unsafe { addr_of!((*s).pid) },
+        ] {
+            self.u32_at(slot, f).store(0, Ordering::Relaxed);
+        }
+        self.set_worker_state(slot, WorkerState::Init);
+    }
+
+    /// Every field of SCB `slot`.
+    pub fn snapshot(&self, slot: u32) -> ScbSnapshot {
+        macro_rules! u64f { ($f:ident) => { self.u64_at(slot, |s| unsafe { addr_of!((*s).$f) }).load(Ordering::Acquire) } }
+        macro_rules! u32f { ($f:ident) => { self.u32_at(slot, |s| unsafe { addr_of!((*s).$f) as *const u32 }).load(Ordering::Acquire) } }
+        ScbSnapshot {
+            preempt_seq: u64f!(preempt_seq),
+            budget_remaining_ns: u64f!(budget_remaining_ns),
+            slot_generation: u32f!(slot_generation),
+            tid: u32f!(tid),
+            pid: u32f!(pid),
+            hints_dropped: u32f!(hints_dropped),
+            last_ack_seq: u64f!(last_ack_seq),
+            yield_count: u64f!(yield_count),
+            worker_state: u32f!(worker_state),
+            in_critical: u32f!(in_critical),
+            escapable: u32f!(escapable),
+            priority: u32f!(priority) as i32,
+            last_yield_reason: u32f!(last_yield_reason),
+            runtime_mode: u32f!(runtime_mode),
+            runtime_kind: u32f!(runtime_kind),
+        }
+    }
+}
+
+impl Drop for SimRegion {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// How the fake agent answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentBehaviour {
+    /// Assign free slots, as the real agent does.
+    Normal,
+    /// Refuse every REGISTER with this status.
+    Refuse(RegStatus),
+    /// Reply OK with this generation instead of the region's.
+    WrongGeneration(u64),
+    /// Reply with a wrong magic.
+    BadMagic,
+}
+
+/// A registration agent on a Unix socket, driving a [`SimRegion`]: the client side's test partner.
+/// It does what spec/SCB.md §4.1 says, minus the `SO_PEERCRED` check of the tid.
+pub struct FakeAgent {
+    path: PathBuf,
+    requests: Arc<Mutex<Vec<RegRequest>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeAgent {
+    /// Start an agent for `region` at a fresh socket path.
+    pub fn start(region: Arc<SimRegion>, behaviour: AgentBehaviour) -> FakeAgent {
+        let path = unique_path("agent.sock");
+        let listener = UnixListener::bind(&path).expect("binding the fake agent socket");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let log = requests.clone();
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                let region = region.clone();
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; size_of::<RegRequest>()];
+                    while stream.read_exact(&mut buf).is_ok() {
+                        // SAFETY: plain integers.
+                        let request: RegRequest = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const _) };
+                        if request.magic == 0 && request.op == 0 {
+                            return; // the shutdown poke
+                        }
+                        log.lock().unwrap().push(request);
+                        let reply = answer(&region, &request, behaviour);
+                        // SAFETY: plain integers.
+                        let bytes = unsafe {
+                            std::slice::from_raw_parts(&reply as *const RegReply as *const u8, size_of::<RegReply>())
+                        };
+                        if stream.write_all(bytes).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        FakeAgent { path, requests, thread: Some(thread) }
+    }
+
+    /// The socket path (pass it as `Config::agent_socket` or `MORPHEUS_SOCKET`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> Vec<RegRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn answer(region: &SimRegion, request: &RegRequest, behaviour: AgentBehaviour) -> RegReply {
+    let mut reply = RegReply { magic: REG_MAGIC, abi_major: ABI_MAJOR, abi_minor: ABI_MINOR, ..Default::default() };
+    let status = |s: RegStatus| s.raw();
+    if request.magic != REG_MAGIC {
+        reply.status = status(RegStatus::Malformed);
+        return reply;
+    }
+    if request.abi_major != ABI_MAJOR {
+        reply.status = status(RegStatus::AbiMajorMismatch);
+        return reply;
+    }
+    match (behaviour, RegOp::try_from(request.op)) {
+        (AgentBehaviour::BadMagic, _) => reply.magic = !REG_MAGIC,
+        (AgentBehaviour::Refuse(s), Ok(RegOp::Register)) => reply.status = status(s),
+        (_, Ok(RegOp::Register)) => {
+            let holds = (0..region.scb_count).any(|slot| {
+                let snap = region.snapshot(slot);
+                snap.tid == request.tid && snap.worker_state != WorkerState::Init.raw()
+            });
+            if holds {
+                reply.status = status(RegStatus::AlreadyRegistered);
+                return reply;
+            }
+            let pid = std::process::id();
+            match (0..region.scb_count).find_map(|slot| region.assign(slot, request.tid, pid).map(|g| (slot, g))) {
+                None => reply.status = status(RegStatus::NoFreeSlot),
+                Some((slot, slot_generation)) => {
+                    reply.status = status(RegStatus::Ok);
+                    reply.slot = slot;
+                    reply.slot_generation = slot_generation;
+                    reply.generation = match behaviour {
+                        AgentBehaviour::WrongGeneration(g) => g,
+                        _ => region.generation(),
+                    };
+                    let path = region.path().as_os_str().as_encoded_bytes();
+                    let n = path.len().min(REGION_PATH_MAX as usize - 1);
+                    reply.region_path[..n].copy_from_slice(&path[..n]);
+                }
+            }
+        }
+        (_, Ok(RegOp::Unregister)) => {
+            if request.slot >= region.scb_count || region.snapshot(request.slot).pid != std::process::id() {
+                reply.status = status(RegStatus::NotOwner);
+            } else {
+                region.reclaim(request.slot);
+                reply.status = status(RegStatus::Ok);
+            }
+        }
+        (_, Err(_)) => reply.status = status(RegStatus::Malformed),
+    }
+    reply
+}
+
+impl Drop for FakeAgent {
+    fn drop(&mut self) {
+        // Wake the accept loop with a connection carrying an all-zero request, then stop accepting.
+        if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&self.path) {
+            let _ = s.write_all(&[0u8; size_of::<RegRequest>()]);
+        }
+        let _ = std::fs::remove_file(&self.path);
+        // The accept loop keeps running until the process exits; do not join it.
+        drop(self.thread.take());
+    }
+}
