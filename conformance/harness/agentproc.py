@@ -143,6 +143,12 @@ class Agent:
                 self.proc.wait(timeout=min(self.timeout, 5))
             except (AgentFault, subprocess.TimeoutExpired, OSError):
                 self.kill()
+        self._reader.join(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
         self._stderr.close()
 
     def kill(self) -> None:

@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 """Morpheus conformance harness: every scenario against every agent, one matrix.
 
-    conformance.py report                  run everything present, print the Markdown matrix
-    conformance.py gate rust               one SDK's release gate: exit 1 on any deviation
-    conformance.py run --agent c --scenario 'checkpoint_*' --out DIR
-    conformance.py run --agent-cmd 'my-agent --flag' --column kernel --target gate --export kernel.json
+    cli.py report                  run everything present, print the Markdown matrix
+    cli.py gate rust               one SDK's release gate: exit 1 on any deviation
+    cli.py run --agent c --scenario 'checkpoint_*' --out DIR
+    cli.py run --agent-cmd 'my-agent --flag' --column kernel --target gate --export kernel.json
 
 Agents are found in conformance/agents/<name>/agent.toml; scenarios in conformance/scenarios/.
 The agent protocol and the scenario format are specified in spec/CONFORMANCE.md.

@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""The harness's own tests: it must judge bytes, survive broken agents and broken scenario files,
+and turn exactly the expected cells red when a rule is broken on purpose."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+HARNESS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HARNESS))
+
+import cli  # noqa: E402
+import matrix as matrix_mod  # noqa: E402
+from abi import REPO_ROOT, m  # noqa: E402
+from region import Region, RegionSpec  # noqa: E402
+from runner import AgentSpec, CellRun  # noqa: E402
+from scenario import ScenarioError, load, load_dir  # noqa: E402
+
+SCENARIOS = REPO_ROOT / "conformance" / "scenarios"
+FAULTY = str(HARNESS / "tests" / "fakes" / "faulty_agent.py")
+REFERENCE = ["python3", "conformance/agents/reference/agent.py"]
+
+
+def reference(env=None, name="reference"):
+    return AgentSpec(name, "sdk", REFERENCE, str(REPO_ROOT), env=env or {})
+
+
+def faulty(fault, op="checkpoint"):
+    return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT))
+
+
+def run(agents, names, timeout=5.0, scenarios_dir=SCENARIOS):
+    scenarios, broken = load_dir(scenarios_dir)
+    scenarios = [s for s in scenarios if s.name in names] if names else scenarios
+    results = cli.run_matrix(agents, scenarios, timeout, jobs=2, build=False)
+    return results, scenarios, broken
+
+
+class RegionTest(unittest.TestCase):
+    def test_layout_comes_from_the_generated_abi(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            region = Region(os.path.join(tmp, "r"), RegionSpec(scb_count=3))
+            self.assertEqual(region.size, m.RegionHeader.SIZE + 3 * m.Scb.SIZE)
+            self.assertEqual(region.read_header("magic"), m.REGION_MAGIC)
+            region.write_scb(2, "worker_state", "RUNNING")
+            self.assertEqual(region.read_scb(2, "worker_state"), m.WorkerState.RUNNING)
+            off = region.scb_offset(2) + m.Scb.WORKER_STATE.offset
+            self.assertEqual(region.locate(off + 1), "scb[2].worker_state+1")
+            self.assertEqual(region.locate(m.RegionHeader.GENERATION.offset), "header.generation+0")
+            region.close()
+
+    def test_expressions_in_region_tables(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            spec = RegionSpec.from_table({"header": {"abi_major": "ABI_MAJOR + 1"},
+                                          "size": "header_size + scb_count * scb_stride - 64"})
+            region = Region(os.path.join(tmp, "r"), spec)
+            self.assertEqual(region.read_header("abi_major"), m.ABI_MAJOR + 1)
+            self.assertEqual(os.path.getsize(region.path), region.full_size - 64)
+            region.close()
+
+
+class ScenarioFilesTest(unittest.TestCase):
+    def test_every_shipped_scenario_loads_and_states_its_intent(self):
+        scenarios, broken = load_dir(SCENARIOS)
+        self.assertEqual(broken, [])
+        self.assertGreaterEqual(len(scenarios), 30)
+        for sc in scenarios:
+            self.assertTrue(sc.intent.endswith("."), sc.name)
+
+    def test_malformed_files_are_named_with_what_is_wrong(self):
+        cases = {
+            "not_toml": ("intent = 'x\n", "not valid TOML"),
+            "no_intent": ("[[step]]\nagent = 'state'\n", "`intent`"),
+            "bad_op": ("intent = 'x.'\n[[step]]\nagent = 'teleport'\n", "agent op 'teleport'"),
+            "bad_field": ("intent = 'x.'\n[[step]]\nwrite = { preempt_sequence = 1 }\n", "'preempt_sequence' is not a scb field"),
+            "two_kinds": ("intent = 'x.'\n[[step]]\nbump = 1\nagent = 'state'\n", "exactly one of"),
+            "bad_expect": ("intent = 'x.'\n[[step]]\nagent = 'state'\nexpect.scbb = {}\n", "unknown keys ['scbb']"),
+            "no_steps": ("intent = 'x.'\n", "no [[step]]"),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, (text, why) in cases.items():
+                path = Path(tmp) / f"{name}.toml"
+                path.write_text(text)
+                with self.assertRaises(ScenarioError) as ctx:
+                    load(path)
+                self.assertIn(name, str(ctx.exception))
+                self.assertIn(why, str(ctx.exception))
+
+    def test_a_broken_file_fails_its_row_and_the_rest_of_the_matrix_runs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(SCENARIOS / "checkpoint_idle_no_write.toml", tmp)
+            (Path(tmp) / "zz_broken.toml").write_text("intent = 'x.'\n[[step]]\nagent = 'fly'\n")
+            results, scenarios, broken = run([reference()], None, scenarios_dir=Path(tmp))
+            mx = matrix_mod.build(results, ["reference"], scenarios, broken)
+            self.assertEqual(mx["rows"]["zz_broken"]["cells"]["reference"]["status"], "fail")
+            self.assertIn("agent op 'fly'", mx["rows"]["zz_broken"]["cells"]["reference"]["message"])
+            self.assertEqual(mx["rows"]["checkpoint_idle_no_write[sync]"]["cells"]["reference"]["status"], "pass")
+
+
+class ReferenceAgentTest(unittest.TestCase):
+    def test_reference_agent_conforms_to_every_sdk_scenario(self):
+        results, _, _ = run([reference()], None)
+        failed = [(r.row, r.message) for r in results if r.status != "pass"]
+        self.assertEqual(failed, [])
+        self.assertGreaterEqual(len(results), 40)
+
+
+class BrokenRuleTest(unittest.TestCase):
+    """Acknowledging before yielding must turn red exactly the async cells that yield."""
+
+    EXPECTED_RED = {
+        "ack_monotonic_concurrent[async]", "async_yield_before_ack[async]",
+        "checkpoint_coalesces_bumps[async]", "checkpoint_pending_yields_once[async]",
+        "critical_blocks_yield[async]", "critical_nesting_outermost_only[async]",
+        "discovery_env_region[async]",
+    }
+
+    def test_ack_before_yield_turns_exactly_the_expected_cells_red(self):
+        agent = reference({"MORPHEUS_CONFORMANCE_BREAK": "ack_before_yield"}, name="broken")
+        results, _, _ = run([agent], None)
+        red = {r.row for r in results if r.status == "fail"}
+        self.assertEqual(red, self.EXPECTED_RED)
+        for r in results:
+            if r.status == "fail":
+                self.assertIn("while the task was suspended", r.message)
+                self.assertEqual(r.first_diff["field"].split(".")[1], "last_ack_seq")
+
+
+class FaultyAgentTest(unittest.TestCase):
+    def check(self, fault, expect_in, op="checkpoint", scenario="checkpoint_pending_yields_once", timeout=3.0):
+        start = time.monotonic()
+        results, _, _ = run([faulty(fault, op), reference()], {scenario, "checkpoint_idle_no_write"},
+                            timeout=timeout)
+        elapsed = time.monotonic() - start
+        by = {(r.agent, r.row): r for r in results}
+        bad = by[(f"faulty-{fault}", f"{scenario}[sync]")]
+        self.assertEqual(bad.status, "fail", bad)
+        self.assertIn(expect_in, bad.message)
+        # The rest of the matrix ran and passed.
+        for (agent, row), r in by.items():
+            if agent == "reference":
+                self.assertEqual(r.status, "pass", r)
+        return bad, elapsed
+
+    def test_crash(self):
+        bad, _ = self.check("crash", "killed by signal 11")
+        self.assertEqual(bad.step, 4)  # attach, register, bump, checkpoint
+
+    def test_exit(self):
+        self.check("exit", "exit status 3")
+
+    def test_hang_is_killed_after_the_timeout(self):
+        bad, elapsed = self.check("hang", "did not answer", timeout=2.0)
+        self.assertIn("killed", bad.message)
+        self.assertLess(elapsed, 60)
+
+    def test_garbage(self):
+        self.check("garbage", "not JSON")
+
+    def test_wrong_id(self):
+        self.check("wrong_id", "carries id")
+
+    def test_reply_without_ok(self):
+        self.check("no_ok", "no boolean 'ok'")
+
+    def test_error_name_outside_the_abi(self):
+        self.check("bad_error", "'OOPS' is not an error_code name")
+
+    def test_no_hello(self):
+        bad, _ = self.check("no_hello", "not JSON", op="-")
+        self.assertIsNone(bad.step)
+        self.assertIn("start-up", bad.message)
+
+    def test_silent_agent_is_killed(self):
+        bad, _ = self.check("silent", "did not answer at start-up", op="-", timeout=2.0)
+
+
+class MatrixTest(unittest.TestCase):
+    def test_markdown_and_merged_kernel_column(self):
+        results, scenarios, broken = run([reference()], {"checkpoint_idle_no_write"})
+        merged = {"kernel": {"gate_critical_blocks": {"status": "pass"}}}
+        mx = matrix_mod.build(results, ["reference"], scenarios, broken, merged)
+        text = matrix_mod.markdown(mx)
+        self.assertIn("| scenario | reference | kernel |", text)
+        self.assertIn("| checkpoint_idle_no_write[sync] | pass | - |", text)
+        self.assertIn("| gate_critical_blocks | - | pass |", text)
+
+    def test_a_failed_cell_names_the_first_differing_byte(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            text = (SCENARIOS / "checkpoint_pending_yields_once.toml").read_text()
+            # Claim the ack should not move: the reference agent (correctly) moves it.
+            text = text.replace('last_ack_seq = "preempt_seq", yield_count = "prev + 1", '
+                                'last_yield_reason = "PREEMPT_REQUEST"',
+                                'yield_count = "prev + 1", last_yield_reason = "PREEMPT_REQUEST"', 1)
+            (Path(tmp) / "wrong.toml").write_text(text)
+            results, _, _ = run([reference()], None, scenarios_dir=Path(tmp))
+            r = [x for x in results if x.variant == "sync"][0]
+            self.assertEqual(r.status, "fail")
+            self.assertEqual(r.step, 4)
+            self.assertEqual(r.first_diff["field"], "scb[1].last_ack_seq")
+            self.assertEqual((r.first_diff["expected_value"], r.first_diff["actual_value"]), (0, 1))
+
+
+if __name__ == "__main__":
+    unittest.main()
