@@ -273,6 +273,7 @@ fn run(opts: Opts) -> Result<()> {
 
     let result = serve(&config, &opts, backend.as_mut(), &region);
     let shutdown = backend.shutdown();
+    println!("{}", backend.counters().format_totals());
     drop(backend);
     result.and(shutdown)
 }

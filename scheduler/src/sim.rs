@@ -58,8 +58,9 @@ struct Worker {
     pid: u32,
     slot_generation: u32,
     schedstat: File,
-    stat: File,
+    status: File,
     run_ns: u64,
+    voluntary_switches: u64,
     since_yield_ns: u64,
     last_ack: u64,
     last_yield_count: u64,
@@ -110,13 +111,13 @@ fn read_runtime(file: &File) -> Option<u64> {
     std::str::from_utf8(&buf[..n]).ok()?.split_whitespace().next()?.parse().ok()
 }
 
-/// State letter of /proc/.../stat (after the command name's closing parenthesis).
-fn read_state(file: &File) -> Option<u8> {
-    let mut buf = [0u8; 512];
+/// `voluntary_ctxt_switches` of /proc/.../status: it grows each time the thread blocks or sleeps
+/// (sched_yield and preemption count as involuntary), i.e. at each voluntary yield point.
+fn read_voluntary_switches(file: &File) -> Option<u64> {
+    let mut buf = [0u8; 4096];
     let n = read_u64_fields(file, &mut buf)?;
-    let text = &buf[..n];
-    let close = text.iter().rposition(|&b| b == b')')?;
-    text.get(close + 2).copied()
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())
 }
 
 fn cgroup2_mount() -> Option<PathBuf> {
@@ -164,15 +165,17 @@ impl SimBackend {
     fn track(&self, tid: u32, pid: u32, slot_generation: u32) -> Option<Worker> {
         let dir = format!("/proc/{pid}/task/{tid}");
         let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
-        let stat = File::open(format!("{dir}/stat")).ok()?;
+        let status = File::open(format!("{dir}/status")).ok()?;
         let run_ns = read_runtime(&schedstat)?;
+        let voluntary_switches = read_voluntary_switches(&status)?;
         Some(Worker {
             tid,
             pid,
             slot_generation,
             schedstat,
-            stat,
+            status,
             run_ns,
+            voluntary_switches,
             since_yield_ns: 0,
             last_ack: 0,
             last_yield_count: 0,
@@ -361,8 +364,10 @@ impl SimBackend {
         if ack != worker.last_ack || yields != worker.last_yield_count {
             // A yield point since the last tick: the worker starts a new slice.
             worker.since_yield_ns = 0;
-        } else if ran == 0 && read_state(&worker.stat).is_some_and(|s| s != b'R') {
-            // Blocked, not merely waiting for a CPU: sleeping ends a slice, as in the kernel.
+        } else if let Some(switches) = read_voluntary_switches(&worker.status).filter(|s| *s != worker.voluntary_switches) {
+            // It slept or blocked since the last tick: sleeping ends a slice, as in the kernel. What
+            // it ran after waking is unknown at this resolution; count it from zero.
+            worker.voluntary_switches = switches;
             worker.since_yield_ns = 0;
         } else {
             worker.since_yield_ns = worker.since_yield_ns.saturating_add(ran);

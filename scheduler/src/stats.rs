@@ -85,4 +85,24 @@ impl Counters {
         let _ = write!(line, "] fallbacks={} effect_errors={}", self.fallbacks, self.effect_errors);
         line
     }
+
+    /// Cumulative figures, one `key=value` per counter (printed once at exit; the starvation
+    /// benchmark reads this line).
+    pub fn format_totals(&self) -> String {
+        let mut line = format!(
+            "totals: ticks={} hints={} dropped={} escalations={}",
+            self.ticks,
+            self.hints_emitted,
+            self.hints_dropped,
+            self.escalations()
+        );
+        for action in abi::EscalationAction::ALL {
+            let _ = write!(line, " {}={}", action.name().to_lowercase(), self.actions[action.raw() as usize]);
+        }
+        for verdict in GateVerdict::ALL.iter().skip(1) {
+            let _ = write!(line, " blocked_{}={}", verdict.label(), self.gate[*verdict as usize]);
+        }
+        let _ = write!(line, " fallbacks={} effect_errors={}", self.fallbacks, self.effect_errors);
+        line
+    }
 }

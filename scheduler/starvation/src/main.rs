@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Starvation benchmark (scheduler/BENCHMARKS.md).
+//!
+//! One "zombie" worker that never reaches a checkpoint runs beside N cooperative workers, all pinned
+//! to the same CPU. Each cooperative worker is released every `--period-ms`, does `--work-us` of CPU
+//! work in `--chunk-us` pieces with a Morpheus checkpoint between pieces, and records its
+//! scheduling latency: how late it started relative to its release. The same scenario runs with
+//! Morpheus off (no scheduler, workers unregistered), observer and enforced (scx_morpheus started by
+//! this program with a private region and socket), and the table compares them in the same run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+mod worker;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Off,
+    Observer,
+    Enforced,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Observer => "observer",
+            Mode::Enforced => "enforced",
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "starvation", about = "Cooperative workers' scheduling latency beside a non-yielding worker")]
+struct Opts {
+    /// Cooperative workers.
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// CPU every worker is pinned to (default: the last online CPU).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Seconds each mode runs.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Release period of each cooperative worker, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    period_ms: u64,
+    /// CPU work per release, in microseconds.
+    #[arg(long, default_value_t = 2000)]
+    work_us: u64,
+    /// Work between two checkpoints, in microseconds.
+    #[arg(long, default_value_t = 50)]
+    chunk_us: u64,
+    /// Modes to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Mode::Off, Mode::Observer, Mode::Enforced])]
+    modes: Vec<Mode>,
+    /// The scx_morpheus binary (default: next to this one).
+    #[arg(long)]
+    scheduler: Option<PathBuf>,
+    /// Extra arguments for scx_morpheus (e.g. --slice-us=2000).
+    #[arg(long = "scheduler-arg", allow_hyphen_values = true)]
+    scheduler_args: Vec<String>,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec { tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t, tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long };
+    // SAFETY: valid timespec; EINTR just ends the sleep early and the caller measures from the deadline.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+}
+
+fn pin_to(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot pin to CPU {cpu}"));
+        }
+    }
+    Ok(())
+}
+
+/// Where a phase's workers register (None: Morpheus off).
+#[derive(Clone)]
+struct Target {
+    region: PathBuf,
+    socket: PathBuf,
+}
+
+fn register(target: &Option<Target>) -> Result<Option<worker::Worker>> {
+    let Some(t) = target else { return Ok(None) };
+    let worker = worker::Worker::register(&t.socket)
+        .with_context(|| format!("registration with {} (region {})", t.socket.display(), t.region.display()))?;
+    Ok(Some(worker))
+}
+
+struct PhaseResult {
+    latencies_ns: Vec<u64>,
+    zombie_cpu_share: f64,
+    yields: u64,
+    totals: Option<String>,
+}
+
+fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64>, f64, u64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(opts.workers + 2));
+    let mut handles = Vec::new();
+
+    // The zombie: registered like the others, but never reaches a checkpoint.
+    let zombie = {
+        let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
+        std::thread::Builder::new().name("zombie".into()).spawn(move || -> Result<f64> {
+            pin_to(cpu)?;
+            let _worker = register(&target)?;
+            barrier.wait();
+            let (wall0, cpu0) = (monotonic_ns(), thread_cpu_ns());
+            let mut x = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            Ok((thread_cpu_ns() - cpu0) as f64 / (monotonic_ns() - wall0).max(1) as f64)
+        })?
+    };
+
+    let period = opts.period_ms * 1_000_000;
+    let warmup_ns = 500_000_000;
+    for i in 0..opts.workers {
+        let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
+        let (work, chunk, workers) = (opts.work_us * 1000, opts.chunk_us * 1000, opts.workers as u64);
+        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, u64)> {
+            pin_to(cpu)?;
+            let mut worker = register(&target)?;
+            barrier.wait();
+            let start = monotonic_ns();
+            // Stagger releases so the workers do not all wake at once.
+            let mut release = start + period * (i as u64 + 1) / workers;
+            let mut latencies = Vec::new();
+            let mut yields = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                sleep_until(release);
+                let woke = monotonic_ns();
+                if release >= start + warmup_ns {
+                    latencies.push(woke.saturating_sub(release));
+                }
+                let cpu_start = thread_cpu_ns();
+                while thread_cpu_ns() - cpu_start < work {
+                    let piece = thread_cpu_ns();
+                    while thread_cpu_ns() - piece < chunk {
+                        std::hint::spin_loop();
+                    }
+                    if let Some(w) = worker.as_mut() {
+                        if w.checkpoint_sync() {
+                            yields += 1;
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+                release += period;
+                // A release missed by more than a period is skipped, not queued: latency stays a
+                // per-release figure instead of an ever-growing backlog.
+                let now = monotonic_ns();
+                if now > release + period {
+                    release = now - (now - release) % period;
+                }
+            }
+            Ok((latencies, yields))
+        })?);
+    }
+    barrier.wait();
+    std::thread::sleep(Duration::from_secs_f64(opts.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut yields = 0;
+    for h in handles {
+        let (lat, y) = h.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+        all.extend(lat);
+        yields += y;
+    }
+    let zombie_share = zombie.join().map_err(|_| anyhow::anyhow!("the zombie thread panicked"))??;
+    Ok((all, zombie_share, yields))
+}
+
+fn start_scheduler(bin: &Path, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
+    let target = Target { region: dir.join("region"), socket: dir.join("agent.sock") };
+    let mut child = Command::new(bin)
+        .args(["--backend", "sim", "--mode", mode.name(), "--policy", "kick"])
+        .arg("--region")
+        .arg(&target.region)
+        .arg("--socket")
+        .arg(&target.socket)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !target.socket.exists() {
+        if let Some(status) = child.try_wait()? {
+            bail!("{} exited early ({status})", bin.display());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("{} did not open {} within 10 s", bin.display(), target.socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((child, target))
+}
+
+fn stop_scheduler(mut child: Child) -> Result<Option<String>> {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("scx_morpheus exited with {status}");
+    }
+    let out = child.stdout.take().context("no stdout")?;
+    Ok(BufReader::new(out).lines().map_while(|l| l.ok()).find(|l| l.starts_with("totals:")))
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn field(totals: &Option<String>, key: &str) -> String {
+    totals
+        .as_deref()
+        .and_then(|t| t.split_whitespace().find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('='))))
+        .unwrap_or("-")
+        .to_string()
+}
+
+fn main() -> Result<()> {
+    let opts = Opts::parse();
+    if opts.workers == 0 || opts.period_ms == 0 || opts.work_us == 0 || opts.chunk_us == 0 || opts.seconds <= 0.0 {
+        bail!("--workers, --period-ms, --work-us, --chunk-us and --seconds must be positive");
+    }
+    // SAFETY: sysconf has no preconditions.
+    let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let cpu = opts.cpu.unwrap_or(ncpu - 1);
+    if cpu >= ncpu {
+        bail!("--cpu {cpu}: this machine has CPUs 0..{}", ncpu - 1);
+    }
+    let bin = match &opts.scheduler {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("scx_morpheus"),
+    };
+    if opts.modes.iter().any(|m| *m != Mode::Off) && !bin.exists() {
+        bail!("scx_morpheus not found at {} (build it, or pass --scheduler)", bin.display());
+    }
+    println!(
+        "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode",
+        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds
+    );
+    let mut results: Vec<(Mode, PhaseResult)> = Vec::new();
+    for &mode in &opts.modes {
+        let dir = std::env::temp_dir().join(format!("morpheus-starvation-{}-{}", std::process::id(), mode.name()));
+        std::fs::create_dir_all(&dir)?;
+        let (child, target) = if mode == Mode::Off {
+            (None, None)
+        } else {
+            let (child, target) = start_scheduler(&bin, mode, &dir, &opts.scheduler_args)?;
+            (Some(child), Some(target))
+        };
+        let phase = run_phase(&opts, cpu, target);
+        let totals = match child {
+            Some(child) => stop_scheduler(child)?,
+            None => None,
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut latencies_ns, zombie_cpu_share, yields) = phase?;
+        latencies_ns.sort_unstable();
+        results.push((mode, PhaseResult { latencies_ns, zombie_cpu_share, yields, totals }));
+    }
+
+    let off = results.iter().find(|(m, _)| *m == Mode::Off).map(|(_, r)| {
+        (percentile(&r.latencies_ns, 99.0), *r.latencies_ns.last().unwrap_or(&0))
+    });
+    println!(
+        "{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7}",
+        "mode", "samples", "p50_us", "p95_us", "p99_us", "max_us", "p99/off", "max/off", "hints", "yields", "escalations", "zombie%"
+    );
+    for (mode, r) in &results {
+        let l = &r.latencies_ns;
+        let (p50, p95, p99, max) = (percentile(l, 50.0), percentile(l, 95.0), percentile(l, 99.0), *l.last().unwrap_or(&0));
+        let ratio = |v: u64, base: u64| if base == 0 { "-".to_string() } else { format!("{:.3}", v as f64 / base as f64) };
+        let (r99, rmax) = match off {
+            Some((b99, bmax)) => (ratio(p99, b99), ratio(max, bmax)),
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:<9} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7.1}",
+            mode.name(),
+            l.len(),
+            p50 as f64 / 1e3,
+            p95 as f64 / 1e3,
+            p99 as f64 / 1e3,
+            max as f64 / 1e3,
+            r99,
+            rmax,
+            field(&r.totals, "hints"),
+            r.yields,
+            field(&r.totals, "escalations"),
+            r.zombie_cpu_share * 100.0
+        );
+    }
+    for (mode, r) in &results {
+        if let Some(t) = &r.totals {
+            println!("{}: scx_morpheus {t}", mode.name());
+        }
+    }
+    Ok(())
+}
