@@ -30,11 +30,18 @@ step_abi_check() {
   python3 abi/gen/morpheus_abigen.py --check
 }
 
+# Starvation benchmark: Morpheus off / observer / enforced side by side. The benchmark starts and
+# stops scx_morpheus (simulation backend, private region and socket) itself for each mode.
+step_starvation() {
+  bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-10}"
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
   abi_check
   abi_report
+  starvation
 )
 
 # ---------------------------------------------------------------------------
