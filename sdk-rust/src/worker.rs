@@ -403,18 +403,20 @@ impl Inner {
         let region = self.region.as_ref()?;
         let now = sys::monotonic_ns();
         let slice = region.slice_ns();
-        if now.saturating_sub(self.last_mode_eval_ns) >= slice {
-            self.evaluate_mode(raw, now);
-        }
         let ran_a_slice = now.saturating_sub(self.last_yield_ns) >= slice;
-        match self.mode {
+        let reason = match self.mode {
             RuntimeMode::Deterministic => None,
             RuntimeMode::Pressured => {
                 let budget = a64(addr_of!((*self.scb).budget_remaining_ns)).load(Ordering::Relaxed);
                 (budget == 0 && ran_a_slice).then_some(YieldReason::Budget)
             }
             RuntimeMode::Defensive => ran_a_slice.then_some(YieldReason::Defensive),
+        };
+        // A yield re-evaluates the mode in commit; otherwise at most once per slice (§5.4).
+        if reason.is_none() && now.saturating_sub(self.last_mode_eval_ns) >= slice {
+            self.evaluate_mode(raw, now);
         }
+        reason
     }
 
     /// Re-evaluate the runtime mode and publish it; sets `cached_ack` so that only DETERMINISTIC
