@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Conformance agent for sdk-rust (the `morpheus` crate).
+//!
+//! Speaks the agent protocol of spec/CONFORMANCE.md on stdin/stdout: one JSON request per line in,
+//! one JSON reply per line out. Every operation runs on the main thread, which is the worker thread
+//! (the SDK's worker state is thread-local). Async checkpoints are polled by a hand-written executor so
+//! that the harness can inspect the SCB while the task is suspended.
+//!
+//! MORPHEUS_CONFORMANCE_BREAK=ack_before_yield breaks one rule on purpose, in this agent only (the SDK
+//! is untouched): its async checkpoint acknowledges first (through the synchronous checkpoint) and
+//! suspends afterwards. It exists to show which matrix cells a broken SDK turns red.
+
+mod json;
+
+use std::{
+    future::Future,
+    io::{self, BufRead, Write},
+    pin::pin,
+    sync::Arc,
+    task::{Context, Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use json::{Obj, Request, Value};
+use morpheus::{region, Config, Discovered, Error, Region, RuntimeKind, Worker};
+
+/// What `attach` chose: a region, or detached mode.
+enum Attachment {
+    Region(Arc<Region>),
+    Detached,
+}
+
+struct Agent {
+    attachment: Option<Attachment>,
+    worker: Option<Worker>,
+    break_ack_before_yield: bool,
+    out: io::Stdout,
+    lines: io::Lines<io::StdinLock<'static>>,
+}
+
+type Reply = Result<Obj, (String, String)>;
+
+fn sdk_err(e: Error) -> (String, String) {
+    (e.code().name().to_string(), e.to_string())
+}
+
+fn protocol_err(what: impl Into<String>) -> (String, String) {
+    ("BAD_REQUEST".to_string(), what.into())
+}
+
+fn gettid() -> i128 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as i128 }
+}
+
+fn arg_int(req: &Request, key: &str) -> Result<i128, (String, String)> {
+    match req.get(key) {
+        Some(Value::Int(v)) => Ok(*v),
+        other => Err(protocol_err(format!("{key} must be an integer, got {other:?}"))),
+    }
+}
+
+impl Agent {
+    fn send(&mut self, line: String) {
+        let mut out = self.out.lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    fn worker(&self, op: &'static str) -> Result<&Worker, (String, String)> {
+        self.worker.as_ref().ok_or_else(|| sdk_err(Error::NotRegistered { operation: op }))
+    }
+
+    /// GENERATION_CHANGED if the SDK detached the worker after a restart (SCB.md §6).
+    fn lost(&self) -> Result<(), (String, String)> {
+        match self.worker.as_ref().map(|w| w.status()) {
+            Some(Err(e @ Error::GenerationChanged { .. })) => Err(sdk_err(e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn depth(&self) -> u32 {
+        // SAFETY: the calling thread's own state.
+        unsafe { (*morpheus::current_raw()).critical_depth }
+    }
+
+    fn attach(&mut self, req: &Request) -> Reply {
+        let attachment = match req.get("path") {
+            Some(Value::Str(p)) if p.is_empty() => Attachment::Detached,
+            Some(Value::Str(p)) => Attachment::Region(Region::open(p).map_err(sdk_err)?),
+            None | Some(Value::Null) => match region::discover().map_err(sdk_err)? {
+                Discovered::Attached(r) => Attachment::Region(r),
+                Discovered::Detached(_) => Attachment::Detached,
+            },
+            Some(other) => return Err(protocol_err(format!("path must be a string, got {other:?}"))),
+        };
+        let attached = matches!(attachment, Attachment::Region(_));
+        self.attachment = Some(attachment);
+        Ok(Obj::new().bool("attached", attached))
+    }
+
+    fn register(&mut self, req: &Request) -> Reply {
+        let slot = u32::try_from(arg_int(req, "slot")?).map_err(|_| protocol_err("slot out of u32 range"))?;
+        let mut config = Config::default().runtime_kind(RuntimeKind::Rust).direct_slot(slot);
+        config = match &self.attachment {
+            Some(Attachment::Region(r)) => config.region(r.clone()),
+            // Not attached (never asked, or the region was refused): a detached worker, SCB.md §7.
+            _ => config.detached(),
+        };
+        if self.worker.is_some() {
+            // The SDK itself must refuse: ask it (it knows this thread holds a worker).
+            return Err(sdk_err(config.register().err().unwrap_or(Error::AlreadyRegistered { slot: None })));
+        }
+        let worker = config.register().map_err(sdk_err)?;
+        let reply = Obj::new()
+            .opt_int("slot", worker.slot())
+            .int("tid", gettid())
+            .bool("attached", worker.is_attached());
+        self.worker = Some(worker);
+        Ok(reply)
+    }
+
+    fn checkpoint_sync(&mut self) -> Result<bool, (String, String)> {
+        let yielded = morpheus::checkpoint_sync();
+        if !yielded {
+            self.lost()?;
+        }
+        Ok(yielded)
+    }
+
+    /// Poll the SDK's checkpoint future by hand; on `Pending`, call `on_suspend` (the task is parked
+    /// in the executor) before polling again.
+    fn checkpoint_async(&mut self, on_suspend: &mut dyn FnMut(&mut Agent)) -> Result<bool, (String, String)> {
+        if self.break_ack_before_yield {
+            let acked = morpheus::checkpoint_sync(); // the broken order: acknowledge, then yield
+            if acked {
+                on_suspend(self);
+            }
+            return Ok(acked);
+        }
+        let mut fut = pin!(morpheus::checkpoint());
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut suspended = false;
+        let yielded = loop {
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(y) => break y,
+                Poll::Pending => {
+                    if suspended {
+                        return Err(protocol_err("the checkpoint future was pending twice"));
+                    }
+                    suspended = true;
+                    on_suspend(self);
+                }
+            }
+        };
+        if !yielded {
+            self.lost()?;
+        }
+        Ok(yielded)
+    }
+
+    fn state(&self) -> Reply {
+        let mut o = Obj::new()
+            .bool("attached", matches!(self.attachment, Some(Attachment::Region(_))))
+            .bool("registered", self.worker.is_some())
+            .int("depth", self.depth());
+        if let Some(w) = &self.worker {
+            o = o
+                .opt_int("slot", w.slot())
+                .int("cached_ack", w.acknowledged_seq())
+                .bool("escapable", w.escapable())
+                .int("priority", w.priority())
+                .str("mode", w.runtime_mode().name())
+                .int("yields", w.yield_counts().total());
+        }
+        Ok(o)
+    }
+
+    fn handle(&mut self, id: i128, req: &Request) -> Option<Reply> {
+        let op = match req.get("op") {
+            Some(Value::Str(op)) => op.clone(),
+            _ => return Some(Err(protocol_err("no op"))),
+        };
+        let reply = match op.as_str() {
+            "exit" => return None,
+            "attach" => self.attach(req),
+            "register" => self.register(req),
+            "checkpoint" => match req.get("mode") {
+                Some(Value::Str(m)) if m == "sync" => self.checkpoint_sync().map(|y| Obj::new().bool("yielded", y)),
+                Some(Value::Str(m)) if m == "async" => {
+                    let mut on_suspend = |agent: &mut Agent| {
+                        agent.send(Obj::new().int("id", id).str("event", "suspended").render());
+                        // Wait for the harness's resume of this request.
+                        match agent.lines.next() {
+                            Some(Ok(line)) => match json::parse_object(&line) {
+                                Ok(r) if r.get("op") == Some(&Value::Str("resume".into()))
+                                    && r.get("id") == Some(&Value::Int(id)) => {}
+                                _ => {
+                                    eprintln!("rust agent: expected resume of {id}, got {line}");
+                                    std::process::exit(3)
+                                }
+                            },
+                            _ => std::process::exit(0),
+                        }
+                    };
+                    self.checkpoint_async(&mut on_suspend).map(|y| Obj::new().bool("yielded", y))
+                }
+                other => Err(protocol_err(format!("mode must be sync or async, got {other:?}"))),
+            },
+            "checkpoint_loop" => (|| {
+                let millis = arg_int(req, "duration_ms")?;
+                let asynchronous = req.get("mode") == Some(&Value::Str("async".into()));
+                let end = Instant::now() + Duration::from_millis(millis as u64);
+                let (mut iterations, mut yields) = (0u64, 0u64);
+                while Instant::now() < end {
+                    for _ in 0..64 {
+                        iterations += 1;
+                        let y = if asynchronous {
+                            self.checkpoint_async(&mut |_| {})?
+                        } else {
+                            self.checkpoint_sync()?
+                        };
+                        yields += y as u64;
+                    }
+                }
+                Ok(Obj::new().int("iterations", iterations).int("yields", yields))
+            })(),
+            "critical_enter" => {
+                match &self.worker {
+                    Some(w) => w.critical_enter(),
+                    // SAFETY: the calling thread's own state (detached: only counts).
+                    None => unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) },
+                }
+                Ok(Obj::new().int("depth", self.depth()))
+            }
+            "critical_exit" => {
+                let r = match &self.worker {
+                    Some(w) => w.critical_exit(),
+                    // SAFETY: as above.
+                    None => unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) },
+                };
+                r.map_err(sdk_err).map(|_| Obj::new().int("depth", self.depth()))
+            }
+            "set_escapable" => match req.get("value") {
+                Some(Value::Bool(v)) => {
+                    self.worker("set_escapable").and_then(|w| w.set_escapable(*v).map_err(sdk_err)).map(|_| Obj::new())
+                }
+                _ => Err(protocol_err("value must be a boolean")),
+            },
+            "set_priority" => arg_int(req, "value").and_then(|v| {
+                self.worker("set_priority").and_then(|w| w.set_priority(v as i32).map_err(sdk_err)).map(|_| Obj::new())
+            }),
+            "state" => self.state(),
+            "shutdown" => match self.worker.take() {
+                Some(w) => w.shutdown().map_err(sdk_err).map(|_| Obj::new()),
+                None => Err(sdk_err(Error::NotRegistered { operation: "shutdown" })),
+            },
+            other => Err(("UNSUPPORTED".to_string(), format!("unknown op {other:?}"))),
+        };
+        Some(reply)
+    }
+}
+
+fn main() {
+    let mut agent = Agent {
+        attachment: None,
+        worker: None,
+        break_ack_before_yield: std::env::var("MORPHEUS_CONFORMANCE_BREAK").as_deref() == Ok("ack_before_yield"),
+        out: io::stdout(),
+        lines: io::stdin().lock().lines(),
+    };
+    let hello = Obj::new()
+        .str("protocol", "morpheus-conformance")
+        .int("version", 1)
+        .str("sdk", "rust")
+        .str("runtime_kind", RuntimeKind::Rust.name())
+        .int("abi_major", morpheus_abi_version().0)
+        .int("abi_minor", morpheus_abi_version().1)
+        .raw("checkpoint_modes", "[\"sync\",\"async\"]".into())
+        .int("pid", std::process::id());
+    agent.send(hello.render());
+    while let Some(Ok(line)) = agent.lines.next() {
+        let req = match json::parse_object(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let reply = Obj::new().raw("id", "null".into()).bool("ok", false).str("error", "BAD_REQUEST").str("message", &e);
+                agent.send(reply.render());
+                continue;
+            }
+        };
+        let id = match req.get("id") {
+            Some(Value::Int(id)) => *id,
+            _ => -1,
+        };
+        let Some(reply) = agent.handle(id, &req) else { break };
+        let base = Obj::new().int("id", id);
+        let line = match reply {
+            Ok(fields) => base.bool("ok", true).extend(fields).render(),
+            Err((code, message)) => base.bool("ok", false).str("error", &code).str("message", &message).render(),
+        };
+        agent.send(line);
+    }
+    // Dropping the worker here would shut it down; the harness judges bytes only up to its last request.
+    if let Some(w) = agent.worker.take() {
+        std::mem::forget(w);
+    }
+}
+
+fn morpheus_abi_version() -> (u16, u16) {
+    (morpheus_abi::ABI_MAJOR, morpheus_abi::ABI_MINOR)
+}
