@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Starts the real scx_morpheus (simulation backend) with a temporary region and socket and feeds it
+//! bad input: options, paths, a second instance, malformed and refused registrations, a flood, and a
+//! worker thread that dies without unregistering.
+
+use std::io::{Read, Write};
+use std::mem::size_of;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use morpheus_abi as abi;
+use morpheus_abi::{RegReply, RegRequest, RegStatus};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scx_morpheus");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run scx_morpheus")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+struct Agent {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(extra: &[&str]) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let child = spawn(dir.path(), extra);
+        let agent = Agent { child, dir };
+        agent.wait_ready();
+        agent
+    }
+    fn region(&self) -> PathBuf {
+        self.dir.path().join("region")
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(self.socket()).is_err() {
+            assert!(Instant::now() < deadline, "scx_morpheus did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    /// SIGTERM, wait; the directory lives on in the returned TempDir for checks after exit.
+    fn stop(self) -> (Output, tempfile::TempDir) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        (self.child.wait_with_output().unwrap(), self.dir)
+    }
+}
+
+fn spawn(dir: &Path, extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(["--backend", "sim", "--region"])
+        .arg(dir.join("region"))
+        .arg("--socket")
+        .arg(dir.join("sock"))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn request(op: abi::RegOp, tid: u32, slot: u32) -> RegRequest {
+    RegRequest {
+        magic: abi::REG_MAGIC,
+        abi_major: abi::ABI_MAJOR,
+        abi_minor: abi::ABI_MINOR,
+        op: op.raw(),
+        tid,
+        slot,
+        runtime_kind: abi::RuntimeKind::Rust.raw(),
+        ..Default::default()
+    }
+}
+
+fn send_raw(stream: &mut UnixStream, bytes: &[u8]) -> RegReply {
+    stream.write_all(bytes).unwrap();
+    let mut buf = [0u8; size_of::<RegReply>()];
+    stream.read_exact(&mut buf).unwrap();
+    let reply: RegReply = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+    assert_eq!(reply.magic, abi::REG_MAGIC);
+    reply
+}
+
+fn send(stream: &mut UnixStream, req: &RegRequest) -> RegReply {
+    let bytes = unsafe { std::slice::from_raw_parts((req as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) };
+    send_raw(stream, bytes)
+}
+
+fn gettid() -> u32 {
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn status(reply: &RegReply) -> RegStatus {
+    RegStatus::try_from(reply.status).unwrap()
+}
+
+#[test]
+fn rejects_bad_options() {
+    for (args, needle) in [
+        (vec!["--slice-us", "0"], "--slice-us 0"),
+        (vec!["--slice-us", "99999999999"], "too large"),
+        (vec!["--grace-us", "0"], "--grace-us 0"),
+        (vec!["--grace-us", "100000000000"], "too large"),
+        (vec!["--max-workers", "0"], "--max-workers 0"),
+        (vec!["--mode", "chaos"], "invalid value 'chaos'"),
+        (vec!["--policy", "nuke"], "invalid value 'nuke'"),
+        (vec!["--frobnicate"], "unexpected argument '--frobnicate'"),
+        (vec!["--socket", &"x".repeat(200)], "must be shorter than 108"),
+        (vec!["--stats", "0"], "--stats 0"),
+    ] {
+        let out = run(&args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr(&out).contains(needle), "{args:?}: stderr {:?} lacks {needle:?}", stderr(&out));
+    }
+}
+
+#[test]
+fn refuses_a_region_path_that_is_not_a_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let region = dir.path().join("region");
+    std::fs::write(&region, b"precious data, not a region").unwrap();
+    let out = Command::new(BIN)
+        .args(["--backend", "sim", "--region"])
+        .arg(&region)
+        .arg("--socket")
+        .arg(dir.path().join("sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is not a Morpheus region"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&region).unwrap(), b"precious data, not a region", "file was touched");
+    // A directory is refused too.
+    let out = Command::new(BIN)
+        .args(["--backend", "sim", "--region"])
+        .arg(dir.path())
+        .arg("--socket")
+        .arg(dir.path().join("sock2"))
+        .output()
+        .unwrap();
+    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
+}
+
+#[test]
+fn publishes_region_and_retires_it_on_clean_exit() {
+    let agent = Agent::start(&["--max-workers", "8"]);
+    let bytes = std::fs::read(agent.region()).unwrap();
+    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    assert_eq!(header.magic, abi::REGION_MAGIC);
+    assert_eq!(header.scb_count, 8);
+    assert_ne!(header.generation, 0);
+    assert_eq!(header.backend, abi::Backend::Sim.raw());
+    let first_generation = header.generation;
+    let region = agent.region();
+    let (out, tmp) = agent.stop();
+    let dir = tmp.path().to_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = std::fs::read(&region).unwrap();
+    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    assert_eq!(header.generation, 0, "clean exit must retire the region");
+    assert!(!dir.join("sock").exists(), "socket left behind");
+    // The next start replaces the region (new inode, new nonzero generation).
+    let again = Agent { child: spawn(&dir, &["--max-workers", "8"]), dir: tmp };
+    again.wait_ready();
+    let bytes = std::fs::read(&region).unwrap();
+    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    assert!(header.generation != 0 && header.generation != first_generation);
+    let (out, _tmp) = again.stop();
+    assert!(out.status.success());
+}
+
+#[test]
+fn second_instance_is_refused_and_a_killed_one_leaves_nothing_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = spawn(dir.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(dir.path().join("sock")).is_err() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = spawn(dir.path(), &[]).wait_with_output().unwrap();
+    assert!(!second.status.success());
+    assert!(stderr(&second).contains("already running"), "{}", stderr(&second));
+    // Kill -9: socket file, lock files and region stay behind; the next start must not trip on them.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(dir.path().join("sock").exists());
+    let mut third = spawn(dir.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if UnixStream::connect(dir.path().join("sock")).is_ok() {
+            break;
+        }
+        if let Some(status) = third.try_wait().unwrap() {
+            let mut err = String::new();
+            third.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            panic!("restart after kill failed ({status}): {err}");
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(third.id() as i32, libc::SIGTERM) };
+    assert!(third.wait().unwrap().success());
+}
+
+#[test]
+fn registration_refusals_and_release() {
+    let agent = Agent::start(&["--max-workers", "4", "--max-workers-per-process", "2"]);
+    let mut s = UnixStream::connect(agent.socket()).unwrap();
+    let tid = gettid();
+
+    let mut bad = request(abi::RegOp::Register, tid, 0);
+    bad.magic = 0xdead_beef;
+    assert_eq!(status(&send(&mut s, &bad)), RegStatus::Malformed);
+    let mut bad = request(abi::RegOp::Register, tid, 0);
+    bad.op = 77;
+    assert_eq!(status(&send(&mut s, &bad)), RegStatus::Malformed);
+    let mut bad = request(abi::RegOp::Register, tid, 0);
+    bad.abi_major = abi::ABI_MAJOR + 1;
+    let reply = send(&mut s, &bad);
+    assert_eq!(status(&reply), RegStatus::AbiMajorMismatch);
+    assert_eq!(reply.abi_major, abi::ABI_MAJOR);
+    // tid 1 (init) is not ours.
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, 1, 0))), RegStatus::NotCallerTid);
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, 0, 0))), RegStatus::NotCallerTid);
+
+    let ok = send(&mut s, &request(abi::RegOp::Register, tid, 0));
+    assert_eq!(status(&ok), RegStatus::Ok);
+    assert_eq!(ok.slot_generation, 1);
+    let path_len = ok.region_path.iter().position(|&b| b == 0).unwrap();
+    assert_eq!(Path::new(std::str::from_utf8(&ok.region_path[..path_len]).unwrap()), agent.region());
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, tid, 0))), RegStatus::AlreadyRegistered);
+
+    // The SCB says who holds the slot.
+    let bytes = std::fs::read(agent.region()).unwrap();
+    let scb_at = size_of::<abi::RegionHeader>() + ok.slot as usize * size_of::<abi::Scb>();
+    let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[scb_at..].as_ptr().cast()) };
+    assert_eq!(scb.tid, tid);
+    assert_eq!(scb.pid, std::process::id());
+    assert_eq!(scb.worker_state, abi::WorkerState::Registered.raw());
+
+    // Unregister: someone else's slot / out of range -> NOT_OWNER; ours -> OK and the slot is INIT.
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, 3))), RegStatus::NotOwner);
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, 9999))), RegStatus::NotOwner);
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, ok.slot))), RegStatus::Ok);
+    let bytes = std::fs::read(agent.region()).unwrap();
+    let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[scb_at..].as_ptr().cast()) };
+    assert_eq!((scb.tid, scb.pid, scb.worker_state), (0, 0, abi::WorkerState::Init.raw()));
+
+    // A short message gets MALFORMED and the agent stays up.
+    let mut short = UnixStream::connect(agent.socket()).unwrap();
+    short.write_all(&[1, 2, 3]).unwrap();
+    short.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut buf = [0u8; size_of::<RegReply>()];
+    short.read_exact(&mut buf).unwrap();
+    let reply: RegReply = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+    assert_eq!(status(&reply), RegStatus::Malformed);
+    let (out, _tmp) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn flood_from_one_process_is_capped_and_dead_threads_are_reclaimed() {
+    let agent = Agent::start(&["--max-workers", "4", "--max-workers-per-process", "2"]);
+    let socket = agent.socket();
+    // Threads that register and then exit without unregistering.
+    let mut slots = Vec::new();
+    for _ in 0..3 {
+        let socket = socket.clone();
+        let reply = std::thread::spawn(move || {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            send(&mut s, &request(abi::RegOp::Register, gettid(), 0))
+        })
+        .join()
+        .unwrap();
+        slots.push(status(&reply));
+    }
+    // The first two fit the per-process cap; the third fits only if the exited threads were
+    // already reclaimed. Either way nothing leaks: below, every slot comes back.
+    assert_eq!(slots[0], RegStatus::Ok);
+    assert_eq!(slots[1], RegStatus::Ok);
+    assert!(matches!(slots[2], RegStatus::Ok | RegStatus::NoFreeSlot), "{slots:?}");
+    // A live flood: many threads alive at once.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let handles: Vec<_> = (0..5)
+        .map(|_| {
+            let (socket, barrier) = (socket.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut s = UnixStream::connect(&socket).unwrap();
+                let r = status(&send(&mut s, &request(abi::RegOp::Register, gettid(), 0)));
+                barrier.wait(); // stay alive until all have asked
+                r
+            })
+        })
+        .collect();
+    barrier.wait();
+    let results: Vec<RegStatus> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let granted = results.iter().filter(|r| **r == RegStatus::Ok).count();
+    assert!(granted <= 2, "per-process cap exceeded: {results:?}");
+    assert!(results.iter().all(|r| *r == RegStatus::Ok || *r == RegStatus::NoFreeSlot), "{results:?}");
+    // All those threads are gone now: their slots come back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let bytes = std::fs::read(agent.region()).unwrap();
+        let held = (0..4)
+            .filter(|i| {
+                let at = size_of::<abi::RegionHeader>() + i * size_of::<abi::Scb>();
+                let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[at..].as_ptr().cast()) };
+                scb.worker_state != abi::WorkerState::Init.raw()
+            })
+            .count();
+        if held == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{held} slots of dead threads were not reclaimed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut s = UnixStream::connect(&socket).unwrap();
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, gettid(), 0))), RegStatus::Ok);
+    let (out, _tmp) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
