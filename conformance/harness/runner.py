@@ -260,7 +260,14 @@ class CellRun:
             if bump:
                 self._bump(step.slot, bump)
 
-        reply = self.agent.request(step.op, args, on_suspended=on_suspended)
+        watcher = self._watch(step) if step.expect.get("watch") else None
+        try:
+            reply = self.agent.request(step.op, args, on_suspended=on_suspended)
+        finally:
+            if watcher:
+                watcher.stop()
+        if watcher:
+            watcher.judge(step)
         if suspended_failure:
             raise suspended_failure[0]
         if step.op == "checkpoint" and reply.get("ok"):
@@ -280,6 +287,9 @@ class CellRun:
             self.tid = tid
         self._check_reply(step, reply)
         self._check_bytes(step, self.expected if during_yield else before, reply)
+
+    def _watch(self, step: Step) -> "_Watcher":
+        return _Watcher(self.region, step.slot, step.expect["watch"])
 
     def _concurrent_step(self, step: Step) -> None:
         """The agent checkpoints in a loop while the harness bumps preempt_seq and samples the SCB."""
@@ -379,3 +389,49 @@ class CellRun:
                     self.region.close()
                 result.seconds = time.monotonic() - start
         return result
+
+
+class _Watcher:
+    """Samples SCB fields as fast as it can while an agent request runs, so that the order of the
+    values an SDK stores can be judged (lifecycle: INIT, REGISTERED, RUNNING, QUIESCING, DEAD, INIT).
+    A sampler can miss short-lived values but never invents an order: every value seen must appear in
+    the expected order, and no value may be seen after a later one."""
+
+    def __init__(self, region: Region, slot: int, fields: dict):
+        self.region, self.slot = region, slot
+        self.orders = {name: [resolve_enum(name, v) for v in values] for name, values in fields.items()}
+        self.seen: dict[str, list[int]] = {name: [] for name in fields}
+        self._stop = threading.Event()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for name, seen in self.seen.items():
+            value = self.region.read_scb(self.slot, name)
+            if not seen or seen[-1] != value:
+                seen.append(value)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def judge(self, step: Step) -> None:
+        for name, order in self.orders.items():
+            seen, position = self.seen[name], 0
+            for value in seen:
+                # Consume the expected order; a value may repeat only as consecutive samples.
+                while position < len(order) and order[position] != value:
+                    position += 1
+                if position == len(order):
+                    raise StepFailure(f"{step.describe()}: {name} took the values {seen} in this order; "
+                                      f"the spec's order is {order}")
+                position += 1
+            if seen[0] != order[0] or seen[-1] != order[-1]:
+                raise StepFailure(f"{step.describe()}: {name} went {seen}; expected to start at "
+                                  f"{order[0]} and end at {order[-1]}")

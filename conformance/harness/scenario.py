@@ -30,7 +30,7 @@ AGENT_OPS = {
     "shutdown": set(),
     "gate": {"slot", "runtime_ns"},
 }
-EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot"}
+EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch"}
 STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent")
 
 
@@ -148,6 +148,11 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         _check_fields(path, where + " expect.scb", expect["scb"], SCB_FIELDS, "scb")
     if "header" in expect:
         _check_fields(path, where + " expect.header", expect["header"], HEADER_FIELDS, "region_header")
+    if "watch" in expect:
+        _check_fields(path, where + " expect.watch", expect["watch"], SCB_FIELDS, "scb")
+        for name, order in expect["watch"].items():
+            if not (isinstance(order, list) and order):
+                raise _fail(path, where, f"expect.watch.{name} must be the list of values in their order")
     if "check" in expect and not (
         isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
         raise _fail(path, where, "expect.check must be a list of expressions")

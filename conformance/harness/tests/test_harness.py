@@ -181,6 +181,28 @@ class FaultyAgentTest(unittest.TestCase):
         bad, _ = self.check("silent", "did not answer at start-up", op="-", timeout=2.0)
 
 
+class WatcherTest(unittest.TestCase):
+    def judge(self, seen, order):
+        from runner import StepFailure, _Watcher
+        from scenario import Step
+        w = _Watcher.__new__(_Watcher)
+        w.orders = {"worker_state": [int(m.WorkerState[v]) for v in order]}
+        w.seen = {"worker_state": [int(m.WorkerState[v]) for v in seen]}
+        try:
+            w.judge(Step(index=1, kind="agent", label="register"))
+            return None
+        except StepFailure as err:
+            return str(err)
+
+    def test_order(self):
+        spec = ["INIT", "REGISTERED", "RUNNING"]
+        self.assertIsNone(self.judge(["INIT", "RUNNING"], spec))  # a missed sample is fine
+        self.assertIsNone(self.judge(["INIT", "REGISTERED", "RUNNING"], spec))
+        self.assertIn("in this order", self.judge(["INIT", "RUNNING", "REGISTERED", "RUNNING"], spec))
+        self.assertIn("expected to start at", self.judge(["REGISTERED", "RUNNING"], spec))
+        self.assertIn("in this order", self.judge(["INIT", "DEAD", "RUNNING"], spec))
+
+
 class MatrixTest(unittest.TestCase):
     def test_markdown_and_merged_kernel_column(self):
         results, scenarios, broken = run([reference()], {"checkpoint_idle_no_write"})
