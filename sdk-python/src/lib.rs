@@ -1,0 +1,795 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! `morpheus._morpheus`: the Python face of the Rust SDK (`sdk-rust`, crate `morpheus`).
+//!
+//! Nothing of the protocol is re-implemented here: checkpoints, critical sections, registration and
+//! attaching are the core's. This crate adds what Python needs around them:
+//!
+//! * an awaitable checkpoint that costs no allocation and no event-loop round trip when nothing is
+//!   pending: [`checkpoint_async`] polls the core's `Checkpoint` future once, right away, and on the
+//!   fast path hands back one pre-built, immutable [`Checkpoint`] object whose `__next__` finishes at
+//!   once (StopIteration(None) without building it; the result is None, True after a yield). Only when the scheduler asked does it allocate a [`PendingCheckpoint`], which yields a bare
+//!   `None` to the event loop once (as `asyncio.sleep(0)` does) and polls the core's future again on
+//!   resumption, which acknowledges;
+//! * exception classes, one per ABI `error_code`, built from the generated ABI at import;
+//! * handles for workers and regions that are safe to hold from any thread.
+
+use std::{
+    future::Future,
+    path::PathBuf,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU32, AtomicU64, Ordering},
+        Arc,
+    },
+    task::{Context, Poll, Waker},
+};
+
+use morpheus::{Config, Error, ErrorCode, RuntimeKind, YieldReason};
+use pyo3::{
+    create_exception,
+    exceptions::{PyException, PyTypeError, PyValueError},
+    prelude::*,
+    sync::PyOnceLock,
+    types::{PyDict, PyType},
+};
+
+create_exception!(
+    morpheus,
+    MorpheusError,
+    PyException,
+    "Base class of every Morpheus error. `code` is the ABI error_code (a `morpheus.ErrorCode`)."
+);
+
+/// Everything built once at import.
+struct Statics {
+    /// Exception class per `ErrorCode`, indexed by `code.raw() - 1`.
+    error_classes: Vec<Py<PyType>>,
+    /// `StopIteration(True)`: raised, never built, when a pending checkpoint finishes.
+    stop_true: Py<PyAny>,
+    /// The completed checkpoint every fast-path `checkpoint_async()` returns.
+    ready: Py<Checkpoint>,
+}
+
+static STATICS: PyOnceLock<Statics> = PyOnceLock::new();
+
+fn statics(py: Python<'_>) -> &Statics {
+    STATICS.get(py).expect("morpheus._morpheus is initialised at import")
+}
+
+/// `BAD_MAGIC` -> `BadMagicError`.
+fn class_name(code: ErrorCode) -> String {
+    let mut out = String::new();
+    for word in code.name().split('_') {
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            out.push(first);
+            out.extend(chars.map(|c| c.to_ascii_lowercase()));
+        }
+    }
+    out + "Error"
+}
+
+/// A core error as the Python exception of its `error_code`.
+fn to_py(py: Python<'_>, err: Error) -> PyErr {
+    let code = err.code();
+    let class = statics(py).error_classes[code.raw() as usize - 1].bind(py);
+    match class.call1((err.to_string(),)) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(e) => e,
+    }
+}
+
+fn py_result<T>(py: Python<'_>, result: morpheus::Result<T>) -> PyResult<T> {
+    result.map_err(|e| to_py(py, e))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Checkpoints
+
+/// The synchronous checkpoint of the calling thread's worker.
+///
+/// Returns True when the scheduler asked this worker to yield: the request is acknowledged and the
+/// caller must yield now (return to its loop, `time.sleep(0)`, ...). False otherwise, and always on
+/// a thread without a worker, in a critical section, or after the scheduler restarted. One load of
+/// shared memory when nothing is pending.
+#[pyfunction]
+fn checkpoint() -> bool {
+    morpheus::checkpoint_sync()
+}
+
+/// The asynchronous checkpoint: ``await morpheus.checkpoint_async()``.
+///
+/// When nothing is pending it returns a pre-built awaitable that finishes at once with None (no
+/// allocation, no trip through the event loop). When the scheduler asked (and no critical section
+/// is held) the awaitable yields to the event loop exactly once, then acknowledges and finishes
+/// with True. So ``if await morpheus.checkpoint_async():`` reads "if it yielded".
+#[pyfunction]
+fn checkpoint_async(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    checkpoint_awaitable(py)
+}
+
+#[inline(always)]
+fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let mut future = morpheus::checkpoint();
+    // The core's future decides on its first poll (one load when nothing is pending) and wakes
+    // itself when it wants a yield: the event loop does the waking here, so a no-op waker suffices.
+    let mut cx = Context::from_waker(Waker::noop());
+    match Pin::new(&mut future).poll(&mut cx) {
+        Poll::Ready(_) => Ok(statics(py).ready.clone_ref(py).into_any()),
+        Poll::Pending => Ok(Py::new(py, PendingCheckpoint { future: Some(future), suspended: false })?.into_any()),
+    }
+}
+
+/// A checkpoint that found nothing to do: awaiting it finishes at once with None. One immutable
+/// instance serves every such checkpoint of the process.
+#[pyclass(module = "morpheus", frozen)]
+struct Checkpoint;
+
+#[pymethods]
+impl Checkpoint {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self) -> Option<()> {
+        // Exhausted at once: NULL without an exception is a StopIteration(None) that CPython never
+        // has to build, which is what makes the fast path cheap (a StopIteration(False) costs ~3x).
+        None
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "<morpheus.Checkpoint: nothing pending>"
+    }
+}
+
+/// A checkpoint that found a pending request: yields once to the event loop, then acknowledges.
+#[pyclass(module = "morpheus")]
+struct PendingCheckpoint {
+    future: Option<morpheus::Checkpoint>,
+    suspended: bool,
+}
+
+#[pymethods]
+impl PendingCheckpoint {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if !self.suspended {
+            // Yield first: a bare None makes an asyncio Task reschedule itself after the other ready
+            // callbacks, exactly like `asyncio.sleep(0)`. The core writes nothing until the next poll.
+            self.suspended = true;
+            return Ok(Some(py.None()));
+        }
+        let Some(mut future) = self.future.take() else {
+            return Ok(None);
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(true) => Err(PyErr::from_value(statics(py).stop_true.bind(py).clone())),
+            // The scheduler restarted during the yield: nothing was acknowledged.
+            Poll::Ready(false) => Ok(None),
+            Poll::Pending => {
+                // The core asks for one more round trip; give it one.
+                self.future = Some(future);
+                Ok(Some(py.None()))
+            }
+        }
+    }
+
+    fn send(&mut self, py: Python<'_>, _value: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        self.__next__(py)
+    }
+
+    fn __repr__(&self) -> &'static str {
+        if self.suspended {
+            "<morpheus.PendingCheckpoint: yielded, acknowledges on resumption>"
+        } else {
+            "<morpheus.PendingCheckpoint: yields once to the event loop>"
+        }
+    }
+}
+
+/// Checkpoint every ``every``-th time: ``await ticker`` in a hot loop costs a counter increment
+/// between real checkpoints. ``ticker.tick()`` is the synchronous form. One per task (or loop).
+#[pyclass(module = "morpheus", frozen)]
+struct Ticker {
+    every: u32,
+    count: AtomicU32,
+}
+
+#[pymethods]
+impl Ticker {
+    #[new]
+    #[pyo3(signature = (every = 1000))]
+    fn new(every: i64) -> PyResult<Ticker> {
+        if every < 1 || every > i64::from(u32::MAX) {
+            return Err(PyValueError::new_err(format!(
+                "Ticker(every=...): expected an integer from 1 to {}, got {every}",
+                u32::MAX
+            )));
+        }
+        Ok(Ticker { every: every as u32, count: AtomicU32::new(0) })
+    }
+
+    /// How many calls make one real checkpoint.
+    #[getter]
+    fn every(&self) -> u32 {
+        self.every
+    }
+
+    #[inline(always)]
+    fn __await__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.due() {
+            checkpoint_awaitable(py)
+        } else {
+            Ok(statics(py).ready.clone_ref(py).into_any())
+        }
+    }
+
+    /// Synchronous form: True when this call's checkpoint says "yield now".
+    fn tick(&self) -> bool {
+        self.due() && morpheus::checkpoint_sync()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("morpheus.Ticker(every={})", self.every)
+    }
+}
+
+impl Ticker {
+    #[inline(always)]
+    fn due(&self) -> bool {
+        // Relaxed: a Ticker belongs to one task; the atomic only makes the frozen class Sync.
+        let next = self.count.load(Ordering::Relaxed) + 1;
+        if next >= self.every {
+            self.count.store(0, Ordering::Relaxed);
+            true
+        } else {
+            self.count.store(next, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Critical sections
+
+/// Enter a critical section on the calling thread (prefer ``with morpheus.critical():``).
+#[pyfunction]
+fn critical_enter() {
+    // SAFETY: current_raw() is the calling thread's own state.
+    unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) }
+}
+
+/// Exit a critical section; ``NotInCriticalError`` without a matching enter (nothing is written).
+#[pyfunction]
+fn critical_exit(py: Python<'_>) -> PyResult<()> {
+    // SAFETY: as in critical_enter.
+    py_result(py, unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) })
+}
+
+/// The calling thread's critical-section nesting depth.
+#[pyfunction]
+fn critical_depth() -> u32 {
+    // SAFETY: as in critical_enter; a plain read of our own thread's state.
+    unsafe { (*morpheus::current_raw()).critical_depth }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Regions
+
+/// A validated, mapped region (spec/SCB.md §1). Get one with :func:`morpheus.attach`.
+#[pyclass(module = "morpheus", frozen)]
+struct Region {
+    inner: Arc<morpheus::Region>,
+}
+
+#[pymethods]
+impl Region {
+    /// Where the region was mapped from.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// ``"PINNED_MAP"`` (kernel backend, bpffs) or ``"FILE"`` (simulation backend).
+    #[getter]
+    fn backing(&self) -> &'static str {
+        match self.inner.backing() {
+            morpheus::Backing::PinnedMap => "PINNED_MAP",
+            morpheus::Backing::File => "FILE",
+        }
+    }
+
+    /// The generation seen at attach.
+    #[getter]
+    fn attached_generation(&self) -> u64 {
+        self.inner.attached_generation()
+    }
+
+    /// The generation stored now (0 once the scheduler retired the region).
+    #[getter]
+    fn current_generation(&self) -> u64 {
+        self.inner.current_generation()
+    }
+
+    /// Whether the scheduler that published the region is still the one attached to.
+    #[getter]
+    fn is_current(&self) -> bool {
+        self.inner.is_current()
+    }
+
+    /// Number of SCB slots.
+    #[getter]
+    fn scb_count(&self) -> u32 {
+        self.inner.scb_count()
+    }
+
+    /// The scheduler's slice in nanoseconds (may change at run time).
+    #[getter]
+    fn slice_ns(&self) -> u64 {
+        self.inner.slice_ns()
+    }
+
+    /// The scheduler's grace period in nanoseconds.
+    #[getter]
+    fn grace_ns(&self) -> u64 {
+        self.inner.grace_ns()
+    }
+
+    /// The pressure record, read consistently under its seqlock.
+    fn pressure<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.inner.pressure();
+        let out = PyDict::new(py);
+        out.set_item("level", p.level.map(|l| l.name()))?;
+        out.set_item("cpu_some_avg10", p.cpu_some_avg10)?;
+        out.set_item("io_some_avg10", p.io_some_avg10)?;
+        out.set_item("memory_some_avg10", p.memory_some_avg10)?;
+        out.set_item("runqueue_depth", p.runqueue_depth)?;
+        out.set_item("updated_ns", p.updated_ns)?;
+        Ok(out)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<morpheus.Region {} ({}, generation {}, {} slots)>",
+            self.inner.path().display(),
+            self.backing(),
+            self.inner.attached_generation(),
+            self.inner.scb_count()
+        )
+    }
+}
+
+/// Attach to a region as spec/SCB.md §1.2 says.
+///
+/// With no ``path``: ``MORPHEUS_REGION`` (the empty string means detached), then the pinned map, then
+/// the simulation file; None when there is no scheduler (detached mode). With a ``path``: that
+/// region, or an error (an explicit path is never silently ignored). Raises the ``MorpheusError``
+/// subclass of the failed check (``BadMagicError``, ``AbiMajorMismatchError``, ...).
+#[pyfunction]
+#[pyo3(signature = (path = None))]
+fn attach(py: Python<'_>, path: Option<PathBuf>) -> PyResult<Option<Region>> {
+    let found = py.detach(|| match path {
+        Some(path) => morpheus::Region::open(path).map(Some),
+        None => morpheus::region::discover().map(|d| match d {
+            morpheus::Discovered::Attached(region) => Some(region),
+            morpheus::Discovered::Detached(_) => None,
+        }),
+    });
+    Ok(py_result(py, found)?.map(|inner| Region { inner }))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Workers
+
+/// Hands out the token that ties a Python handle to one registration of one thread.
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The calling thread's worker as registered through Python, with its token. Dropped (which
+    /// shuts the worker down) by `close()`, or by the thread's exit.
+    static HELD: std::cell::RefCell<Option<(u64, morpheus::Worker)>> = const { std::cell::RefCell::new(None) };
+}
+
+fn with_held<T>(py: Python<'_>, token: u64, operation: &'static str, f: impl FnOnce(&morpheus::Worker) -> PyResult<T>) -> PyResult<T> {
+    HELD.with(|held| {
+        let held = held.borrow();
+        match &*held {
+            Some((t, worker)) if *t == token => f(worker),
+            _ => Err(to_py(py, Error::NotRegistered { operation })),
+        }
+    })
+}
+
+fn detach_reason_name(reason: morpheus::DetachReason) -> &'static str {
+    match reason {
+        morpheus::DetachReason::ForcedByEnvironment => "FORCED_BY_ENVIRONMENT",
+        morpheus::DetachReason::NoScheduler => "NO_SCHEDULER",
+        morpheus::DetachReason::Requested => "REQUESTED",
+    }
+}
+
+/// The calling thread as a Morpheus worker.
+///
+/// ``Worker()`` registers the calling thread at once: it finds the region (``MORPHEUS_REGION``, the
+/// pinned map, the simulation file) and registers through the scheduler's agent, or runs detached
+/// when there is no scheduler. Use it as a context manager (``with morpheus.Worker():``) or call
+/// :meth:`close`; a thread that exits, and the main thread at interpreter exit, release their worker.
+///
+/// Arguments (all keyword-only):
+///   region: a path or a :class:`Region` to attach to instead of discovering one.
+///   slot: register this slot directly, without the agent (tests and harnesses that play the
+///     scheduler).
+///   socket: the agent's socket, instead of ``MORPHEUS_SOCKET`` or the default path.
+///   detached: run detached (no region) whatever is available.
+///   escapable: whether the scheduler may escalate this worker; by default the ABI's default for
+///     Python (False: the worker holds the GIL, throttling it would stall every Python thread).
+///   priority: advisory, -20 (most important) to 19.
+///
+/// One worker per thread: a second registration raises ``AlreadyRegisteredError``. The handle may be
+/// passed around, but its methods act only on the thread that registered it.
+#[pyclass(module = "morpheus", frozen)]
+struct Worker {
+    token: u64,
+    thread_name: String,
+}
+
+#[pymethods]
+impl Worker {
+    #[new]
+    #[pyo3(signature = (*, region = None, slot = None, socket = None, detached = false, escapable = None, priority = 0))]
+    fn new(
+        py: Python<'_>,
+        region: Option<&Bound<'_, PyAny>>,
+        slot: Option<i64>,
+        socket: Option<PathBuf>,
+        detached: bool,
+        escapable: Option<bool>,
+        priority: i64,
+    ) -> PyResult<Worker> {
+        let mut config = Config::default().runtime_kind(RuntimeKind::Python);
+        match (region, detached) {
+            (Some(_), true) => {
+                return Err(PyValueError::new_err("Worker(): give region= or detached=True, not both"))
+            }
+            (None, true) => config = config.detached(),
+            (Some(region), false) => {
+                if let Ok(region) = region.cast::<Region>() {
+                    config = config.region(region.get().inner.clone());
+                } else if let Ok(path) = region.extract::<PathBuf>() {
+                    config = config.region_path(path);
+                } else {
+                    return Err(PyTypeError::new_err(format!(
+                        "Worker(region=...): expected a path or a morpheus.Region, got {}",
+                        region.get_type().name()?
+                    )));
+                }
+            }
+            (None, false) => {}
+        }
+        match (slot, socket) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "Worker(): give slot= (direct registration) or socket= (through the agent), not both",
+                ))
+            }
+            (Some(slot), None) => {
+                let slot = u32::try_from(slot).map_err(|_| {
+                    PyValueError::new_err(format!("Worker(slot=...): expected a slot index >= 0, got {slot}"))
+                })?;
+                config = config.direct_slot(slot);
+            }
+            (None, Some(socket)) => config = config.agent_socket(socket),
+            (None, None) => {}
+        }
+        if !(-20..=19).contains(&priority) {
+            return Err(PyValueError::new_err(format!(
+                "Worker(priority=...): expected -20 (most important) to 19, got {priority}"
+            )));
+        }
+        config = config.priority(priority as i32);
+        if let Some(escapable) = escapable {
+            config = config.escapable(escapable);
+        }
+        // Registration may wait on the agent's socket: let other Python threads run meanwhile. The
+        // closure runs on this thread, which is the one registered.
+        let worker = py.detach(|| config.register().map(SendWorker));
+        let worker = py_result(py, worker)?.0;
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        HELD.with(|held| *held.borrow_mut() = Some((token, worker)));
+        Ok(Worker { token, thread_name: python_thread_name(py) })
+    }
+
+    /// Shut the worker down and free its slot (QUIESCING, DEAD, then the slot is released).
+    /// Idempotent on its own thread; ``MorpheusError`` if the scheduler restarted meanwhile.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let worker = HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            match &*held {
+                Some((t, _)) if *t == self.token => held.take().map(|(_, w)| w),
+                _ => None,
+            }
+        });
+        match worker {
+            Some(worker) => {
+                let worker = SendWorker(worker);
+                py_result(py, py.detach(move || worker.shutdown()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Whether this handle's registration is live on the calling thread.
+    #[getter]
+    fn registered(&self) -> bool {
+        HELD.with(|held| matches!(&*held.borrow(), Some((t, _)) if *t == self.token))
+    }
+
+    /// Whether the worker drives an SCB (False when detached or after a scheduler restart).
+    #[getter]
+    fn attached(&self, py: Python<'_>) -> PyResult<bool> {
+        with_held(py, self.token, "attached", |w| Ok(w.is_attached()))
+    }
+
+    /// The slot index, or None when detached.
+    #[getter]
+    fn slot(&self, py: Python<'_>) -> PyResult<Option<u32>> {
+        with_held(py, self.token, "slot", |w| Ok(w.slot()))
+    }
+
+    /// The slot's ``slot_generation`` at registration.
+    #[getter]
+    fn slot_generation(&self, py: Python<'_>) -> PyResult<u32> {
+        with_held(py, self.token, "slot_generation", |w| Ok(w.slot_generation()))
+    }
+
+    /// Why the worker runs detached from the start (``"NO_SCHEDULER"``, ``"FORCED_BY_ENVIRONMENT"``,
+    /// ``"REQUESTED"``), or None.
+    #[getter]
+    fn detach_reason(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        with_held(py, self.token, "detach_reason", |w| Ok(w.detach_reason().map(detach_reason_name)))
+    }
+
+    /// The region, or None when detached.
+    #[getter]
+    fn region(&self, py: Python<'_>) -> PyResult<Option<Region>> {
+        with_held(py, self.token, "region", |w| Ok(w.region().map(|r| Region { inner: r.clone() })))
+    }
+
+    /// Whether the scheduler may escalate this worker. Settable.
+    #[getter]
+    fn get_escapable(&self, py: Python<'_>) -> PyResult<bool> {
+        with_held(py, self.token, "escapable", |w| Ok(w.escapable()))
+    }
+
+    #[setter]
+    fn set_escapable(&self, py: Python<'_>, value: bool) -> PyResult<()> {
+        with_held(py, self.token, "set_escapable", |w| match w.set_escapable(value) {
+            // Detached: remembered, nothing to write (spec/SCB.md §7).
+            Err(Error::Detached { .. }) => Ok(()),
+            other => py_result(py, other),
+        })
+    }
+
+    /// Advisory priority, -20 (most important) to 19. Settable.
+    #[getter]
+    fn get_priority(&self, py: Python<'_>) -> PyResult<i32> {
+        with_held(py, self.token, "priority", |w| Ok(w.priority()))
+    }
+
+    #[setter]
+    fn set_priority(&self, py: Python<'_>, value: i64) -> PyResult<()> {
+        if !(-20..=19).contains(&value) {
+            return Err(PyValueError::new_err(format!(
+                "Worker.priority: expected -20 (most important) to 19, got {value}"
+            )));
+        }
+        with_held(py, self.token, "set_priority", |w| match w.set_priority(value as i32) {
+            Err(Error::Detached { .. }) => Ok(()),
+            other => py_result(py, other),
+        })
+    }
+
+    /// The runtime mode: ``"DETERMINISTIC"``, ``"PRESSURED"`` or ``"DEFENSIVE"``.
+    #[getter]
+    fn runtime_mode(&self, py: Python<'_>) -> PyResult<&'static str> {
+        with_held(py, self.token, "runtime_mode", |w| Ok(w.runtime_mode().name()))
+    }
+
+    /// The last acknowledged ``preempt_seq``.
+    #[getter]
+    fn acknowledged_seq(&self, py: Python<'_>) -> PyResult<u64> {
+        with_held(py, self.token, "acknowledged_seq", |w| Ok(w.acknowledged_seq()))
+    }
+
+    /// The critical-section nesting depth of the worker's thread.
+    #[getter]
+    fn critical_depth(&self, py: Python<'_>) -> PyResult<u32> {
+        with_held(py, self.token, "critical_depth", |w| Ok(w.critical_depth()))
+    }
+
+    /// Yields per reason (``{"PREEMPT_REQUEST": 3, ...}``), counted in the SDK's own memory.
+    fn yield_counts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let counts = with_held(py, self.token, "yield_counts", |w| Ok(w.yield_counts()))?;
+        let out = PyDict::new(py);
+        for reason in YieldReason::ALL.iter().copied().filter(|r| *r != YieldReason::None) {
+            out.set_item(reason.name(), counts.get(reason))?;
+        }
+        Ok(out)
+    }
+
+    /// Raise if the worker lost its region: ``GenerationChangedError`` after a scheduler restart,
+    /// ``DetachedError`` for a worker that never had one.
+    fn status(&self, py: Python<'_>) -> PyResult<()> {
+        with_held(py, self.token, "status", |w| py_result(py, w.status()))
+    }
+
+    /// The synchronous checkpoint, raising ``GenerationChangedError`` once a scheduler restart
+    /// detached the worker (``morpheus.checkpoint()`` returns False instead).
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<bool> {
+        with_held(py, self.token, "checkpoint", |w| py_result(py, w.try_checkpoint()))
+    }
+
+    /// Record a yield the application made on its own (reason ``EXPLICIT``), acknowledging any
+    /// pending request.
+    fn record_explicit_yield(&self, py: Python<'_>) -> PyResult<()> {
+        with_held(py, self.token, "record_explicit_yield", |w| py_result(py, w.record_explicit_yield()))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = HELD.with(|held| match &*held.borrow() {
+            Some((t, w)) if *t == self.token => match (w.slot(), w.detach_reason()) {
+                (Some(slot), _) => format!("slot {slot}"),
+                (None, Some(reason)) => format!("detached: {}", detach_reason_name(reason)),
+                (None, None) => "detached".to_owned(),
+            },
+            _ => "not registered on this thread".to_owned(),
+        });
+        let _ = py;
+        format!("<morpheus.Worker of thread {:?}: {state}>", self.thread_name)
+    }
+}
+
+/// Carries a worker into `py.detach` (which runs the closure on this same thread: the worker never
+/// changes threads).
+struct SendWorker(morpheus::Worker);
+// SAFETY: only ever moved into a closure that `Python::detach` runs synchronously on the calling
+// thread, the worker's own.
+unsafe impl Send for SendWorker {}
+
+impl SendWorker {
+    fn shutdown(self) -> morpheus::Result<()> {
+        self.0.shutdown()
+    }
+}
+
+fn python_thread_name(py: Python<'_>) -> String {
+    py.import("threading")
+        .and_then(|t| t.call_method0("current_thread"))
+        .and_then(|t| t.getattr("name"))
+        .and_then(|n| n.extract())
+        .unwrap_or_default()
+}
+
+/// The calling thread's worker registered through this module, or None.
+#[pyfunction]
+fn current_worker(py: Python<'_>) -> Option<Worker> {
+    let token = HELD.with(|held| held.borrow().as_ref().map(|(token, _)| *token))?;
+    Some(Worker { token, thread_name: python_thread_name(py) })
+}
+
+/// The ABI's default for ``escapable`` of a Python worker (False).
+#[pyfunction]
+fn escapable_default() -> bool {
+    morpheus_abi::escapable_default(RuntimeKind::Python)
+}
+
+/// Called by ``atexit``: the main thread's worker is released before the interpreter goes away
+/// (thread-local destructors do not run for the main thread at process exit).
+#[pyfunction]
+fn _at_exit(py: Python<'_>) {
+    let worker = HELD.with(|held| held.borrow_mut().take());
+    if let Some((_, worker)) = worker {
+        let worker = SendWorker(worker);
+        let _ = py.detach(move || worker.shutdown());
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+
+#[pymodule]
+fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ABI_MAJOR", morpheus_abi::ABI_MAJOR)?;
+    m.add("ABI_MINOR", morpheus_abi::ABI_MINOR)?;
+    m.add("MorpheusError", py.get_type::<MorpheusError>())?;
+
+    // ErrorCode: an IntEnum of the ABI's error codes, from the generated list.
+    let members: Vec<(&str, u32)> = ErrorCode::ALL.iter().map(|c| (c.name(), c.raw())).collect();
+    let enum_mod = py.import("enum")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("module", "morpheus")?;
+    let error_code = enum_mod.getattr("IntEnum")?.call(("ErrorCode", members), Some(&kwargs))?;
+    m.add("ErrorCode", &error_code)?;
+    py.get_type::<MorpheusError>().setattr("code", py.None())?;
+
+    let classes = PyDict::new(py);
+    let mut error_classes = Vec::with_capacity(ErrorCode::ALL.len());
+    for (index, code) in ErrorCode::ALL.iter().enumerate() {
+        // Indexing by raw value - 1 relies on the ABI numbering codes 1, 2, 3, ... in order.
+        assert_eq!(code.raw() as usize, index + 1, "error_code values are consecutive from 1");
+        let name = class_name(*code);
+        let dict = PyDict::new(py);
+        dict.set_item("code", error_code.getattr(code.name())?)?;
+        dict.set_item("__doc__", format!("{} (error_code {}): {}", code.name(), code.raw(), code.doc()))?;
+        let qualified = std::ffi::CString::new(format!("morpheus.{name}")).expect("no NUL in a class name");
+        // pyo3's new_type drops the Py it is given before the call: pass a second reference and keep
+        // `dict` alive until the class exists.
+        let class = PyErr::new_type(
+            py,
+            &qualified,
+            None,
+            Some(&py.get_type::<MorpheusError>()),
+            Some(dict.clone().into_any().unbind()),
+        )?;
+        drop(dict);
+        classes.set_item(&name, class.bind(py))?;
+        m.add(name.as_str(), class.bind(py))?;
+        error_classes.push(class);
+    }
+    m.add("ERROR_CLASSES", classes)?;
+
+    let stop = py.get_type::<pyo3::exceptions::PyStopIteration>();
+    let ready = Py::new(py, Checkpoint)?;
+    let _ = STATICS.set(
+        py,
+        Statics {
+            error_classes,
+            stop_true: stop.call1((true,))?.unbind(),
+            ready,
+        },
+    );
+
+    m.add_class::<Checkpoint>()?;
+    m.add_class::<PendingCheckpoint>()?;
+    m.add_class::<Ticker>()?;
+    m.add_class::<Region>()?;
+    m.add_class::<Worker>()?;
+    m.add_function(wrap_pyfunction!(checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint_async, m)?)?;
+    m.add_function(wrap_pyfunction!(critical_enter, m)?)?;
+    m.add_function(wrap_pyfunction!(critical_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(critical_depth, m)?)?;
+    m.add_function(wrap_pyfunction!(attach, m)?)?;
+    m.add_function(wrap_pyfunction!(current_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(escapable_default, m)?)?;
+    m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
+    py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
+    Ok(())
+}
