@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Things the BPF program and its agent (src/kernel.rs, through bindgen) share that are internal to
+ * scx_morpheus: counter indices and the layout of the region map's value. Everything that runtimes
+ * see (the SCB, the header, hint and escalation records, enum values) comes from the generated
+ * abi/c/morpheus_abi.h, and the decisions from src/policy/morpheus_policy.h; nothing here repeats them.
+ */
+#ifndef SCX_MORPHEUS_INTF_H
+#define SCX_MORPHEUS_INTF_H
+
+#include "../../../abi/c/morpheus_abi.h"
+#include "../policy/morpheus_policy.h"
+
+/* The region as the BPF program maps it: one array element holding header + every SCB. */
+struct morpheus_region {
+	struct morpheus_region_header hdr;
+	struct morpheus_scb scb[MORPHEUS_MAX_WORKERS];
+};
+
+/* Highest CPU id the per-CPU "current worker" table covers. */
+#define MORPHEUS_BPF_MAX_CPUS 1024
+
+/* Indices into the BPF program's `counters` array (.bss), read by the agent. */
+enum morpheus_counter {
+	MORPHEUS_CNT_HINTS_EMITTED = 0,   /* preempt_seq increments with a hint record published */
+	MORPHEUS_CNT_HINTS_RATE_LIMITED,  /* overruns inside hint_min_interval_ns (hints_dropped++) */
+	MORPHEUS_CNT_HINTS_RING_FULL,     /* preempt_seq bumped but the hint ring was full (hints_dropped++) */
+	MORPHEUS_CNT_ESCALATIONS,         /* escalation actions taken (all policies) */
+	MORPHEUS_CNT_KICKS,               /* SCX_KICK_PREEMPT of a worker's CPU */
+	MORPHEUS_CNT_THROTTLES,           /* throttle requests sent to the agent */
+	MORPHEUS_CNT_EVENTS_RING_FULL,    /* escalation_event records lost (ring full) */
+	MORPHEUS_CNT_WORKER_RUNS,         /* ops.running of a registered worker */
+	MORPHEUS_CNT_ACK_RESETS,          /* runtime reset because last_ack_seq advanced */
+	MORPHEUS_CNT_SLEEP_RESETS,        /* runtime reset because the worker slept voluntarily */
+	MORPHEUS_CNT_STALE_SLOTS,         /* tid map entry whose SCB names another tid (ignored) */
+	MORPHEUS_CNT_TIMER_RUNS,          /* runs of the periodic overrun check */
+	MORPHEUS_NR_COUNTERS,
+};
+
+/* Counter arrays indexed by gate verdict (enum morpheus_gate_verdict) and by policy. */
+#define MORPHEUS_NR_GATE_VERDICTS MORPHEUS_GATE_NR_VERDICTS
+#define MORPHEUS_NR_POLICIES (MORPHEUS_ESCALATION_POLICY_HYBRID + 1)
+
+#endif /* SCX_MORPHEUS_INTF_H */

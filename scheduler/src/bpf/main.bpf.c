@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * scx_morpheus: a sched_ext scheduler that asks cooperative runtimes to yield.
+ *
+ * Base policy: one shared FIFO queue; an idle CPU found at wake-up takes the task directly. On top of
+ * it, registered worker threads (tid -> slot, maintained by the agent) are accounted: CPU time since
+ * their last yield point, and on slice overrun the scheduler bumps preempt_seq in the worker's Shared
+ * Control Block and publishes a hint. In enforced mode a worker that passes the escalation gate is
+ * kicked off its CPU and/or reported to the agent for a cgroup cap. Protocol: spec/SCB.md; the
+ * decisions themselves: src/policy/morpheus_policy.h (shared with the simulation backend).
+ */
+#include <scx/common.bpf.h>
+
+#include "intf.h"
+
+char _license[] SEC("license") = "GPL";
+
+UEI_DEFINE(uei);
+
+/*
+ * Acquire loads. clang 19 has no BPF load-acquire instruction; on x86-64 (TSO) every load is an
+ * acquire and a compiler barrier keeps later accesses after it. Other architectures would need
+ * real barriers, so refuse to build for them rather than be silently wrong.
+ */
+#ifndef __SCX_TARGET_ARCH_x86
+#error "scx_morpheus's memory ordering is written for x86-64; see load_acquire()"
+#endif
+#define load_acquire(p)                                 \
+	({                                              \
+		typeof(*(p)) __v = READ_ONCE(*(p));     \
+		barrier();                              \
+		__v;                                    \
+	})
+
+/* The one shared dispatch queue of the base policy. */
+#define SHARED_DSQ 0
+
+/* Set by the agent before load. */
+/* 0: the kernel's default slice (SCX_SLICE_DFL). */
+const volatile u64 task_slice_ns;
+const volatile u64 check_interval_ns = 1000000;
+const volatile u32 nr_possible_cpus = 1;
+
+/* Counters read by the agent; indices in intf.h. */
+u64 counters[MORPHEUS_NR_COUNTERS];
+u64 gate_verdicts[MORPHEUS_NR_GATE_VERDICTS];
+u64 escalations_by_policy[MORPHEUS_NR_POLICIES];
+
+/* The region runtimes map: header + MORPHEUS_MAX_WORKERS SCBs, pinned by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct morpheus_region);
+} region SEC(".maps");
+
+/* tid -> slot; written by the agent on registration and unregistration. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MORPHEUS_MAX_WORKERS);
+	__type(key, u32);
+	__type(value, u32);
+} worker_slots SEC(".maps");
+
+/* Hint records for runtimes and the agent (pinned as PIN_DIR/hints). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
+} hints SEC(".maps");
+
+/* Escalation records for the agent, which applies cgroup caps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
+} escalation_events SEC(".maps");
+
+/* The scheduler's private bookkeeping of one slot. */
+struct worker_ctx {
+	u64 runtime_ns;         /* CPU time since the last yield point, up to run_start_ns */
+	u64 run_start_ns;       /* when the current run started (valid while cpu >= 0) */
+	u64 seen_ack_seq;       /* last_ack_seq at the last yield point */
+	u64 last_escalation_ns; /* time of the last escalation action in this episode */
+	u64 verdict_seq;        /* preempt_seq for which last_verdict was counted */
+	u32 tid;                /* thread this bookkeeping belongs to (a slot can be reused) */
+	s32 cpu;                /* CPU it runs on, -1 when not running */
+	u32 escalation_steps;   /* escalation actions since the last yield point */
+	u32 last_verdict;       /* gate verdict last counted for verdict_seq */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MORPHEUS_MAX_WORKERS);
+	__type(key, u32);
+	__type(value, struct worker_ctx);
+} workers SEC(".maps");
+
+/* Per CPU: slot + 1 of the registered worker running there, 0 if none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MORPHEUS_BPF_MAX_CPUS);
+	__type(key, u32);
+	__type(value, u32);
+} cpu_worker SEC(".maps");
+
+struct check_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct check_timer);
+} check_timer SEC(".maps");
+
+static __always_inline u64 base_slice(void)
+{
+	return task_slice_ns ?: SCX_SLICE_DFL;
+}
+
+static __always_inline void count(u32 idx)
+{
+	if (idx < MORPHEUS_NR_COUNTERS)
+		__sync_fetch_and_add(&counters[idx], 1);
+}
+
+static __always_inline struct morpheus_region *get_region(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&region, &zero);
+}
+
+/* The SCB of `slot`, or NULL if out of range. The check sits next to the use for the verifier. */
+static __always_inline struct morpheus_scb *scb_of(struct morpheus_region *r, u32 slot)
+{
+	if (slot >= MORPHEUS_MAX_WORKERS)
+		return NULL;
+	barrier_var(slot);
+	return &r->scb[slot];
+}
+
+/* Slot of a registered thread, or -1. */
+static __always_inline s32 slot_of(u32 tid)
+{
+	u32 *slot = bpf_map_lookup_elem(&worker_slots, &tid);
+
+	if (!slot || *slot >= MORPHEUS_MAX_WORKERS)
+		return -1;
+	return *slot;
+}
+
+/* The pressure level of the header's seqlocked record; keeps `fallback` if a write is in progress. */
+static __always_inline u32 read_pressure_level(struct morpheus_region *r, u32 fallback)
+{
+	u32 seq0, seq1, level;
+
+	seq0 = load_acquire(&r->hdr.pressure.seq);
+	if (seq0 & 1)
+		return fallback;
+	level = READ_ONCE(r->hdr.pressure.level);
+	barrier();
+	seq1 = READ_ONCE(r->hdr.pressure.seq);
+	return seq0 == seq1 ? level : fallback;
+}
+
+/* Start a fresh accounting period: the worker reached a yield point. */
+static __always_inline void reset_runtime(struct worker_ctx *w, u64 ack, u64 now)
+{
+	w->runtime_ns = 0;
+	w->run_start_ns = now;
+	w->seen_ack_seq = ack;
+	w->escalation_steps = 0;
+	w->last_escalation_ns = 0;
+}
+
+/* Bump preempt_seq and publish a hint; `runtime` is past `slice`. */
+static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 seen_last_hint,
+		      u64 runtime, u64 slice)
+{
+	struct morpheus_hint *hint;
+	u64 seq;
+
+	/* Two CPUs may decide for one worker at once (timer and ops.stopping): one hint wins. */
+	if (__sync_val_compare_and_swap(&scb->last_hint_ns, seen_last_hint, now) != seen_last_hint)
+		return;
+	WRITE_ONCE(scb->budget_remaining_ns, 0);
+	/* Full barrier: the fields above are visible before the new sequence number. */
+	seq = __sync_add_and_fetch(&scb->preempt_seq, 1);
+
+	hint = bpf_ringbuf_reserve(&hints, sizeof(*hint), 0);
+	if (!hint) {
+		__sync_fetch_and_add(&scb->hints_dropped, 1);
+		count(MORPHEUS_CNT_HINTS_RING_FULL);
+		return;
+	}
+	hint->timestamp_ns = now;
+	hint->preempt_seq = seq;
+	hint->slot = slot;
+	hint->tid = tid;
+	hint->reason = MORPHEUS_HINT_REASON_SLICE_OVERRUN;
+	hint->_pad0 = 0;
+	hint->overrun_ns = runtime - slice;
+	bpf_ringbuf_submit(hint, 0);
+	count(MORPHEUS_CNT_HINTS_EMITTED);
+}
+
+static void send_escalation_event(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 seq,
+				  u32 policy, u32 action, u64 overrun)
+{
+	struct morpheus_escalation_event *ev;
+
+	ev = bpf_ringbuf_reserve(&escalation_events, sizeof(*ev), 0);
+	if (!ev) {
+		count(MORPHEUS_CNT_EVENTS_RING_FULL);
+		return;
+	}
+	ev->timestamp_ns = now;
+	ev->preempt_seq = seq;
+	ev->slot = slot;
+	ev->tid = tid;
+	ev->pid = READ_ONCE(scb->pid);
+	ev->policy = policy;
+	ev->action = action;
+	ev->_pad0 = 0;
+	ev->overrun_ns = overrun;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/* Count a gate verdict once per (pending request, verdict), so counters read as "times spared". */
+static __always_inline void count_verdict(struct worker_ctx *w, u64 seq, u32 verdict)
+{
+	if (w->verdict_seq == seq && w->last_verdict == verdict)
+		return;
+	w->verdict_seq = seq;
+	w->last_verdict = verdict;
+	if (verdict < MORPHEUS_NR_GATE_VERDICTS)
+		__sync_fetch_and_add(&gate_verdicts[verdict], 1);
+}
+
+/* Escalate a worker running on `cpu` that passed the gate, unless an action is still in force. */
+static void escalate(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w,
+		     u32 slot, u32 tid, s32 cpu, u64 now, u64 seq, u32 policy, u64 grace, u64 overrun)
+{
+	u32 action;
+
+	/* A throttle in force is lifted by the agent (ack or DEFAULT_THROTTLE_MAX_NS). */
+	if (READ_ONCE(scb->escalated))
+		return;
+	/* One action per grace period: the previous one gets time to work. */
+	if (w->escalation_steps && now - w->last_escalation_ns <= grace)
+		return;
+
+	action = morpheus_escalation_action(policy, w->escalation_steps > 0);
+	if (!action)
+		return;
+	w->escalation_steps++;
+	w->last_escalation_ns = now;
+
+	if (action == MORPHEUS_ESCALATION_ACTION_KICK) {
+		/* SCX_KICK_PREEMPT zeroes the current task's slice: it goes back to the queue's tail. */
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+		count(MORPHEUS_CNT_KICKS);
+	} else if (action == MORPHEUS_ESCALATION_ACTION_THROTTLE) {
+		/* The agent caps the cgroup; escalated stays 1 until it lifts the cap. */
+		WRITE_ONCE(scb->escalated, 1);
+		count(MORPHEUS_CNT_THROTTLES);
+	}
+	__sync_fetch_and_add(&scb->escalations, 1);
+	count(MORPHEUS_CNT_ESCALATIONS);
+	if (policy < MORPHEUS_NR_POLICIES)
+		__sync_fetch_and_add(&escalations_by_policy[policy], 1);
+	send_escalation_event(scb, slot, tid, now, seq, policy, action, overrun);
+}
+
+/*
+ * Hint and escalation decisions for one worker, every input loaded at decision time. `cpu` is the CPU
+ * it is running on, or -1 when called as it stops (no escalation then: there is nothing to preempt).
+ */
+static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
+{
+	struct morpheus_scb *scb;
+	struct morpheus_gate_input in = {};
+	enum morpheus_hint_decision hint;
+	enum morpheus_gate_verdict verdict;
+	u64 runtime, slice, ack, seq, last_hint;
+	u32 state, tid = w->tid;
+
+	scb = scb_of(r, slot);
+	if (!scb)
+		return;
+
+	ack = load_acquire(&scb->last_ack_seq);
+	if (ack != w->seen_ack_seq) {
+		/* The runtime acknowledged: that was a yield point. */
+		reset_runtime(w, ack, now);
+		count(MORPHEUS_CNT_ACK_RESETS);
+	}
+	runtime = w->runtime_ns;
+	if (cpu >= 0 && now > w->run_start_ns)
+		runtime += now - w->run_start_ns;
+
+	slice = READ_ONCE(r->hdr.slice_ns);
+	state = load_acquire(&scb->worker_state);
+	WRITE_ONCE(scb->budget_remaining_ns, runtime < slice ? slice - runtime : 0);
+	WRITE_ONCE(scb->kernel_pressure_level,
+		   read_pressure_level(r, READ_ONCE(scb->kernel_pressure_level)));
+
+	last_hint = READ_ONCE(scb->last_hint_ns);
+	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint,
+				    READ_ONCE(r->hdr.hint_min_interval_ns));
+	if (hint == MORPHEUS_HINT_EMIT) {
+		emit_hint(scb, slot, tid, now, last_hint, runtime, slice);
+	} else if (hint == MORPHEUS_HINT_RATE_LIMITED) {
+		__sync_fetch_and_add(&scb->hints_dropped, 1);
+		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
+	}
+
+	if (cpu < 0 || runtime <= slice)
+		return;
+
+	seq = load_acquire(&scb->preempt_seq);
+	in.scheduler_mode = READ_ONCE(r->hdr.scheduler_mode);
+	in.escalation_policy = READ_ONCE(r->hdr.escalation_policy);
+	in.worker_state = load_acquire(&scb->worker_state);
+	in.escapable = load_acquire(&scb->escapable);
+	in.in_critical = load_acquire(&scb->in_critical);
+	in.preempt_seq = seq;
+	in.last_ack_seq = load_acquire(&scb->last_ack_seq);
+	in.runtime_ns = runtime;
+	in.slice_ns = slice;
+	in.grace_ns = READ_ONCE(r->hdr.grace_ns);
+
+	verdict = morpheus_gate(&in);
+	count_verdict(w, seq, verdict);
+	if (verdict == MORPHEUS_GATE_ESCALATE)
+		escalate(r, scb, w, slot, tid, cpu, now, seq, in.escalation_policy, in.grace_ns,
+			 runtime - slice - in.grace_ns);
+}
+
+/* Periodic overrun check of every CPU's running worker: finer than the scheduler tick. */
+static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
+{
+	struct morpheus_region *r = get_region();
+	u64 now = bpf_ktime_get_ns();
+	u32 cpu;
+
+	count(MORPHEUS_CNT_TIMER_RUNS);
+	if (r && READ_ONCE(r->hdr.generation)) {
+		bpf_for(cpu, 0, nr_possible_cpus) {
+			struct worker_ctx *w;
+			u32 *cur, slot;
+
+			if (cpu >= MORPHEUS_BPF_MAX_CPUS)
+				break;
+			cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
+			if (!cur || !*cur)
+				continue;
+			slot = *cur - 1;
+			w = bpf_map_lookup_elem(&workers, &slot);
+			if (w && w->cpu == (s32)cpu)
+				check_worker(r, slot, w, cpu, now);
+		}
+	}
+	bpf_timer_start(timer, check_interval_ns, 0);
+	return 0;
+}
+
+s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	bool is_idle = false;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (is_idle)
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, base_slice(), 0);
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	scx_bpf_dsq_insert(p, SHARED_DSQ, base_slice(), enq_flags);
+}
+
+void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
+{
+	scx_bpf_dsq_move_to_local(SHARED_DSQ, 0);
+}
+
+void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
+{
+	struct morpheus_region *r;
+	struct morpheus_scb *scb;
+	struct worker_ctx *w;
+	u32 tid = p->pid, key;
+	s32 slot = slot_of(tid), cpu;
+	u64 now;
+
+	if (slot < 0)
+		return;
+	key = slot;
+	r = get_region();
+	w = bpf_map_lookup_elem(&workers, &key);
+	if (!r || !w)
+		return;
+	scb = scb_of(r, slot);
+	if (!scb)
+		return;
+	if (READ_ONCE(scb->tid) != tid) {
+		count(MORPHEUS_CNT_STALE_SLOTS);
+		return;
+	}
+	now = bpf_ktime_get_ns();
+	if (w->tid != tid) {
+		/* First run of a newly registered thread in this slot. */
+		w->tid = tid;
+		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
+		w->verdict_seq = 0;
+		w->last_verdict = 0;
+	}
+	cpu = scx_bpf_task_cpu(p);
+	w->run_start_ns = now;
+	w->cpu = cpu;
+	if (cpu >= 0 && cpu < MORPHEUS_BPF_MAX_CPUS) {
+		u32 cpu_key = cpu, val = slot + 1;
+
+		bpf_map_update_elem(&cpu_worker, &cpu_key, &val, BPF_ANY);
+	}
+	count(MORPHEUS_CNT_WORKER_RUNS);
+}
+
+void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
+{
+	struct morpheus_region *r;
+	struct morpheus_scb *scb;
+	struct worker_ctx *w;
+	u32 tid = p->pid, key, zero = 0;
+	s32 slot = slot_of(tid), cpu;
+	u64 now;
+
+	if (slot < 0) {
+		/* Unregistered while it ran: forget it on its CPU so the timer stops looking. */
+		u32 cpu_key = scx_bpf_task_cpu(p), *cur;
+
+		cur = bpf_map_lookup_elem(&cpu_worker, &cpu_key);
+		if (cur && *cur)
+			*cur = 0;
+		return;
+	}
+	key = slot;
+	w = bpf_map_lookup_elem(&workers, &key);
+	r = get_region();
+	if (!w || !r || w->tid != tid || w->cpu < 0)
+		return;
+	scb = scb_of(r, slot);
+	if (!scb)
+		return;
+
+	now = bpf_ktime_get_ns();
+	cpu = w->cpu;
+	if (cpu < MORPHEUS_BPF_MAX_CPUS) {
+		u32 cpu_key = cpu;
+
+		bpf_map_update_elem(&cpu_worker, &cpu_key, &zero, BPF_ANY);
+	}
+	if (now > w->run_start_ns)
+		w->runtime_ns += now - w->run_start_ns;
+	w->cpu = -1;
+
+	if (!runnable) {
+		/* A voluntary sleep or block is a yield point. */
+		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
+		count(MORPHEUS_CNT_SLEEP_RESETS);
+		return;
+	}
+	/* Preempted or slice expired while still runnable: account, hint if overrun. */
+	check_worker(r, slot, w, -1, now);
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
+{
+	struct check_timer *t;
+	u32 zero = 0;
+	s32 err;
+
+	err = scx_bpf_create_dsq(SHARED_DSQ, -1);
+	if (err) {
+		scx_bpf_error("failed to create the shared DSQ: %d", err);
+		return err;
+	}
+
+	t = bpf_map_lookup_elem(&check_timer, &zero);
+	if (!t) {
+		scx_bpf_error("check timer map has no element");
+		return -ENOENT;
+	}
+	bpf_timer_init(&t->timer, &check_timer, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&t->timer, check_timer_fn);
+	err = bpf_timer_start(&t->timer, check_interval_ns, 0);
+	if (err) {
+		scx_bpf_error("failed to start the overrun check timer: %d", err);
+		return err;
+	}
+	return 0;
+}
+
+void BPF_STRUCT_OPS(morpheus_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+SCX_OPS_DEFINE(morpheus_ops,
+	       .select_cpu = (void *)morpheus_select_cpu,
+	       .enqueue = (void *)morpheus_enqueue,
+	       .dispatch = (void *)morpheus_dispatch,
+	       .running = (void *)morpheus_running,
+	       .stopping = (void *)morpheus_stopping,
+	       .init = (void *)morpheus_init,
+	       .exit = (void *)morpheus_exit,
+	       .name = "morpheus");

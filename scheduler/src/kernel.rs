@@ -1,0 +1,614 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The sched_ext backend: loads src/bpf/main.bpf.c, publishes its region map, and carries out what the
+//! BPF side cannot do itself.
+//!
+//! * Open/load/attach go through scx_utils' macros, so the ops name gets scx's version suffix and an
+//!   error in the BPF program ends in a clean exit (the kernel falls back to its default scheduler);
+//!   [`Backend::tick`] reports such an exit as an error so the agent stops.
+//! * The region is the BPF_F_MMAPABLE array map `region`: mmapped here and wrapped in a [`Region`],
+//!   so the header is written exactly like the simulation backend's. It is pinned at
+//!   PINNED_REGION_PATH and the hint ring at PIN_DIR/hints; both are unpinned on exit.
+//! * Registrations update the BPF `worker_slots` map (tid -> slot) before the registry replies.
+//! * Escalation events: KICK was already done by the BPF side (logged here); THROTTLE caps the worker's
+//!   cgroup with cpu.max until the worker acknowledges or `throttle_max_ns` passes.
+
+#[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
+mod bpf_intf {
+    include!(concat!(env!("OUT_DIR"), "/bpf_intf.rs"));
+}
+#[allow(clippy::all, dead_code)]
+mod bpf_skel {
+    include!(concat!(env!("OUT_DIR"), "/bpf_skel.rs"));
+}
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use morpheus_abi as abi;
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report};
+
+use crate::backend::{Backend, Config, SlotObserver};
+use crate::region::{self, Region, RegionParams};
+use crate::stats::Counters;
+use bpf_skel::{BpfSkel, BpfSkelBuilder};
+
+/// Where the hint ring is pinned (PIN_DIR/hints, as spec/abi.toml's HINT_RING feature says).
+fn hints_pin_path() -> PathBuf {
+    Path::new(abi::PIN_DIR).join("hints")
+}
+
+/// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
+/// and grace, never busier than every 100 µs.
+fn check_interval_ns(config: &Config) -> u64 {
+    (config.slice_ns.min(config.grace_ns) / 4).clamp(100_000, 1_000_000)
+}
+
+/// A shared mapping of the region map's value; unmapped when the region is dropped.
+struct MapMapping {
+    base: NonNull<u8>,
+    len: usize,
+    _fd: OwnedFd,
+}
+
+// SAFETY: a MAP_SHARED mapping of kernel memory; every access goes through Region's atomics.
+unsafe impl Send for MapMapping {}
+unsafe impl Sync for MapMapping {}
+
+impl Drop for MapMapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mapped in `map_region`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+fn map_region(map: &dyn MapCore, scb_count: u32) -> Result<Region> {
+    let value_size = map.value_size() as usize;
+    if value_size < region::region_size(scb_count) {
+        bail!(
+            "the BPF region map holds {value_size} bytes, too small for {scb_count} SCBs ({} bytes)",
+            region::region_size(scb_count)
+        );
+    }
+    let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate the region map fd")?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let len = value_size.div_ceil(page) * page;
+    // SAFETY: mapping a BPF_F_MMAPABLE array map; checked for MAP_FAILED below.
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error()).context("cannot mmap the BPF region map (is it BPF_F_MMAPABLE?)");
+    }
+    let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned NULL");
+    let mapping = MapMapping { base, len, _fd: fd };
+    // SAFETY: `len` >= value_size bytes of page-aligned shared memory that live as long as `mapping`.
+    unsafe { Region::from_mapping(base, value_size, PathBuf::from(abi::PINNED_REGION_PATH), scb_count, Box::new(mapping)) }
+}
+
+/// Removes a stale pin left by an instance that was killed (its maps live on while mapped).
+fn unpin_stale(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            log::warn!("removed a stale pin at {} (a previous instance did not exit cleanly)", path.display());
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove the stale pin {}", path.display())),
+    }
+}
+
+/// The worker's cgroup v2 directory, from /proc/<pid>/task/<tid>/cgroup.
+fn cgroup_dir_of(pid: u32, tid: u32) -> Result<PathBuf> {
+    let file = format!("/proc/{pid}/task/{tid}/cgroup");
+    let text = fs::read_to_string(&file).with_context(|| format!("cannot read {file}"))?;
+    let rel = text
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or_else(|| anyhow!("{file} names no cgroup v2 membership"))?;
+    if rel == "/" {
+        bail!("thread {tid} is in the root cgroup, which has no cpu.max; put the worker's process in a child cgroup");
+    }
+    Ok(Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/')))
+}
+
+/// cpu.max value a throttled cgroup gets: a tenth of each 100 ms period.
+const THROTTLE_CPU_MAX: &str = "10000 100000";
+
+/// One cgroup capped on behalf of one or more workers.
+struct CappedCgroup {
+    previous: String,
+    workers: u32,
+}
+
+/// A worker whose cgroup is capped.
+struct Throttle {
+    cgroup: PathBuf,
+    since_ns: u64,
+    /// The request that led to it: the cap lifts once last_ack_seq reaches it.
+    preempt_seq: u64,
+}
+
+/// Throttles in force; shared with the slot observer so that a released slot is lifted at once.
+struct Throttles {
+    region: Arc<Region>,
+    by_slot: HashMap<u32, Throttle>,
+    cgroups: HashMap<PathBuf, CappedCgroup>,
+    applied: u64,
+    lifted: u64,
+    fallbacks: u64,
+    errors: u64,
+}
+
+impl Throttles {
+    fn apply(&mut self, slot: u32, pid: u32, tid: u32, preempt_seq: u64, now_ns: u64) {
+        let scb = self.region.scb(slot);
+        let result = cgroup_dir_of(pid, tid).and_then(|dir| {
+            let file = dir.join("cpu.max");
+            if !self.cgroups.contains_key(&dir) {
+                let previous = fs::read_to_string(&file)
+                    .with_context(|| format!("cannot read {} (is the cpu controller enabled?)", file.display()))?;
+                fs::write(&file, THROTTLE_CPU_MAX).with_context(|| format!("cannot write {}", file.display()))?;
+                self.cgroups.insert(dir.clone(), CappedCgroup { previous: previous.trim().to_owned(), workers: 0 });
+            }
+            self.cgroups.get_mut(&dir).expect("inserted above").workers += 1;
+            Ok(dir)
+        });
+        match result {
+            Ok(cgroup) => {
+                log::info!("throttle: slot {slot} (tid {tid}) capped via {}/cpu.max", cgroup.display());
+                self.by_slot.insert(slot, Throttle { cgroup, since_ns: now_ns, preempt_seq });
+                self.applied += 1;
+            }
+            Err(e) => {
+                // Nothing is in force: let the BPF side escalate again after another grace period.
+                log::warn!("throttle of slot {slot} (tid {tid}) not applied: {e:#}");
+                scb.escalated().store(0, std::sync::atomic::Ordering::Relaxed);
+                self.fallbacks += 1;
+            }
+        }
+    }
+
+    fn lift(&mut self, slot: u32, why: &str) {
+        let Some(throttle) = self.by_slot.remove(&slot) else { return };
+        if let Some(capped) = self.cgroups.get_mut(&throttle.cgroup) {
+            capped.workers -= 1;
+            if capped.workers == 0 {
+                let capped = self.cgroups.remove(&throttle.cgroup).expect("present");
+                let file = throttle.cgroup.join("cpu.max");
+                if let Err(e) = fs::write(&file, &capped.previous) {
+                    log::warn!("cannot restore {} to '{}': {e}", file.display(), capped.previous);
+                    self.errors += 1;
+                }
+            }
+        }
+        self.region.scb(slot).escalated().store(0, std::sync::atomic::Ordering::Relaxed);
+        self.lifted += 1;
+        log::info!("unthrottle: slot {slot} ({why})");
+    }
+
+    /// Lifts caps whose worker acknowledged or whose time is up.
+    fn expire(&mut self, now_ns: u64, max_ns: u64) {
+        let due: Vec<(u32, &'static str)> = self
+            .by_slot
+            .iter()
+            .filter_map(|(&slot, t)| {
+                let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
+                if ack >= t.preempt_seq {
+                    Some((slot, "acknowledged"))
+                } else if now_ns.saturating_sub(t.since_ns) >= max_ns {
+                    Some((slot, "bound expired"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (slot, why) in due {
+            self.lift(slot, why);
+        }
+    }
+}
+
+/// Keeps the BPF tid -> slot map in step with the registry.
+struct KernelSlots {
+    worker_slots: MapHandle,
+    throttles: Arc<Mutex<Throttles>>,
+}
+
+impl SlotObserver for KernelSlots {
+    fn assigned(&self, slot: u32, tid: u32, _pid: u32) -> Result<()> {
+        self.worker_slots
+            .update(&tid.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("cannot record tid {tid} -> slot {slot} in the BPF worker_slots map"))
+    }
+
+    fn released(&self, slot: u32, tid: u32, _pid: u32) {
+        if let Err(e) = self.worker_slots.delete(&tid.to_ne_bytes()) {
+            log::debug!("tid {tid} was not in the BPF worker_slots map: {e}");
+        }
+        self.throttles.lock().unwrap().lift(slot, "slot released");
+    }
+}
+
+/// Latency samples in nanoseconds, summarised as a distribution.
+#[derive(Default)]
+pub struct Samples(Vec<u64>);
+
+impl Samples {
+    fn push(&mut self, v: u64) {
+        // Bounded memory on long runs: keep the first million.
+        if self.0.len() < 1_000_000 {
+            self.0.push(v);
+        }
+    }
+
+    /// "n=.. p50=..µs p95=.. p99=.. max=.." or "n=0".
+    pub fn summary(&self) -> String {
+        if self.0.is_empty() {
+            return "n=0".into();
+        }
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
+        format!(
+            "n={} p50={:.0}µs p95={:.0}µs p99={:.0}µs max={:.0}µs",
+            v.len(),
+            q(0.50),
+            q(0.95),
+            q(0.99),
+            *v.last().unwrap() as f64 / 1000.0
+        )
+    }
+}
+
+/// What the ring buffer callbacks hand to `tick`.
+#[derive(Default)]
+struct Drained {
+    hints: Vec<abi::Hint>,
+    events: Vec<abi::EscalationEvent>,
+}
+
+fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
+    // SAFETY: T is a plain C record; read_unaligned copes with any alignment.
+    (data.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
+}
+
+pub struct KernelBackend {
+    skel: BpfSkel<'static>,
+    link: Option<Link>,
+    region: Arc<Region>,
+    rings: RingBuffer<'static>,
+    drained: Rc<RefCell<Drained>>,
+    throttles: Arc<Mutex<Throttles>>,
+    observer: Arc<KernelSlots>,
+    throttle_max_ns: u64,
+    tick_interval: Duration,
+    pinned: Vec<PathBuf>,
+    /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
+    hint_ack: HashMap<u32, u64>,
+    event_ack: HashMap<u32, u64>,
+    hint_records: u64,
+    kick_records: u64,
+    /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
+    pub hint_reaction: Samples,
+    pub escalation_reaction: Samples,
+    shut_down: bool,
+}
+
+impl KernelBackend {
+    pub fn open(config: &Config) -> Result<Self> {
+        if config.max_workers > abi::MAX_WORKERS {
+            bail!(
+                "--max-workers {}: the kernel backend's region map holds at most {} SCBs (MAX_WORKERS)",
+                config.max_workers,
+                abi::MAX_WORKERS
+            );
+        }
+        if let Some(path) = &config.region_path {
+            if path != Path::new(abi::PINNED_REGION_PATH) {
+                bail!(
+                    "--region {}: the kernel backend always publishes its region at {}",
+                    path.display(),
+                    abi::PINNED_REGION_PATH
+                );
+            }
+        }
+        scx_utils::try_set_rlimit_infinity();
+
+        // The skeleton borrows its object for as long as the process serves; one per process.
+        let open_object: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(config.verbose > 1);
+        let mut skel = scx_ops_open!(builder, open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
+
+        let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
+        rodata.check_interval_ns = check_interval_ns(config);
+        rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+
+        let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
+        let mut skel: BpfSkel<'static> = skel;
+
+        // Region: write and publish the header before anything can run a worker.
+        let region = Arc::new(map_region(&skel.maps.region, config.max_workers)?);
+        let previous = region.generation();
+        region.publish(
+            &RegionParams {
+                scb_count: config.max_workers,
+                mode: config.mode,
+                policy: config.policy,
+                slice_ns: config.slice_ns,
+                grace_ns: config.grace_ns,
+                hint_min_interval_ns: config.hint_min_interval_ns,
+                backend: abi::Backend::Kernel,
+                optional_features: abi::feature::HINT_RING
+                    | if crate::pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
+            },
+            region::new_generation(previous),
+        );
+
+        fs::create_dir_all(abi::PIN_DIR)
+            .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
+        let mut pinned = Vec::new();
+        for (map, path) in [
+            (&mut skel.maps.region, PathBuf::from(abi::PINNED_REGION_PATH)),
+            (&mut skel.maps.hints, hints_pin_path()),
+        ] {
+            unpin_stale(&path)?;
+            map.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
+            pinned.push(path);
+        }
+
+        let throttles = Arc::new(Mutex::new(Throttles {
+            region: Arc::clone(&region),
+            by_slot: HashMap::new(),
+            cgroups: HashMap::new(),
+            applied: 0,
+            lifted: 0,
+            fallbacks: 0,
+            errors: 0,
+        }));
+        let observer = Arc::new(KernelSlots {
+            worker_slots: MapHandle::try_from(&skel.maps.worker_slots).context("worker_slots map handle")?,
+            throttles: Arc::clone(&throttles),
+        });
+
+        let drained = Rc::new(RefCell::new(Drained::default()));
+        let hints = MapHandle::try_from(&skel.maps.hints).context("hints ring handle")?;
+        let events = MapHandle::try_from(&skel.maps.escalation_events).context("escalation ring handle")?;
+        let mut rb = RingBufferBuilder::new();
+        let sink = Rc::clone(&drained);
+        rb.add(&hints, move |data: &[u8]| {
+            if let Some(h) = read_record::<abi::Hint>(data) {
+                sink.borrow_mut().hints.push(h);
+            }
+            0
+        })?;
+        let sink = Rc::clone(&drained);
+        rb.add(&events, move |data: &[u8]| {
+            if let Some(e) = read_record::<abi::EscalationEvent>(data) {
+                sink.borrow_mut().events.push(e);
+            }
+            0
+        })?;
+        let rings = rb.build().context("cannot set up the ring buffer consumer")?;
+
+        let link = scx_ops_attach!(skel, morpheus_ops)?;
+        log::info!(
+            "sched_ext scheduler attached (overrun check every {} µs); region pinned at {}",
+            check_interval_ns(config) / 1000,
+            abi::PINNED_REGION_PATH
+        );
+
+        Ok(KernelBackend {
+            skel,
+            link: Some(link),
+            region,
+            rings,
+            drained,
+            throttles,
+            observer,
+            throttle_max_ns: config.throttle_max_ns,
+            tick_interval: config.tick,
+            pinned,
+            hint_ack: HashMap::new(),
+            event_ack: HashMap::new(),
+            hint_records: 0,
+            kick_records: 0,
+            hint_reaction: Samples::default(),
+            escalation_reaction: Samples::default(),
+            shut_down: false,
+        })
+    }
+
+    fn bss(&self) -> &bpf_skel::types::bss {
+        self.skel.maps.bss_data.as_ref().expect("the BPF program has .bss")
+    }
+
+    fn counter(&self, idx: bpf_intf::morpheus_counter) -> u64 {
+        // SAFETY: reading a u64 of the mmapped .bss that BPF updates atomically.
+        unsafe { std::ptr::read_volatile(&self.bss().counters[idx as usize]) }
+    }
+
+    /// Raw BPF counters by name, for the e2e test and `--stats -v`.
+    pub fn bpf_counters(&self) -> Vec<(&'static str, u64)> {
+        let names = [
+            ("hints_emitted", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED),
+            ("hints_rate_limited", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED),
+            ("hints_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL),
+            ("escalations", bpf_intf::morpheus_counter_MORPHEUS_CNT_ESCALATIONS),
+            ("kicks", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS),
+            ("throttles", bpf_intf::morpheus_counter_MORPHEUS_CNT_THROTTLES),
+            ("events_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_EVENTS_RING_FULL),
+            ("worker_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_WORKER_RUNS),
+            ("ack_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_ACK_RESETS),
+            ("sleep_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_SLEEP_RESETS),
+            ("stale_slots", bpf_intf::morpheus_counter_MORPHEUS_CNT_STALE_SLOTS),
+            ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
+        ];
+        names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
+    }
+
+    fn drain(&mut self, now_ns: u64) -> Result<()> {
+        self.rings.consume().context("consuming the BPF ring buffers")?;
+        let drained = std::mem::take(&mut *self.drained.borrow_mut());
+        for hint in drained.hints {
+            self.hint_records += 1;
+            let slot = hint.slot;
+            if slot >= self.region.scb_count() {
+                continue;
+            }
+            // The first request since the worker's last acknowledgement measures the reaction time.
+            let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
+            if hint.preempt_seq == ack + 1 || self.hint_ack.get(&slot) != Some(&ack) {
+                self.hint_reaction.push(hint.overrun_ns);
+            }
+            self.hint_ack.insert(slot, ack);
+        }
+        for ev in drained.events {
+            let slot = ev.slot;
+            if slot >= self.region.scb_count() {
+                continue;
+            }
+            let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
+            if self.event_ack.get(&slot) != Some(&ack) {
+                self.escalation_reaction.push(ev.overrun_ns);
+            }
+            self.event_ack.insert(slot, ack);
+            match abi::EscalationAction::try_from(ev.action) {
+                Ok(abi::EscalationAction::Kick) => {
+                    self.kick_records += 1;
+                    log::debug!("kick: slot {slot} (tid {}) {} µs past slice + grace", ev.tid, ev.overrun_ns / 1000);
+                }
+                Ok(abi::EscalationAction::Throttle) => {
+                    self.throttles.lock().unwrap().apply(slot, ev.pid, ev.tid, ev.preempt_seq, now_ns);
+                }
+                other => log::warn!("unexpected escalation action {other:?} from the BPF program"),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for KernelBackend {
+    fn kind(&self) -> abi::Backend {
+        abi::Backend::Kernel
+    }
+
+    fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
+        Some(Arc::clone(&self.observer) as Arc<dyn SlotObserver>)
+    }
+
+    fn tick_interval(&self) -> Duration {
+        self.tick_interval
+    }
+
+    fn tick(&mut self, now_ns: u64) -> Result<()> {
+        if uei_exited!(&self.skel, uei) {
+            // The kernel has already fallen back to its default scheduler; say why and stop.
+            let _ = self.link.take();
+            return match uei_report!(&self.skel, uei) {
+                Ok(_) => Err(anyhow!("the BPF scheduler was unloaded by the kernel")),
+                Err(e) => Err(e.context("the BPF scheduler exited with an error")),
+            };
+        }
+        self.drain(now_ns)?;
+        self.throttles.lock().unwrap().expire(now_ns, self.throttle_max_ns);
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        let mut c = Counters { ticks: self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS), ..Counters::default() };
+        c.hints_emitted = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        c.hints_dropped = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        for (i, slot) in c.gate.iter_mut().enumerate() {
+            // SAFETY: as in `counter`.
+            *slot = unsafe { std::ptr::read_volatile(&self.bss().gate_verdicts[i]) };
+        }
+        let t = self.throttles.lock().unwrap();
+        c.actions[abi::EscalationAction::Kick.raw() as usize] = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS);
+        c.actions[abi::EscalationAction::Throttle.raw() as usize] = t.applied;
+        c.actions[abi::EscalationAction::Unthrottle.raw() as usize] = t.lifted;
+        c.fallbacks = t.fallbacks;
+        c.effect_errors = t.errors;
+        c
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.shut_down {
+            return Ok(());
+        }
+        self.shut_down = true;
+        // Drain what is left so the final report is complete; errors here do not stop the clean-up.
+        let _ = self.drain(crate::monotonic_ns());
+        {
+            let mut t = self.throttles.lock().unwrap();
+            let slots: Vec<u32> = t.by_slot.keys().copied().collect();
+            for slot in slots {
+                t.lift(slot, "scheduler exiting");
+            }
+        }
+        self.region.retire();
+        // Detach: the kernel switches every task back to its default scheduler.
+        let _ = self.link.take();
+        let mut errors = Vec::new();
+        for path in self.pinned.drain(..) {
+            if let Err(e) = fs::remove_file(&path) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    errors.push(format!("cannot unpin {}: {e}", path.display()));
+                }
+            }
+        }
+        // Only ours lives there; leave the directory if something else was put in it.
+        let _ = fs::remove_dir(abi::PIN_DIR);
+
+        let c = self.counters();
+        log::info!(
+            "BPF counters: {}",
+            self.bpf_counters().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        );
+        log::info!(
+            "gate verdicts: {}; escalations by policy: {:?}",
+            c.gate.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
+            // SAFETY: as in `counter`.
+            (0..bpf_intf::MORPHEUS_NR_POLICIES as usize)
+                .map(|i| unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) })
+                .collect::<Vec<_>>()
+        );
+        log::info!("reaction overrun->hint: {}", self.hint_reaction.summary());
+        log::info!("reaction grace expiry->escalation: {}", self.escalation_reaction.summary());
+        log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);
+
+        match uei_report!(&self.skel, uei) {
+            Ok(_) => {}
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow!(errors.join("; ")))
+        }
+    }
+}
+
+impl Drop for KernelBackend {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::warn!("kernel backend clean-up: {e:#}");
+        }
+    }
+}
