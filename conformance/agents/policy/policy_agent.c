@@ -11,9 +11,7 @@
  * (The policy header is GPL-2.0-only; a binary built from this file is therefore GPL-2.0-only.)
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +20,7 @@
 #include <unistd.h>
 
 #include "../../../scheduler/src/policy/morpheus_policy.h"
+#include "../common/agent_json.h"
 
 #define VERDICT(name) [MORPHEUS_GATE_##name] = #name
 static const char *const verdict_names[MORPHEUS_GATE_NR_VERDICTS] = {
@@ -37,57 +36,6 @@ static const char *const verdict_names[MORPHEUS_GATE_NR_VERDICTS] = {
 
 static unsigned char *region;
 static size_t region_len;
-
-/* Find "key": in a flat JSON object and return a pointer to its value, or NULL. */
-static const char *json_value(const char *line, const char *key)
-{
-	char pattern[64];
-	snprintf(pattern, sizeof(pattern), "\"%s\"", key);
-	for (const char *p = strstr(line, pattern); p; p = strstr(p + 1, pattern)) {
-		const char *q = p + strlen(pattern);
-		while (*q == ' ')
-			q++;
-		if (*q == ':') {
-			q++;
-			while (*q == ' ')
-				q++;
-			return q;
-		}
-	}
-	return NULL;
-}
-
-static int json_u64(const char *line, const char *key, unsigned long long *out)
-{
-	const char *v = json_value(line, key);
-	char *end;
-	if (!v || *v < '0' || *v > '9')
-		return -1;
-	errno = 0;
-	*out = strtoull(v, &end, 10);
-	return errno ? -1 : 0;
-}
-
-/* Copy a JSON string value (no escapes needed for paths the harness creates). */
-static int json_str(const char *line, const char *key, char *out, size_t size)
-{
-	const char *v = json_value(line, key);
-	size_t n = 0;
-	if (!v || *v != '"')
-		return -1;
-	for (v++; *v && *v != '"'; v++) {
-		if (*v == '\\' || n + 1 >= size)
-			return -1;
-		out[n++] = *v;
-	}
-	out[n] = '\0';
-	return *v == '"' ? 0 : -1;
-}
-
-static void reply_error(long long id, const char *error, const char *message)
-{
-	printf("{\"id\":%lld,\"ok\":false,\"error\":\"%s\",\"message\":\"%s\"}\n", id, error, message);
-}
 
 static void attach(long long id, const char *line)
 {
