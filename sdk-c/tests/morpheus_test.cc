@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+// The C SDK through its public headers: attach and detach, registration, checkpoints with and without
+// a pending request, nesting, and every bad input of the issue, each with its error code.
+
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+
+#include <string>
+
+#include "morpheus_inline.h"
+#include "sim_region.h"
+
+namespace {
+
+std::string unique_path(const char *tag) {
+  static int n = 0;
+  return "/dev/shm/morpheus-ctest-" + std::string(tag) + "-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+}
+
+class Region {
+ public:
+  explicit Region(sim_layout layout) : layout_(layout) {
+    std::string path = unique_path("region");
+    ok_ = sim_region_create(&r_, path.c_str(), &layout_) == 0;
+  }
+  explicit Region(uint32_t count = 4) : Region(sim_layout_default(count)) {}
+  ~Region() { sim_region_close(&r_, 1); }
+  bool ok() const { return ok_; }
+  const char *path() const { return r_.path; }
+  const sim_region *get() const { return &r_; }
+
+ private:
+  sim_layout layout_;
+  sim_region r_{};
+  bool ok_ = false;
+};
+
+// Every test leaves the thread without a worker.
+class MorpheusTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (morpheus_worker *w = morpheus_worker_current()) morpheus_worker_unregister(w);
+  }
+
+  static int register_direct(const Region &region, int slot, morpheus_worker **w) {
+    morpheus_options opts;
+    morpheus_options_init(&opts);
+    opts.region_path = region.path();
+    opts.direct_slot = slot;
+    return morpheus_worker_register(&opts, w);
+  }
+
+  static std::string last_error() { return morpheus_last_error(); }
+};
+
+TEST_F(MorpheusTest, RegisterWritesTheLifecycleAndUnregisterFreesTheSlot) {
+  Region region;
+  ASSERT_TRUE(region.ok());
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 1, &w), 0) << last_error();
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w, morpheus_worker_current());
+  EXPECT_EQ(morpheus_worker_slot(w), 1);
+  EXPECT_EQ(morpheus_worker_status(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, worker_state), MORPHEUS_WORKER_STATE_RUNNING);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, runtime_kind), MORPHEUS_RUNTIME_KIND_C);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, escapable), MORPHEUS_ESCAPABLE_DEFAULT_C);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, tid), static_cast<uint32_t>(gettid()));
+  ASSERT_EQ(morpheus_worker_unregister(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, worker_state), MORPHEUS_WORKER_STATE_INIT);
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, tid), 0u);
+  EXPECT_EQ(morpheus_worker_current(), nullptr);
+}
+
+TEST_F(MorpheusTest, CheckpointWithoutAndWithAPendingRequest) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0) << last_error();
+  EXPECT_FALSE(morpheus_checkpoint(w));
+  uint64_t seq = sim_request_yield(region.get(), 0);
+  EXPECT_TRUE(morpheus_checkpoint(w));
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), seq);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, yield_count), 1u);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_yield_reason), MORPHEUS_YIELD_REASON_PREEMPT_REQUEST);
+  EXPECT_EQ(w->cached_ack, seq);
+  EXPECT_FALSE(morpheus_checkpoint(w));
+  EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_PREEMPT_REQUEST), 1u);
+  // The out-of-line checkpoint behaves the same.
+  sim_request_yield(region.get(), 0);
+  EXPECT_EQ(morpheus_checkpoint_call(w), 1);
+  EXPECT_EQ(morpheus_checkpoint_call(w), 0);
+}
+
+TEST_F(MorpheusTest, NestedCriticalSectionsDeferTheRequest) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0) << last_error();
+  morpheus_critical_enter(w);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 1u);
+  morpheus_critical_enter(w);
+  EXPECT_EQ(w->critical_depth, 2u);
+  sim_request_yield(region.get(), 0);
+  EXPECT_FALSE(morpheus_checkpoint(w)) << "never yields inside a critical section";
+  EXPECT_EQ(morpheus_critical_exit(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 1u) << "only the outermost exit clears the flag";
+  EXPECT_FALSE(morpheus_checkpoint(w));
+  EXPECT_EQ(morpheus_critical_exit(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 0u);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), 0u) << "still pending";
+  EXPECT_TRUE(morpheus_checkpoint(w)) << "honoured after the outermost exit";
+  // The out-of-line variants track the same depth.
+  EXPECT_EQ(morpheus_critical_enter_call(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 1u);
+  EXPECT_EQ(morpheus_critical_exit_call(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 0u);
+}
+
+TEST_F(MorpheusTest, ExitWithoutEnterIsNotInCritical) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  EXPECT_EQ(morpheus_critical_exit(w), -static_cast<int>(MORPHEUS_E_NOT_IN_CRITICAL));
+  EXPECT_NE(last_error().find("NOT_IN_CRITICAL"), std::string::npos) << last_error();
+  EXPECT_EQ(w->critical_depth, 0u);
+  EXPECT_EQ(morpheus_critical_exit_call(w), -static_cast<int>(MORPHEUS_E_NOT_IN_CRITICAL));
+}
+
+TEST_F(MorpheusTest, DetachedModeNeverYieldsAndCountsNesting) {
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = "";  // forces detached mode
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0) << last_error();
+  EXPECT_EQ(morpheus_worker_status(w), -static_cast<int>(MORPHEUS_E_DETACHED));
+  EXPECT_EQ(morpheus_worker_slot(w), -1);
+  EXPECT_FALSE(morpheus_checkpoint(w));
+  morpheus_critical_enter(w);
+  EXPECT_EQ(w->critical_depth, 1u);
+  EXPECT_EQ(morpheus_critical_exit(w), 0);
+  EXPECT_EQ(morpheus_critical_exit(w), -static_cast<int>(MORPHEUS_E_NOT_IN_CRITICAL));
+  uint64_t budget = 0;
+  EXPECT_EQ(morpheus_budget_remaining_ns(w, &budget), -static_cast<int>(MORPHEUS_E_DETACHED));
+}
+
+TEST_F(MorpheusTest, SecondRegistrationOnTheSameThreadIsAlreadyRegistered) {
+  Region region;
+  morpheus_worker *w = nullptr, *again = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  EXPECT_EQ(register_direct(region, 1, &again), -static_cast<int>(MORPHEUS_E_ALREADY_REGISTERED));
+  EXPECT_EQ(again, nullptr);
+  EXPECT_NE(last_error().find("slot 0"), std::string::npos) << last_error();
+  EXPECT_EQ(SIM_LOAD(region.get(), 1, worker_state), MORPHEUS_WORKER_STATE_INIT);
+}
+
+TEST_F(MorpheusTest, SlotOutOfRangeAndBusy) {
+  Region region(2);
+  morpheus_worker *w = nullptr;
+  EXPECT_EQ(register_direct(region, 2, &w), -static_cast<int>(MORPHEUS_E_SLOT_OUT_OF_RANGE));
+  EXPECT_NE(last_error().find("scb_count 2"), std::string::npos) << last_error();
+  __atomic_store_n(&sim_scb(region.get(), 1)->worker_state, MORPHEUS_WORKER_STATE_RUNNING, __ATOMIC_RELEASE);
+  EXPECT_EQ(register_direct(region, 1, &w), -static_cast<int>(MORPHEUS_E_SLOT_BUSY));
+  EXPECT_NE(last_error().find("found RUNNING"), std::string::npos) << last_error();
+}
+
+struct BadRegion {
+  const char *name;
+  sim_layout layout;
+  uint32_t code;
+  const char *message;
+};
+
+TEST_F(MorpheusTest, BadRegionsAreRefusedWithTheirCode) {
+  sim_layout base = sim_layout_default(2);
+  auto with = [&](auto change) {
+    sim_layout l = base;
+    change(l);
+    return l;
+  };
+  const BadRegion cases[] = {
+      {"wrong magic", with([](sim_layout &l) { l.magic = 42; }), MORPHEUS_E_BAD_MAGIC, "expected magic"},
+      {"other major", with([](sim_layout &l) { l.abi_major = MORPHEUS_ABI_MAJOR + 1; }),
+       MORPHEUS_E_ABI_MAJOR_MISMATCH, "ABI major"},
+      {"empty file", with([](sim_layout &l) { l.file_len = 0; }), MORPHEUS_E_REGION_TRUNCATED, "found 0"},
+      {"smaller than a header", with([](sim_layout &l) { l.file_len = 100; }), MORPHEUS_E_REGION_TRUNCATED,
+       "found 100"},
+      {"shorter than its slots", with([](sim_layout &l) { l.file_len = 200; }), MORPHEUS_E_REGION_TRUNCATED,
+       "found 200"},
+      {"stride smaller than the SCB", with([](sim_layout &l) { l.scb_stride = 64; }), MORPHEUS_E_BAD_LAYOUT,
+       "scb_stride >= 128"},
+      {"not ready", with([](sim_layout &l) { l.generation = 0; }), MORPHEUS_E_NOT_READY, "generation"},
+  };
+  for (const BadRegion &c : cases) {
+    Region region(c.layout);
+    ASSERT_TRUE(region.ok()) << c.name;
+    morpheus_worker *w = nullptr;
+    EXPECT_EQ(register_direct(region, 0, &w), -static_cast<int>(c.code)) << c.name << ": " << last_error();
+    EXPECT_NE(last_error().find(morpheus_error_code_name(c.code)), std::string::npos) << last_error();
+    EXPECT_NE(last_error().find(c.message), std::string::npos) << c.name << ": " << last_error();
+    EXPECT_EQ(morpheus_worker_current(), nullptr) << c.name;
+  }
+}
+
+TEST_F(MorpheusTest, MissingRegionFileIsIo) {
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = "/nonexistent/morpheus/region";
+  opts.direct_slot = 0;
+  morpheus_worker *w = nullptr;
+  EXPECT_EQ(morpheus_worker_register(&opts, &w), -static_cast<int>(MORPHEUS_E_IO));
+  EXPECT_NE(last_error().find("/nonexistent/morpheus/region"), std::string::npos) << last_error();
+}
+
+TEST_F(MorpheusTest, SchedulerRestartDetachesAndWritesNothing) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  sim_set_generation(region.get(), 2);
+  sim_request_yield(region.get(), 0);
+  EXPECT_FALSE(morpheus_checkpoint(w));
+  EXPECT_EQ(morpheus_worker_status(w), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
+  EXPECT_NE(last_error().find("generation 2"), std::string::npos) << last_error();
+  EXPECT_EQ(morpheus_checkpoint_call(w), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), 0u);
+  EXPECT_EQ(morpheus_set_priority(w, 5), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
+  ASSERT_EQ(morpheus_worker_unregister(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, worker_state), MORPHEUS_WORKER_STATE_RUNNING)
+      << "nothing is written to a region another scheduler took over";
+}
+
+TEST_F(MorpheusTest, RestartSeenByAnInlineCriticalEnterDetaches) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  sim_set_generation(region.get(), 0);  // the scheduler retired the region
+  morpheus_critical_enter(w);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, in_critical), 0u);
+  EXPECT_EQ(morpheus_critical_exit(w), 0);
+  EXPECT_EQ(morpheus_worker_status(w), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
+}
+
+TEST_F(MorpheusTest, AHandleFromAnotherThreadIsRefused) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  struct Result {
+    morpheus_worker *w;
+    int rc;
+  } result{w, 0};
+  pthread_t t;
+  pthread_create(
+      &t, nullptr,
+      [](void *arg) -> void * {
+        auto *r = static_cast<Result *>(arg);
+        r->rc = morpheus_worker_unregister(r->w);
+        return nullptr;
+      },
+      &result);
+  pthread_join(t, nullptr);
+  EXPECT_EQ(result.rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, worker_state), MORPHEUS_WORKER_STATE_RUNNING);
+}
+
+TEST_F(MorpheusTest, EscapableAndPriority) {
+  Region region;
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = region.path();
+  opts.direct_slot = 0;
+  opts.escapable = 0;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, escapable), 0u);
+  EXPECT_EQ(morpheus_set_escapable(w, true), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, escapable), 1u);
+  EXPECT_EQ(morpheus_set_priority(w, -5), 0);
+  EXPECT_EQ(static_cast<int32_t>(SIM_LOAD(region.get(), 0, priority)), -5);
+  __atomic_store_n(&sim_scb(region.get(), 0)->budget_remaining_ns, 777u, __ATOMIC_RELAXED);
+  uint64_t budget = 0;
+  EXPECT_EQ(morpheus_budget_remaining_ns(w, &budget), 0);
+  EXPECT_EQ(budget, 777u);
+  EXPECT_EQ(morpheus_runtime_mode(w), static_cast<int>(MORPHEUS_RUNTIME_MODE_DETERMINISTIC));
+}
+
+}  // namespace
