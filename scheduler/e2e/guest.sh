@@ -1,0 +1,147 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# Guest half of the real-kernel test (run by e2e/run.sh inside the VM as /morpheus/test).
+# Loads scx_morpheus on sched_ext and checks, with real workers registered through the agent:
+#   1. sched_ext is enabled with ops "morpheus..." while it runs, disabled again after Ctrl-C;
+#   2. observer mode: a spinning worker sees preempt_seq advance, a cooperative one acknowledges,
+#      nobody is escalated;
+#   3. enforced mode (policy kick): the non-acknowledging escapable worker is escalated, the one in a
+#      critical section and the one with escapable=0 never are (their SCB counters stay 0, and the BPF
+#      gate counted them as blocked);
+#   4. every stop unpins the maps and the kernel returns to its default scheduler.
+# Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
+# scheduler and with scx_morpheus (no worker registered), alternating, same boot.
+# Exit 0 only if every check passed.
+
+failures=0
+ok() { echo "e2e: ok: $*"; }
+bad() { echo "e2e: FAIL: $*"; failures=$((failures + 1)); }
+check() { # check DESCRIPTION COMMAND...
+	d=$1
+	shift
+	if "$@"; then ok "$d"; else bad "$d"; fi
+}
+# field ROLE KEY FILE: value of KEY on the worker line of ROLE
+field() { awk -v role="role=$1" -v key="$2" '$1 == role { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) print kv[2] } }' "$3"; }
+state() { cat /sys/kernel/sched_ext/state; }
+SOCK=/run/morpheus/agent.sock
+WORKER_SECONDS=${WORKER_SECONDS:-3}
+
+agent_pid=""
+start_agent() { # start_agent LOG ARGS...
+	log=$1
+	shift
+	rm -f "$SOCK"
+	scx_morpheus --backend kernel --stats 1 "$@" >"$log" 2>&1 &
+	agent_pid=$!
+	i=0
+	while [ $i -lt 300 ]; do
+		if [ "$(state)" = enabled ] && [ -S "$SOCK" ]; then
+			return 0
+		fi
+		if ! kill -0 "$agent_pid" 2>/dev/null; then
+			echo "e2e: scx_morpheus exited during start-up:"
+			cat "$log"
+			return 1
+		fi
+		sleep 0.1
+		i=$((i + 1))
+	done
+	echo "e2e: scx_morpheus did not come up in 30 s:"
+	cat "$log"
+	return 1
+}
+stop_agent() { # stop_agent LOG: Ctrl-C, wait, show the agent's output
+	kill -INT "$agent_pid"
+	wait "$agent_pid"
+	rc=$?
+	echo "---- scx_morpheus output ($1) ----"
+	cat "$1"
+	echo "---- end ----"
+	check "scx_morpheus exits 0 after SIGINT (got $rc)" test "$rc" -eq 0
+	i=0
+	while [ "$(state)" != disabled ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+	check "sched_ext state back to 'disabled' (is '$(state)')" test "$(state)" = disabled
+	check "pinned region removed" test ! -e /sys/fs/bpf/morpheus/region
+	check "pinned hint ring removed" test ! -e /sys/fs/bpf/morpheus/hints
+}
+
+echo "e2e: kernel $(uname -r), $(nproc) CPUs"
+check "sched_ext starts 'disabled' (is '$(state)')" test "$(state)" = disabled
+
+# --- observer mode -----------------------------------------------------------------------
+if start_agent /tmp/observer.log --mode observer; then
+	ops=$(cat /sys/kernel/sched_ext/root/ops)
+	echo "e2e: root/ops = $ops"
+	check "sched_ext state is 'enabled'" test "$(state)" = enabled
+	case "$ops" in morpheus*) ok "root/ops starts with morpheus" ;; *) bad "root/ops is '$ops', expected morpheus..." ;; esac
+	check "region pinned at /sys/fs/bpf/morpheus/region" test -e /sys/fs/bpf/morpheus/region
+
+	morpheus-e2e-worker --seconds "$WORKER_SECONDS" spin cooperative >/tmp/observer.out 2>&1
+	check "observer workers ran (exit $?)" test $? -eq 0
+	cat /tmp/observer.out
+	seq0=$(field spin preempt_seq_start /tmp/observer.out)
+	seq1=$(field spin preempt_seq /tmp/observer.out)
+	check "spinning worker saw preempt_seq advance ($seq0 -> $seq1)" test "${seq1:-0}" -gt "${seq0:-0}"
+	check "spinning worker was never escalated in observer mode" test "$(field spin escalations /tmp/observer.out)" = 0
+	coop_yields=$(field cooperative yields /tmp/observer.out)
+	check "cooperative worker was asked and acknowledged (yields=$coop_yields)" test "${coop_yields:-0}" -gt 0
+	check "cooperative worker's acknowledgements caught up (last_ack_seq <= preempt_seq)" \
+		test "$(field cooperative last_ack_seq /tmp/observer.out)" -le "$(field cooperative preempt_seq /tmp/observer.out)"
+	check "cooperative worker was never escalated" test "$(field cooperative escalations /tmp/observer.out)" = 0
+	stop_agent /tmp/observer.log
+else
+	bad "scx_morpheus (observer) did not start"
+fi
+
+# --- enforced mode, policy kick ---------------------------------------------------------------
+if start_agent /tmp/enforced.log --mode enforced --policy kick; then
+	morpheus-e2e-worker --seconds "$WORKER_SECONDS" spin critical unescapable >/tmp/enforced.out 2>&1
+	check "enforced workers ran (exit $?)" test $? -eq 0
+	cat /tmp/enforced.out
+	spin_esc=$(field spin escalations /tmp/enforced.out)
+	check "non-acknowledging escapable worker was escalated (escalations=$spin_esc)" test "${spin_esc:-0}" -gt 0
+	check "worker in a critical section was never escalated" test "$(field critical escalations /tmp/enforced.out)" = 0
+	check "worker with escapable=0 was never escalated" test "$(field unescapable escalations /tmp/enforced.out)" = 0
+	for role in critical unescapable; do
+		s0=$(field $role preempt_seq_start /tmp/enforced.out)
+		s1=$(field $role preempt_seq /tmp/enforced.out)
+		check "$role worker was still hinted ($s0 -> $s1)" test "${s1:-0}" -gt "${s0:-0}"
+	done
+	stop_agent /tmp/enforced.log
+	# The BPF gate's own view: verdicts counted as blocked by critical section and by escapable=0.
+	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/enforced.log | tail -n 1)
+	echo "e2e: gate verdicts (ESCALATE,MODE,POLICY_NONE,STATE,NOT_ESCAPABLE,CRITICAL,ACKNOWLEDGED,WITHIN_GRACE) = $verdicts"
+	not_escapable=$(echo "$verdicts" | cut -d, -f5)
+	critical=$(echo "$verdicts" | cut -d, -f6)
+	escalate=$(echo "$verdicts" | cut -d, -f1)
+	check "gate escalated at least once (ESCALATE=$escalate)" test "${escalate:-0}" -gt 0
+	check "gate blocked the escapable=0 worker (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
+	check "gate blocked the critical-section worker (CRITICAL=$critical)" test "${critical:-0}" -gt 0
+else
+	bad "scx_morpheus (enforced) did not start"
+fi
+
+# --- overhead benchmark (reported, not asserted) ----------------------------------------------
+BENCH_ITER=${BENCH_ITER:-300000000}
+bench() { morpheus-e2e-worker --bench-cpu "$BENCH_ITER" --threads 2 | sed -n 's/.*elapsed_ms=\([0-9.]*\).*/\1/p'; }
+for round in 1 2 3; do
+	d=$(bench)
+	echo "e2e-bench: round=$round scheduler=default elapsed_ms=$d"
+	if start_agent /tmp/bench.log --mode observer; then
+		m=$(bench)
+		echo "e2e-bench: round=$round scheduler=morpheus elapsed_ms=$m"
+		kill -INT "$agent_pid"
+		wait "$agent_pid"
+		i=0
+		while [ "$(state)" != disabled ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+	fi
+done
+
+if [ "$failures" -ne 0 ]; then
+	echo "e2e: $failures check(s) failed"
+	exit 1
+fi
+echo "e2e: all checks passed"
+exit 0

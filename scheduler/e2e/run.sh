@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# The real-kernel test (bazel test //scheduler:e2e_kernel): builds scx_morpheus with the sched_ext
+# backend and the test worker (release), boots Debian sid's kernel under qemu TCG with both in a
+# busybox initramfs and runs e2e/guest.sh there. Exits with the guest's code (0 = every check passed).
+#
+# usage: scheduler/e2e/run.sh [--kernel DIR] [--log FILE] [--timeout SECS]
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+root=$(cd "$here/../.." && pwd -P)
+readonly PROG=e2e-kernel
+
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
+
+kernel_args=()
+log=""
+timeout=900
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
+	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
+	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
+	-h | --help) sed -n '3,8p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1'" ;;
+	esac
+done
+
+# scx_utils' and our build scripts run clang; Debian installs it as clang-19.
+export BPF_CLANG=${BPF_CLANG:-clang-19}
+command -v "$BPF_CLANG" >/dev/null || die "$BPF_CLANG not found; run tools/setup.sh"
+
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+echo "$PROG: building scx_morpheus (features kernel) and morpheus-e2e-worker, release" >&2
+(cd "$root" && cargo build --release -p scx_morpheus --features kernel \
+	--bin scx_morpheus --bin morpheus-e2e-worker)
+
+if [[ -z "$log" ]]; then
+	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")
+fi
+echo "$PROG: console log: $log" >&2
+code=0
+"$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
+	--init-script "$here/guest.sh" \
+	--bin "$target_dir/release/scx_morpheus" \
+	--bin "$target_dir/release/morpheus-e2e-worker" \
+	--timeout "$timeout" --log "$log" || code=$?
+
+# The figures the guest printed, in one place.
+echo "$PROG: --- summary ---" >&2
+tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench): |BPF counters|gate verdicts|reaction ' >&2 || true
+echo "$PROG: guest exit code $code" >&2
+exit "$code"
