@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""Checkpoints (sync and asyncio) and critical sections (spec/SCB.md §5.1, §5.3)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import morpheus
+import morpheus.aio
+from conftest import abi
+
+S = abi.Scb
+
+
+def test_idle_checkpoint_writes_nothing(region):
+    with morpheus.Worker(region=str(region.path), slot=0):
+        before = region.scb_bytes(0)
+        for _ in range(1000):
+            assert morpheus.checkpoint() is False
+        assert region.scb_bytes(0) == before
+
+
+def test_sync_checkpoint_acknowledges_once_per_observation(region):
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        region.bump(0, 3)
+        assert morpheus.checkpoint() is True
+        assert region.get(0, S.LAST_ACK_SEQ) == 3
+        assert region.get(0, S.YIELD_COUNT) == 1
+        assert region.get(0, S.LAST_YIELD_REASON) == abi.YieldReason.PREEMPT_REQUEST
+        assert morpheus.checkpoint() is False
+        assert w.yield_counts()["PREEMPT_REQUEST"] == 1 and w.acknowledged_seq == 3
+
+
+def test_async_checkpoint_fast_path_is_one_shared_object(region):
+    with morpheus.Worker(region=str(region.path), slot=0):
+        assert morpheus.checkpoint_async() is morpheus.checkpoint_async()
+        assert isinstance(morpheus.checkpoint_async(), morpheus.Checkpoint)
+
+        async def main():
+            return await morpheus.checkpoint_async()
+
+        assert asyncio.run(main()) is None
+
+
+def _yield_before_ack(region, loop_factory):
+    seen = {}
+
+    async def other():
+        # Runs only if the checkpointing task really gave the loop back.
+        seen["ack_while_suspended"] = region.get(0, S.LAST_ACK_SEQ)
+        region.bump(0)  # arrives during the yield: stays pending
+
+    async def main():
+        region.bump(0, 2)
+        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other()))
+        await asyncio.sleep(0)  # let other() be scheduled behind us
+        pending = morpheus.checkpoint_async()
+        assert isinstance(pending, morpheus.PendingCheckpoint)
+        first = await pending
+        second = await morpheus.checkpoint_async()
+        third = await morpheus.checkpoint_async()
+        return first, second, third
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        loop = loop_factory()
+        try:
+            result = loop.run_until_complete(main())
+        finally:
+            loop.close()
+    return seen, result
+
+
+def test_async_checkpoint_yields_before_acknowledging(region):
+    seen, (first, second, third) = _yield_before_ack(region, asyncio.new_event_loop)
+    assert seen["ack_while_suspended"] == 0
+    assert (first, second, third) == (True, True, None)
+    # Both yields were acknowledged after resuming; the worker is back to idle.
+
+
+def test_async_checkpoint_under_uvloop(region):
+    uvloop = pytest.importorskip("uvloop")
+    seen, result = _yield_before_ack(region, uvloop.new_event_loop)
+    assert seen["ack_while_suspended"] == 0 and result == (True, True, None)
+
+
+def test_pending_checkpoint_yields_exactly_once(region):
+    steps = []
+
+    async def counter():
+        for i in range(5):
+            steps.append(i)
+            await asyncio.sleep(0)
+
+    async def main():
+        task = asyncio.ensure_future(counter())
+        await asyncio.sleep(0)
+        region.bump(0)
+        start = len(steps)
+        assert await morpheus.checkpoint_async() is True
+        between = len(steps) - start
+        await task
+        return between
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        assert asyncio.run(main()) == 1
+
+
+def test_critical_section_holds_the_request_until_the_outermost_exit(region):
+    with morpheus.Worker(region=str(region.path), slot=0):
+        with morpheus.critical():
+            assert region.get(0, S.IN_CRITICAL) == 1
+            with morpheus.critical():
+                region.bump(0)
+                assert morpheus.checkpoint() is False
+                assert morpheus.critical_depth() == 2
+            assert region.get(0, S.IN_CRITICAL) == 1
+            assert morpheus.checkpoint() is False
+        assert region.get(0, S.IN_CRITICAL) == 0
+        assert region.get(0, S.LAST_ACK_SEQ) == 0
+        assert morpheus.checkpoint() is True
+
+
+def test_critical_decorators_sync_and_async(region):
+    @morpheus.critical
+    def sync_section():
+        return region.get(0, S.IN_CRITICAL), morpheus.critical_depth()
+
+    @morpheus.critical()
+    async def async_section():
+        await asyncio.sleep(0)
+        return region.get(0, S.IN_CRITICAL)
+
+    @morpheus.critical
+    def raises():
+        raise KeyError("boom")
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        assert sync_section() == (1, 1)
+        assert asyncio.run(async_section()) == 1
+        with pytest.raises(KeyError):
+            raises()
+        assert morpheus.critical_depth() == 0 and region.get(0, S.IN_CRITICAL) == 0
+
+
+def test_unbalanced_exit_is_an_error_and_writes_nothing(region):
+    with morpheus.Worker(region=str(region.path), slot=0):
+        region.put(0, S.IN_CRITICAL, 1)  # a stray store of 0 would show
+        with pytest.raises(morpheus.NotInCriticalError, match="depth 0"):
+            morpheus._morpheus.critical_exit()
+        assert region.get(0, S.IN_CRITICAL) == 1
+        region.put(0, S.IN_CRITICAL, 0)
+
+
+def test_detached_checkpoints_and_critical_sections_work():
+    assert morpheus.checkpoint() is False  # no worker at all: the static zeroed SCB
+    with morpheus.critical():
+        assert morpheus.critical_depth() == 1
+    with pytest.raises(morpheus.NotInCriticalError):
+        morpheus._morpheus.critical_exit()
+
+    async def main():
+        tick = morpheus.Ticker(2)
+        results = [await tick for _ in range(4)]
+        results.append(await morpheus.checkpoint_async())
+        return results
+
+    assert asyncio.run(main()) == [None] * 5
+
+
+def test_ticker_checkpoints_every_nth_call(region):
+    with morpheus.Worker(region=str(region.path), slot=0):
+        tick = morpheus.Ticker(every=3)
+        region.bump(0)
+        assert [tick.tick() for _ in range(3)] == [False, False, True]
+        assert tick.every == 3
+
+        async def main():
+            region.bump(0)
+            return [await tick for _ in range(3)]
+
+        assert asyncio.run(main()) == [None, None, True]
+
+
+def test_aio_run_registers_the_loop_thread(region):
+    async def main():
+        w = morpheus.current_worker()
+        async for _ in morpheus.aio.checkpointed(range(10), every=4):
+            pass
+        return w.slot
+
+    assert morpheus.aio.run(main(), region=str(region.path), slot=1) == 1
+    assert morpheus.current_worker() is None
+    assert region.get(1, S.WORKER_STATE) == abi.WorkerState.INIT
+    with pytest.raises(TypeError, match="expects a coroutine"):
+        morpheus.aio.run(lambda: None)
