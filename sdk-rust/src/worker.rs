@@ -464,9 +464,19 @@ pub unsafe fn critical_enter_raw(raw: *mut RawWorker) {
 /// `raw` must be the calling thread's [`current_raw`].
 #[inline(always)]
 pub unsafe fn critical_exit_raw(raw: *mut RawWorker) -> Result<()> {
+    if critical_exit_fast(raw) {
+        Ok(())
+    } else {
+        Err(Error::NotInCritical)
+    }
+}
+
+/// [`critical_exit_raw`] returning false (writing nothing) at depth 0, so that guards carry no error.
+#[inline(always)]
+unsafe fn critical_exit_fast(raw: *mut RawWorker) -> bool {
     let depth = (*raw).critical_depth;
     if depth == 0 {
-        return Err(Error::NotInCritical);
+        return false;
     }
     (*raw).critical_depth = depth - 1;
     if depth == 1 && !(*raw).in_critical.is_null() {
@@ -476,7 +486,7 @@ pub unsafe fn critical_exit_raw(raw: *mut RawWorker) -> Result<()> {
             lose(raw);
         }
     }
-    Ok(())
+    true
 }
 
 fn resolve_region(source: &RegionSource) -> Result<std::result::Result<Arc<Region>, DetachReason>> {
@@ -765,8 +775,11 @@ impl Worker {
     /// written; returning true is the yield point). One acquire load when nothing is pending.
     #[inline(always)]
     pub fn checkpoint_sync(&self) -> bool {
-        // SAFETY: self.raw is this thread's state (Worker is !Send).
-        unsafe { checkpoint_sync_raw(self.raw) }
+        // The handle is bound to this thread, so its state is the thread-local one: reaching it through
+        // TLS (an fs-relative load in an executable) saves the load of `self.raw` in hot loops.
+        debug_assert_eq!(self.raw, current_raw());
+        // SAFETY: this thread's state.
+        unsafe { checkpoint_sync_raw(current_raw()) }
     }
 
     /// [`checkpoint_sync`](Worker::checkpoint_sync), reporting `GENERATION_CHANGED` if the scheduler
@@ -793,16 +806,17 @@ impl Worker {
     /// Enter a critical section until the guard drops (also on panic).
     #[inline(always)]
     pub fn critical_section(&self) -> CriticalSection<'_> {
+        let raw = current_raw(); // == self.raw, see checkpoint_sync
         // SAFETY: this thread's state.
-        unsafe { critical_enter_raw(self.raw) };
-        CriticalSection { raw: self.raw, _worker: PhantomData }
+        unsafe { critical_enter_raw(raw) };
+        CriticalSection { raw, _worker: PhantomData }
     }
 
     /// Enter a critical section without a guard; pair with [`critical_exit`](Worker::critical_exit).
     #[inline(always)]
     pub fn critical_enter(&self) {
         // SAFETY: this thread's state.
-        unsafe { critical_enter_raw(self.raw) }
+        unsafe { critical_enter_raw(current_raw()) }
     }
 
     /// Exit a critical section; `NOT_IN_CRITICAL` without a matching enter.
@@ -1024,7 +1038,7 @@ impl Drop for CriticalSection<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: the guard never leaves its thread; its enter guarantees depth >= 1.
-        let _ = unsafe { critical_exit_raw(self.raw) };
+        unsafe { critical_exit_fast(self.raw) };
     }
 }
 
