@@ -259,6 +259,9 @@ class CellRun:
             bump = during_yield.get("bump", 0)
             if bump:
                 self._bump(step.slot, bump)
+            if during_yield.get("write"):
+                # Another path of the same runtime (SCB.md §3: why last_ack_seq is a CAS) or the scheduler.
+                self._harness_write(during_yield["write"], step.slot)
 
         watcher = self._watch(step) if step.expect.get("watch") else None
         try:

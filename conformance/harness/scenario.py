@@ -153,6 +153,12 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         for name, order in expect["watch"].items():
             if not (isinstance(order, list) and order):
                 raise _fail(path, where, f"expect.watch.{name} must be the list of values in their order")
+    if "during_yield" in expect:
+        dy = expect["during_yield"]
+        if not isinstance(dy, dict) or set(dy) - {"bump", "write"}:
+            raise _fail(path, where, "expect.during_yield takes `bump = N` and `write = { field = value }`")
+        if "write" in dy:
+            _check_fields(path, where + " expect.during_yield.write", dy["write"], SCB_FIELDS, "scb")
     if "check" in expect and not (
         isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
         raise _fail(path, where, "expect.check must be a list of expressions")

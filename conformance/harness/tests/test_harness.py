@@ -115,7 +115,7 @@ class BrokenRuleTest(unittest.TestCase):
     """Acknowledging before yielding must turn red exactly the async cells that yield."""
 
     EXPECTED_RED = {
-        "ack_monotonic_concurrent[async]", "async_yield_before_ack[async]",
+        "ack_monotonic_concurrent[async]", "ack_never_decreases[async]", "async_yield_before_ack[async]",
         "checkpoint_coalesces_bumps[async]", "checkpoint_pending_yields_once[async]",
         "critical_blocks_yield[async]", "critical_nesting_outermost_only[async]",
         "discovery_env_region[async]",
