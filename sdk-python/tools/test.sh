@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+# Build the wheel, run the pytest suite against the installed wheel (not the source tree), then
+# install the wheel into a brand-new virtualenv and run the example there.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+wheel="$("$here/tools/build.sh")"
+cd "$here"
+# Import from the installed wheel: run pytest from tests/ so python/ is not on sys.path.
+(cd tests && MORPHEUS_WHEEL="$wheel" "$here/.build/venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .)
