@@ -34,6 +34,9 @@ fn main() {
         println!("plain_loop: run with `cargo bench` to measure");
         return;
     }
+    // Warm up: let the CPU reach its steady clock before the first measurement.
+    let until = Instant::now() + std::time::Duration::from_millis(300);
+    while Instant::now() < until {}
     let cell: &AtomicU64 = black_box(Box::leak(Box::new(AtomicU64::new(0))));
     let acquire = measure(|| cell.load(Ordering::Acquire));
     let relaxed = measure(|| cell.load(Ordering::Relaxed));

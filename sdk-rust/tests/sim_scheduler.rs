@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Against the real scheduler's simulation backend (`scx_morpheus --backend sim`): registration
+//! through its agent socket, a yield request it makes on its own when the worker overruns its slice,
+//! and the detach when it exits. Needs the binary: `MORPHEUS_SCX_BIN=path cargo test --test
+//! sim_scheduler -- --ignored`; `bazel test //sdk-rust:sim_scheduler_test` builds and passes it.
+
+use std::{
+    path::Path,
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use morpheus::{testing::unique_path, Config, ErrorCode, Region, YieldReason};
+use morpheus_abi::WorkerState;
+
+struct Scheduler(Child);
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+#[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
+fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits() {
+    let bin = std::env::var("MORPHEUS_SCX_BIN").expect("MORPHEUS_SCX_BIN names the scx_morpheus binary");
+    let region_path = unique_path("scx-region");
+    let socket = unique_path("scx.sock");
+    let mut scheduler = Scheduler(
+        Command::new(&bin)
+            .args(["--backend", "sim", "--slice-us", "2000", "-w", "8"])
+            .arg("--region")
+            .arg(&region_path)
+            .arg("--socket")
+            .arg(&socket)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}")),
+    );
+    wait_for("the scheduler's socket and region", Duration::from_secs(20), || {
+        socket.exists() && Region::open(&region_path).is_ok()
+    });
+
+    let worker = Config::default().region_path(&region_path).agent_socket(&socket).register().unwrap();
+    let slot = worker.slot().expect("attached");
+    let region = worker.region().unwrap().clone();
+    let scb = region.scb_ptr(slot).unwrap();
+    // SAFETY: our slot in the mapped region; read with atomics.
+    let load = move |off: fn(*const morpheus_abi::Scb) -> *const u64| unsafe {
+        std::sync::atomic::AtomicU64::from_ptr(off(scb) as *mut u64).load(std::sync::atomic::Ordering::Acquire)
+    };
+    let state = unsafe { std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!((*scb).worker_state)) };
+    assert_eq!(state.load(std::sync::atomic::Ordering::Acquire), WorkerState::Running.raw());
+
+    // Burn CPU with checkpoints until the scheduler, seeing the slice overrun, asks for a yield.
+    let start = Instant::now();
+    let mut x = 1u64;
+    while worker.yield_counts().get(YieldReason::PreemptRequest) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the sim scheduler never asked for a yield");
+        for _ in 0..10_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        if worker.checkpoint_sync() {
+            std::thread::yield_now();
+        }
+    }
+    std::hint::black_box(x);
+    let acked = load(|s| unsafe { std::ptr::addr_of!((*s).last_ack_seq) });
+    let seq = load(|s| unsafe { std::ptr::addr_of!((*s).preempt_seq) });
+    assert!(acked >= 1 && acked <= seq, "last_ack_seq {acked} must be in 1..=preempt_seq {seq}");
+    assert_eq!(worker.acknowledged_seq(), acked);
+
+    // A clean exit retires the region (generation 0): the worker detaches and writes nothing more.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(scheduler.0.id() as i32, libc::SIGTERM) };
+    let status = scheduler.0.wait().unwrap();
+    assert!(status.success(), "scx_morpheus exited with {status}");
+    assert_eq!(region.current_generation(), 0);
+    assert_eq!(worker.try_checkpoint().unwrap_err().code(), ErrorCode::GenerationChanged);
+    assert!(!worker.is_attached());
+    drop(worker);
+    let _ = std::fs::remove_file(&region_path);
+    assert!(!Path::new(&socket).exists() || std::fs::remove_file(&socket).is_ok());
+}
