@@ -112,6 +112,7 @@ PIP_PACKAGES=(
   # "import-name requirement" pairs.
   "maturin maturin>=1.9,<2"   # sdk-python: builds the pyo3 extension
   "pytest pytest>=8"          # sdk-python and conformance tests
+  "uvloop uvloop>=0.19"       # sdk-python: the checkpoint tests under uvloop
   # add here
 )
 
