@@ -77,6 +77,8 @@ if start_agent /tmp/observer.log --mode observer; then
 	check "sched_ext state is 'enabled'" test "$(state)" = enabled
 	case "$ops" in morpheus*) ok "root/ops starts with morpheus" ;; *) bad "root/ops is '$ops', expected morpheus..." ;; esac
 	check "region pinned at /sys/fs/bpf/morpheus/region" test -e /sys/fs/bpf/morpheus/region
+	# Verifier complexity of each program, as the agent logged it (recorded in scheduler/veristat/).
+	sed -n 's/.*verified_insns: /e2e-veristat: /p' /tmp/observer.log
 
 	morpheus-e2e-worker --seconds "$WORKER_SECONDS" spin cooperative >/tmp/observer.out 2>&1
 	check "observer workers ran (exit $?)" test $? -eq 0
@@ -124,20 +126,35 @@ else
 fi
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------
-BENCH_ITER=${BENCH_ITER:-300000000}
+# Fixed CPU-bound work on 2 threads (one per vCPU), no worker registered; default scheduler and
+# scx_morpheus alternate so drift in the emulator hits both alike. Ratio = median(morpheus) /
+# median(default).
+BENCH_ITER=${BENCH_ITER:-600000000}
+BENCH_ROUNDS=${BENCH_ROUNDS:-5}
 bench() { morpheus-e2e-worker --bench-cpu "$BENCH_ITER" --threads 2 | sed -n 's/.*elapsed_ms=\([0-9.]*\).*/\1/p'; }
-for round in 1 2 3; do
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+: >/tmp/bench.default
+: >/tmp/bench.morpheus
+round=1
+while [ $round -le "$BENCH_ROUNDS" ]; do
 	d=$(bench)
-	echo "e2e-bench: round=$round scheduler=default elapsed_ms=$d"
+	echo "$d" >>/tmp/bench.default
 	if start_agent /tmp/bench.log --mode observer; then
 		m=$(bench)
-		echo "e2e-bench: round=$round scheduler=morpheus elapsed_ms=$m"
+		echo "$m" >>/tmp/bench.morpheus
 		kill -INT "$agent_pid"
 		wait "$agent_pid"
 		i=0
 		while [ "$(state)" != disabled ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+	else
+		m=failed
 	fi
+	echo "e2e-bench: round=$round default_ms=$d morpheus_ms=$m"
+	round=$((round + 1))
 done
+md=$(median </tmp/bench.default)
+mm=$(median </tmp/bench.morpheus)
+echo "e2e-bench: iterations=$BENCH_ITER threads=2 rounds=$BENCH_ROUNDS median_default_ms=$md median_morpheus_ms=$mm ratio=$(awk -v a="$mm" -v b="$md" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }')"
 
 if [ "$failures" -ne 0 ]; then
 	echo "e2e: $failures check(s) failed"

@@ -54,6 +54,19 @@ fn check_interval_ns(config: &Config) -> u64 {
     (config.slice_ns.min(config.grace_ns) / 4).clamp(100_000, 1_000_000)
 }
 
+/// Logs how many instructions the verifier processed per program (the scheduler's veristat record,
+/// scheduler/veristat/), so growth shows up in review.
+fn log_verifier_complexity() {
+    let mut progs: Vec<(String, u32)> = libbpf_rs::query::ProgInfoIter::default()
+        .filter(|info| info.ty == libbpf_rs::ProgramType::StructOps)
+        .map(|info| (info.name.to_string_lossy().into_owned(), info.verified_insns))
+        .filter(|(name, _)| name.starts_with("morpheus_"))
+        .collect();
+    progs.sort();
+    let line: Vec<String> = progs.iter().map(|(name, n)| format!("{name}={n}")).collect();
+    log::info!("verified_insns: {}", line.join(" "));
+}
+
 /// A shared mapping of the region map's value; unmapped when the region is dropped.
 struct MapMapping {
     base: NonNull<u8>,
@@ -404,6 +417,7 @@ impl KernelBackend {
         let rings = rb.build().context("cannot set up the ring buffer consumer")?;
 
         let link = scx_ops_attach!(skel, morpheus_ops)?;
+        log_verifier_complexity();
         log::info!(
             "sched_ext scheduler attached (overrun check every {} µs); region pinned at {}",
             check_interval_ns(config) / 1000,
