@@ -76,16 +76,13 @@ impl Default for SimRegionBuilder {
 }
 
 impl SimRegionBuilder {
-    /// Write the region at `path` (replacing an existing file by unlink, as a scheduler does).
-    pub fn create(&self, path: impl AsRef<Path>) -> std::io::Result<SimRegion> {
-        let path = path.as_ref();
-        let _ = std::fs::remove_file(path);
+    fn len(&self) -> u64 {
         let layout_len = self.header_size as u64 + self.scb_count as u64 * self.scb_stride as u64;
-        let len = self.file_len.unwrap_or(layout_len);
-        let mut file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-        file.set_len(len)?;
-        // Write the header bytes (all but generation) through the file, then publish generation.
-        let header = RegionHeader {
+        self.file_len.unwrap_or(layout_len)
+    }
+
+    fn header(&self) -> RegionHeader {
+        RegionHeader {
             magic: self.magic,
             abi_major: self.abi_major,
             abi_minor: self.abi_minor,
@@ -103,25 +100,139 @@ impl SimRegionBuilder {
             scheduler_pid: std::process::id(),
             backend: Backend::Sim.raw(),
             ..Default::default()
+        }
+    }
+
+    /// Write the header (all but generation) into a fresh mapping, then publish generation.
+    fn finish(&self, path: PathBuf, map: Option<Mapping>, backing: Owned) -> SimRegion {
+        let region = SimRegion {
+            path,
+            map,
+            scb_count: self.scb_count,
+            header_size: self.header_size,
+            scb_stride: self.scb_stride,
+            backing,
         };
-        // SAFETY: RegionHeader is plain integers with explicit reserved bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(&header as *const RegionHeader as *const u8, size_of::<RegionHeader>())
-        };
-        let n = bytes.len().min(len as usize);
-        file.write_all(&bytes[..n])?;
+        if let Some(map) = &region.map {
+            let header = self.header();
+            let n = size_of::<RegionHeader>().min(map.len());
+            // SAFETY: nobody else maps the region yet; the header is plain integers.
+            unsafe { std::ptr::copy_nonoverlapping(&header as *const RegionHeader as *const u8, map.base(), n) };
+            if self.generation != 0 && n == size_of::<RegionHeader>() {
+                region.set_generation(self.generation);
+            }
+        }
+        region
+    }
+
+    /// Write the region at `path` (replacing an existing file by unlink, as a scheduler does).
+    pub fn create(&self, path: impl AsRef<Path>) -> std::io::Result<SimRegion> {
+        let path = path.as_ref();
+        let _ = std::fs::remove_file(path);
+        let len = self.len();
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        file.set_len(len)?;
         let map = if len > 0 {
-            Some(Mapping::new(&OwnedFd::from(file.try_clone()?), len as usize, libc::PROT_READ | libc::PROT_WRITE, 0, path)
-                .map_err(|e| std::io::Error::other(e.to_string()))?)
+            let fd = OwnedFd::from(file.try_clone()?);
+            Some(Mapping::new(&fd, len as usize, libc::PROT_READ | libc::PROT_WRITE, 0, path).map_err(std::io::Error::other)?)
         } else {
             None
         };
-        let region = SimRegion { path: path.into(), map, scb_count: self.scb_count, header_size: self.header_size, scb_stride: self.scb_stride, _file: file };
-        if self.generation != 0 && len >= size_of::<RegionHeader>() as u64 {
-            region.set_generation(self.generation);
-        }
-        Ok(region)
+        Ok(self.finish(path.into(), map, Owned::File(file)))
     }
+
+    /// Write the region into a `BPF_F_MMAPABLE` one-element array map pinned on a private bpffs
+    /// mount, as the kernel backend publishes it. Needs root (bpf(2), mount(2)).
+    pub fn create_pinned(&self) -> std::io::Result<SimRegion> {
+        let len = self.len() as u32;
+        let fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, 4, len, 1, BPF_F_MMAPABLE)?;
+        let mount = BpfMount::new()?;
+        let pin = mount.dir.join("region");
+        bpf_obj_pin(&fd, &pin)?;
+        let map = Mapping::new(&fd, len as usize, libc::PROT_READ | libc::PROT_WRITE, 0, &pin).map_err(std::io::Error::other)?;
+        Ok(self.finish(pin, Some(map), Owned::Pinned { _fd: fd, mount }))
+    }
+}
+
+/// A private bpffs mount under the temp directory, unmounted on drop.
+#[derive(Debug)]
+pub struct BpfMount {
+    /// The mount point.
+    pub dir: PathBuf,
+}
+
+impl BpfMount {
+    /// Mount a bpffs at a fresh directory.
+    pub fn new() -> std::io::Result<BpfMount> {
+        let dir = std::env::temp_dir().join(format!("morpheus-bpffs-{}-{}", std::process::id(), UNIQUE.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir_all(&dir)?;
+        let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated strings.
+        let rc = unsafe { libc::mount(c"bpf".as_ptr(), target.as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null()) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&dir);
+            return Err(std::io::Error::new(err.kind(), format!("mounting a bpffs at {}: {err}", dir.display())));
+        }
+        Ok(BpfMount { dir })
+    }
+}
+
+impl Drop for BpfMount {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated string; MNT_DETACH so open pins never block the unmount.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+// Linux UAPI (linux/bpf.h).
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_OBJ_PIN: libc::c_long = 6;
+/// `BPF_MAP_TYPE_ARRAY`.
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_HASH`.
+pub const BPF_MAP_TYPE_HASH: u32 = 1;
+/// `BPF_F_MMAPABLE`.
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// `BPF_MAP_CREATE` (needs CAP_BPF).
+pub fn bpf_map_create(map_type: u32, key_size: u32, value_size: u32, max_entries: u32, flags: u32) -> std::io::Result<OwnedFd> {
+    let mut attr = [0u32; 32];
+    attr[..5].copy_from_slice(&[map_type, key_size, value_size, max_entries, flags]);
+    // SAFETY: a zeroed bpf_attr-sized buffer with the map-create fields set.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, attr.as_mut_ptr(), std::mem::size_of_val(&attr)) };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(err.kind(), format!("BPF_MAP_CREATE (type {map_type}, value size {value_size}): {err}")));
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+}
+
+/// `BPF_OBJ_PIN` of `fd` at `path` (on a bpffs).
+pub fn bpf_obj_pin(fd: &OwnedFd, path: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut attr = [0u64; 16];
+    attr[0] = c.as_ptr() as u64;
+    attr[1] = fd.as_raw_fd() as u64;
+    // SAFETY: pathname and bpf_fd set in a zeroed bpf_attr-sized buffer.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_PIN, attr.as_mut_ptr(), std::mem::size_of_val(&attr)) };
+    if rc < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(err.kind(), format!("BPF_OBJ_PIN at {}: {err}", path.display())));
+    }
+    Ok(())
+}
+
+// Fields are held for their Drop only.
+#[allow(dead_code)]
+#[derive(Debug)]
+enum Owned {
+    File(File),
+    Pinned { _fd: OwnedFd, mount: BpfMount },
 }
 
 /// A region file the test owns, removed on drop. Plays the scheduler's side of the protocol.
@@ -132,7 +243,8 @@ pub struct SimRegion {
     scb_count: u32,
     header_size: u32,
     scb_stride: u32,
-    _file: File,
+    // Held for its Drop: the file, or the map fd and the private bpffs mount.
+    backing: Owned,
 }
 
 /// A snapshot of one SCB (every field loaded atomically, one by one).
@@ -311,6 +423,8 @@ impl SimRegion {
 
 impl Drop for SimRegion {
     fn drop(&mut self) {
+        // Unpinning / unlinking leaves mappings others hold valid, as a scheduler's restart does.
+        // For a pinned map, the private bpffs is unmounted when `backing` drops, after the mapping.
         let _ = std::fs::remove_file(&self.path);
     }
 }
