@@ -244,6 +244,7 @@ pub struct SimRegion {
     header_size: u32,
     scb_stride: u32,
     // Held for its Drop: the file, or the map fd and the private bpffs mount.
+    #[allow(dead_code)]
     backing: Owned,
 }
 
