@@ -7,6 +7,10 @@
 //! scheduling latency: how late it started relative to its release. The same scenario runs with
 //! Morpheus off (no scheduler, workers unregistered), observer and enforced (scx_morpheus started by
 //! this program with a private region and socket), and the table compares them in the same run.
+//!
+//! Workers are what an application gets: `morpheus::Worker` registered through the agent's socket,
+//! `checkpoint_sync` between pieces of work, and the SDK's runtime modes (a PRESSURED or DEFENSIVE
+//! worker also yields on its own budget; the per-reason yield counts are printed).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-
-mod worker;
+use morpheus::YieldReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
@@ -108,21 +111,59 @@ struct Target {
     socket: PathBuf,
 }
 
-fn register(target: &Option<Target>) -> Result<Option<worker::Worker>> {
+/// Registers the calling thread through the agent, as an application would; escapable is the Rust
+/// SDK's default (true) and stated only so the scenario does not change if the default does.
+fn register(target: &Option<Target>) -> Result<Option<morpheus::Worker>> {
     let Some(t) = target else { return Ok(None) };
-    let worker = worker::Worker::register(&t.socket)
+    let worker = morpheus::Worker::builder()
+        .region_path(&t.region)
+        .agent_socket(&t.socket)
+        .escapable(true)
+        .register()
         .with_context(|| format!("registration with {} (region {})", t.socket.display(), t.region.display()))?;
+    if !worker.is_attached() {
+        bail!("the worker registered with {} is detached", t.socket.display());
+    }
     Ok(Some(worker))
+}
+
+/// Cooperative workers' yields, by reason (the SDK's own counters).
+#[derive(Clone, Copy, Default)]
+struct Yields {
+    preempt: u64,
+    budget: u64,
+    defensive: u64,
+}
+
+impl Yields {
+    fn of(worker: &morpheus::Worker) -> Yields {
+        let counts = worker.yield_counts();
+        Yields {
+            preempt: counts.get(YieldReason::PreemptRequest),
+            budget: counts.get(YieldReason::Budget),
+            defensive: counts.get(YieldReason::Defensive),
+        }
+    }
+
+    fn add(&mut self, other: Yields) {
+        self.preempt += other.preempt;
+        self.budget += other.budget;
+        self.defensive += other.defensive;
+    }
+
+    fn total(&self) -> u64 {
+        self.preempt + self.budget + self.defensive
+    }
 }
 
 struct PhaseResult {
     latencies_ns: Vec<u64>,
     zombie_cpu_share: f64,
-    yields: u64,
+    yields: Yields,
     totals: Option<String>,
 }
 
-fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64>, f64, u64)> {
+fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64>, f64, Yields)> {
     let stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(opts.workers + 2));
     let mut handles = Vec::new();
@@ -148,15 +189,14 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64
     for i in 0..opts.workers {
         let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
         let (work, chunk, workers) = (opts.work_us * 1000, opts.chunk_us * 1000, opts.workers as u64);
-        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, u64)> {
+        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, Yields)> {
             pin_to(cpu)?;
-            let mut worker = register(&target)?;
+            let worker = register(&target)?;
             barrier.wait();
             let start = monotonic_ns();
             // Stagger releases so the workers do not all wake at once.
             let mut release = start + period * (i as u64 + 1) / workers;
             let mut latencies = Vec::new();
-            let mut yields = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 sleep_until(release);
                 let woke = monotonic_ns();
@@ -169,9 +209,8 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64
                     while thread_cpu_ns() - piece < chunk {
                         std::hint::spin_loop();
                     }
-                    if let Some(w) = worker.as_mut() {
+                    if let Some(w) = &worker {
                         if w.checkpoint_sync() {
-                            yields += 1;
                             std::thread::yield_now();
                         }
                     }
@@ -184,18 +223,18 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64
                     release = now - (now - release) % period;
                 }
             }
-            Ok((latencies, yields))
+            Ok((latencies, worker.as_ref().map(Yields::of).unwrap_or_default()))
         })?);
     }
     barrier.wait();
     std::thread::sleep(Duration::from_secs_f64(opts.seconds));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
-    let mut yields = 0;
+    let mut yields = Yields::default();
     for h in handles {
         let (lat, y) = h.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
         all.extend(lat);
-        yields += y;
+        yields.add(y);
     }
     let zombie_share = zombie.join().map_err(|_| anyhow::anyhow!("the zombie thread panicked"))??;
     Ok((all, zombie_share, yields))
@@ -324,12 +363,16 @@ fn main() -> Result<()> {
             r99,
             rmax,
             field(&r.totals, "hints"),
-            r.yields,
+            r.yields.total(),
             field(&r.totals, "escalations"),
             r.zombie_cpu_share * 100.0
         );
     }
     for (mode, r) in &results {
+        if *mode != Mode::Off {
+            let y = r.yields;
+            println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", mode.name(), y.preempt, y.budget, y.defensive);
+        }
         if let Some(t) = &r.totals {
             println!("{}: scx_morpheus {t}", mode.name());
         }
