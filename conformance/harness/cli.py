@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gatecases  # noqa: E402
 import matrix as matrix_mod  # noqa: E402
 from abi import REPO_ROOT  # noqa: E402
 from runner import AgentSpec, CellResult, CellRun  # noqa: E402
@@ -39,12 +40,18 @@ RESULTS = CONFORMANCE / "results"
 
 def load_agents(directory: Path = AGENTS) -> dict[str, AgentSpec]:
     agents = {}
-    for manifest in sorted(directory.glob("*/agent.toml")):
+    manifests = []
+    for manifest in directory.glob("*/agent.toml"):
+        order = tomllib.loads(manifest.read_text()).get("order", 50)
+        manifests.append((order, manifest.parent.name, manifest))
+    for _, _, manifest in sorted(manifests):
         data = tomllib.loads(manifest.read_text())
         name = data.get("column", manifest.parent.name)
         command = data.get("command")
         if not (isinstance(command, list) and command and all(isinstance(c, str) for c in command)):
             raise SystemExit(f"{manifest}: `command` must be a non-empty list of strings")
+        if not isinstance(data.get("order", 50), int):
+            raise SystemExit(f"{manifest}: `order` (the column's place in the matrix) must be an integer")
         if data.get("target", "sdk") not in ("sdk", "gate"):
             raise SystemExit(f"{manifest}: target must be \"sdk\" or \"gate\"")
         agents[name] = AgentSpec(
@@ -86,7 +93,7 @@ def run_matrix(agents, scenarios, timeout: float, jobs: int, build: bool = True)
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run", "report", "gate", "list"])
+    parser.add_argument("command", choices=["run", "report", "gate", "list", "export-gate-cases", "import-answers"])
     parser.add_argument("names", nargs="*", help="gate: the agent(s) to gate")
     parser.add_argument("--agent", action="append", default=[], help="run only these agents")
     parser.add_argument("--agent-cmd", help="an agent command line not in agents/ (with --column)")
@@ -104,6 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the matrix as JSON, not Markdown")
+    parser.add_argument("--cases", type=Path, help="export-gate-cases: write here; import-answers: read from here")
+    parser.add_argument("--answers", type=Path, help="import-answers: the replayer's answer lines")
     args = parser.parse_args(argv)
 
     scenarios, broken = load_dir(args.scenarios_dir)
@@ -111,6 +120,22 @@ def main(argv=None) -> int:
         scenarios = [s for s in scenarios if any(fnmatch.fnmatch(s.name, p) for p in args.scenario)]
         broken = [(p, w) for p, w in broken if any(fnmatch.fnmatch(p.stem, pat) for pat in args.scenario)]
     agents = load_agents(args.agents_dir)
+    if args.command == "export-gate-cases":
+        if not args.cases:
+            parser.error("export-gate-cases needs --cases FILE")
+        cases = gatecases.export_cases(scenarios)
+        gatecases.write_cases(cases, args.cases)
+        print(f"{len(cases)} gate cases from {len({c['scenario'] for c in cases})} scenarios -> {args.cases}")
+        return 0
+    if args.command == "import-answers":
+        if not (args.cases and args.answers and args.export):
+            parser.error("import-answers needs --cases, --answers and --export (and --column)")
+        cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
+        column = gatecases.import_answers(cases, args.answers.read_text().splitlines(), args.column)
+        args.export.write_text(json.dumps(column, indent=2) + "\n")
+        failed = [r for r, c in column["rows"].items() if c["status"] != "pass"]
+        print(f"{args.column}: {len(column['rows']) - len(failed)}/{len(column['rows'])} scenarios pass -> {args.export}")
+        return 1 if failed else 0
     if args.command == "list":
         for sc in scenarios:
             print(f"{sc.name:40} [{sc.target}] {sc.intent}")

@@ -35,6 +35,9 @@ static const char *const verdict_names[MORPHEUS_GATE_NR_VERDICTS] = {
 };
 
 static unsigned char *region;
+static const char *verdict_name(enum morpheus_gate_verdict v);
+static int evaluate(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
+		    enum morpheus_gate_verdict *out);
 static size_t region_len;
 
 static void attach(long long id, const char *line)
@@ -87,12 +90,31 @@ static void gate(long long id, const char *line)
 		reply_error(id, "BAD_REQUEST", "gate needs integer slot and runtime_ns");
 		return;
 	}
-	const struct morpheus_region_header *h = (const void *)region;
-	if (slot >= h->scb_count || h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > region_len) {
+	const char *name;
+	enum morpheus_gate_verdict v;
+	if (evaluate(region, region_len, slot, runtime_ns, &v)) {
 		reply_error(id, "SLOT_OUT_OF_RANGE", "slot outside the region");
 		return;
 	}
-	const struct morpheus_scb *scb = (const void *)(region + h->header_size + slot * h->scb_stride);
+	name = verdict_name(v);
+	printf("{\"id\":%lld,\"ok\":true,\"escalate\":%s,\"verdict\":\"%s\"}\n", id,
+	       v == MORPHEUS_GATE_ESCALATE ? "true" : "false", name);
+}
+
+static const char *verdict_name(enum morpheus_gate_verdict v)
+{
+	return (unsigned)v < MORPHEUS_GATE_NR_VERDICTS && verdict_names[v] ? verdict_names[v] : "UNKNOWN";
+}
+
+/* The gate on a region image: the loads a scheduler makes at decision time, with SCB.md's orders. */
+static int evaluate(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
+		    enum morpheus_gate_verdict *out)
+{
+	const struct morpheus_region_header *h = (const void *)image;
+	if (len < sizeof(*h) || slot >= h->scb_count ||
+	    h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > len)
+		return -1;
+	const struct morpheus_scb *scb = (const void *)(image + h->header_size + slot * h->scb_stride);
 	/* The loads a scheduler makes at decision time, with SCB.md's orders. */
 	struct morpheus_gate_input in = {
 		.scheduler_mode = __atomic_load_n(&h->scheduler_mode, __ATOMIC_RELAXED),
@@ -106,17 +128,55 @@ static void gate(long long id, const char *line)
 		.slice_ns = __atomic_load_n(&h->slice_ns, __ATOMIC_RELAXED),
 		.grace_ns = __atomic_load_n(&h->grace_ns, __ATOMIC_RELAXED),
 	};
-	enum morpheus_gate_verdict v = morpheus_gate(&in);
-	const char *name = (unsigned)v < MORPHEUS_GATE_NR_VERDICTS && verdict_names[v] ? verdict_names[v] : "UNKNOWN";
-	printf("{\"id\":%lld,\"ok\":true,\"escalate\":%s,\"verdict\":\"%s\"}\n", id,
-	       v == MORPHEUS_GATE_ESCALATE ? "true" : "false", name);
+	*out = morpheus_gate(&in);
+	return 0;
 }
 
-int main(void)
+/*
+ * --replay: answer the cases of `cli.py export-gate-cases` (one JSON line each, the region image in
+ * hex) on stdout, for `cli.py import-answers`. The kernel column's replayer does the same with the BPF
+ * program evaluating the gate.
+ */
+static int replay(void)
+{
+	char *line = NULL, *hex = NULL, scenario_case[256];
+	size_t cap = 0;
+	unsigned char *image = NULL;
+	while (getline(&line, &cap, stdin) > 0) {
+		unsigned long long slot, runtime_ns;
+		size_t n = strlen(line);
+		enum morpheus_gate_verdict v;
+		hex = realloc(hex, n + 1);
+		image = realloc(image, n / 2 + 1);
+		if (!hex || !image || json_str(line, "case", scenario_case, sizeof(scenario_case)) ||
+		    json_u64(line, "slot", &slot) || json_u64(line, "runtime_ns", &runtime_ns) ||
+		    json_str(line, "region_hex", hex, n + 1)) {
+			fprintf(stderr, "policy agent: malformed case line\n");
+			return 2;
+		}
+		size_t len = strlen(hex) / 2;
+		for (size_t i = 0; i < len; i++)
+			sscanf(hex + 2 * i, "%2hhx", &image[i]);
+		if (evaluate(image, len, slot, runtime_ns, &v)) {
+			printf("{\"case\":\"%s\",\"error\":\"SLOT_OUT_OF_RANGE\"}\n", scenario_case);
+			continue;
+		}
+		printf("{\"case\":\"%s\",\"escalate\":%s,\"verdict\":\"%s\"}\n", scenario_case,
+		       v == MORPHEUS_GATE_ESCALATE ? "true" : "false", verdict_name(v));
+	}
+	free(line);
+	free(hex);
+	free(image);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && !strcmp(argv[1], "--replay"))
+		return replay();
 	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"policy\",\"runtime_kind\":\"UNKNOWN\","
 	       "\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[],\"pid\":%d}\n",
 	       (unsigned)MORPHEUS_ABI_MAJOR, (unsigned)MORPHEUS_ABI_MINOR, (int)getpid());

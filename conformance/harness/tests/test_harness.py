@@ -203,6 +203,36 @@ class WatcherTest(unittest.TestCase):
         self.assertIn("in this order", self.judge(["INIT", "DEAD", "RUNNING"], spec))
 
 
+class GateCasesTest(unittest.TestCase):
+    """The kernel column's path: export the gate scenarios as cases, replay them (here with the sim
+    policy agent's --replay), import the answers as a column."""
+
+    def test_export_replay_import(self):
+        import gatecases
+        import json
+        import subprocess
+        spec = cli.load_agents()["sim-policy"]
+        self.assertIsNone(cli.build_agent(spec))
+        scenarios, _ = load_dir(SCENARIOS)
+        cases = gatecases.export_cases(scenarios)
+        self.assertEqual({c["scenario"] for c in cases}, {s.name for s in scenarios if s.target == "gate"})
+        feed = "".join(json.dumps(c) + "\n" for c in cases)
+        out = subprocess.run([str(REPO_ROOT / spec.command[0]), "--replay"], input=feed, text=True,
+                             capture_output=True, check=True).stdout.splitlines()
+        column = gatecases.import_answers(cases, out, "kernel")
+        self.assertTrue(all(c["status"] == "pass" for c in column["rows"].values()), column)
+        # A gate that escalates a worker inside a critical section turns exactly that row red.
+        tampered = [line.replace('"escalate":false,"verdict":"BLOCKED_CRITICAL"',
+                                 '"escalate":true,"verdict":"ESCALATE"') for line in out]
+        column = gatecases.import_answers(cases, tampered, "kernel")
+        red = {row: c for row, c in column["rows"].items() if c["status"] == "fail"}
+        self.assertEqual(set(red), {"gate_critical_blocks"})
+        self.assertIn("escalate = True, expected False", red["gate_critical_blocks"]["message"])
+        # A missing answer is a failure, not a pass.
+        column = gatecases.import_answers(cases, out[1:], "kernel")
+        self.assertEqual(column["rows"][cases[0]["scenario"]]["status"], "fail")
+
+
 class MatrixTest(unittest.TestCase):
     def test_markdown_and_merged_kernel_column(self):
         results, scenarios, broken = run([reference()], {"checkpoint_idle_no_write"})
