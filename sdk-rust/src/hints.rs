@@ -6,7 +6,8 @@
 //! `consumer_pos`; the producer page (read-only) holds `producer_pos`, followed by the data area. Each
 //! record starts with an 8-byte header (`u32 len` with the BUSY and DISCARD bits, `u32 pg_off`) and is
 //! padded to 8 bytes. [`consume`] works on any memory laid out that way, so the parsing is tested
-//! without a kernel; [`HintRing::open_pinned`] maps the real map.
+//! without a kernel; [`HintRing::open_pinned`] maps the real map (tests/pinned_map.rs fills one from a
+//! BPF program).
 
 use std::{
     mem::size_of,

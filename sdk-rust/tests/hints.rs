@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Parsing of the hint ring buffer, on memory laid out as the kernel lays out a BPF ring buffer.
-//! (Mapping a real pinned ring needs the kernel backend: not covered here.)
+//! tests/pinned_map.rs maps a real ring buffer that a BPF program fills.
 
 use std::{mem::size_of, sync::atomic::AtomicU64};
 
