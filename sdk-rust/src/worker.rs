@@ -734,6 +734,8 @@ unsafe fn shutdown(raw: *mut RawWorker) -> Result<()> {
 #[derive(Debug)]
 pub struct Worker {
     raw: *mut RawWorker,
+    /// The registration this handle owns (a thread can register again after releasing one).
+    epoch: u64,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -747,7 +749,9 @@ impl Worker {
     /// Register the calling thread with `config`.
     pub fn register_with(config: &Config) -> Result<Worker> {
         let raw = register_current_thread(config)?;
-        Ok(Worker { raw, _not_send: PhantomData })
+        // SAFETY: just registered: inner is set.
+        let epoch = unsafe { (*((*raw).inner as *const Inner)).epoch };
+        Ok(Worker { raw, epoch, _not_send: PhantomData })
     }
 
     /// A detached worker: checkpoints never yield, critical sections only count (spec/SCB.md §7).
@@ -760,10 +764,29 @@ impl Worker {
         Config::default()
     }
 
-    #[inline(always)]
+    /// The registration this handle owns, unless `unregister_current_thread` released it.
+    fn owned_inner(&self) -> Option<*mut Inner> {
+        // SAFETY: this thread's state.
+        let inner = unsafe { (*self.raw).inner as *mut Inner };
+        // SAFETY: non-null inner is a live Box owned by this thread's registration.
+        (!inner.is_null() && unsafe { (*inner).epoch } == self.epoch).then_some(inner)
+    }
+
+    /// The registration's slow-path state. Panics (never UB) if the handle is stale: its registration
+    /// was released behind its back with [`unregister_current_thread`].
+    #[inline]
     fn inner(&self) -> &Inner {
-        // SAFETY: a live Worker means the thread's inner is set (it is cleared only by our Drop).
-        unsafe { &*((*self.raw).inner as *const Inner) }
+        let inner = self.owned_inner().expect(
+            "morpheus: this Worker's registration was released by unregister_current_thread(); the handle is stale",
+        );
+        // SAFETY: owned and live (checked above); only shared access while no &mut exists.
+        unsafe { &*inner }
+    }
+
+    fn inner_mut(&self) -> &mut Inner {
+        let _ = self.inner();
+        // SAFETY: as inner(); the caller holds no other reference to it.
+        unsafe { &mut *self.owned_inner().unwrap() }
     }
 
     /// The fast-path state (for bindings and the C SDK).
@@ -793,6 +816,9 @@ impl Worker {
     /// Ok while attached to a live region; `GENERATION_CHANGED` once a restart detached the worker;
     /// `DETACHED` for a worker that never had a region.
     pub fn status(&self) -> Result<()> {
+        if self.owned_inner().is_none() {
+            return Err(Error::NotRegistered { operation: "status" });
+        }
         let inner = self.inner();
         if let (Some(found), Some(region)) = (inner.lost, &inner.region) {
             return Err(Error::GenerationChanged { attached: region.attached_generation(), found });
@@ -883,8 +909,7 @@ impl Worker {
 
     /// Opt in to or out of escalation (store-release). In detached mode only remembered.
     pub fn set_escapable(&self, escapable: bool) -> Result<()> {
-        // SAFETY: inner is this thread's; mutation through the raw pointer, no other borrow is live.
-        unsafe { (*((*self.raw).inner as *mut Inner)).escapable = escapable };
+        self.inner_mut().escapable = escapable;
         let scb = self.write_checked("set_escapable")?;
         // SAFETY: our slot.
         unsafe { a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release) };
@@ -899,8 +924,7 @@ impl Worker {
     /// Set the advisory priority (-20 most important .. 19; clamped).
     pub fn set_priority(&self, priority: i32) -> Result<()> {
         let priority = priority.clamp(-20, 19);
-        // SAFETY: as in set_escapable.
-        unsafe { (*((*self.raw).inner as *mut Inner)).priority = priority };
+        self.inner_mut().priority = priority;
         let scb = self.write_checked("set_priority")?;
         // SAFETY: our slot.
         unsafe { a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed) };
@@ -949,12 +973,10 @@ impl Worker {
     /// outside DETERMINISTIC mode, once per slice.
     pub fn refresh_mode(&self) -> Result<RuntimeMode> {
         self.write_checked("refresh_mode")?;
+        let inner = self.inner_mut();
         // SAFETY: this thread's state, generation checked.
-        unsafe {
-            let inner = &mut *((*self.raw).inner as *mut Inner);
-            inner.evaluate_mode(self.raw, sys::monotonic_ns());
-            Ok(inner.mode)
-        }
+        unsafe { inner.evaluate_mode(self.raw, sys::monotonic_ns()) };
+        Ok(inner.mode)
     }
 
     /// Per-reason yield counters.
@@ -973,8 +995,7 @@ impl Worker {
         // SAFETY: this thread's state; our slot.
         unsafe {
             let seq = a64(addr_of!((*scb).preempt_seq)).load(Ordering::Acquire);
-            let inner = &*((*self.raw).inner as *const Inner);
-            let ticket = Ticket { raw: self.raw as usize, epoch: inner.epoch, seq, reason: YieldReason::Explicit };
+            let ticket = Ticket { raw: self.raw as usize, epoch: self.epoch, seq, reason: YieldReason::Explicit };
             commit(self.raw, ticket);
         }
         self.status()
@@ -983,7 +1004,10 @@ impl Worker {
     /// Shut the worker down now, reporting what went wrong (dropping does the same, silently).
     pub fn shutdown(self) -> Result<()> {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: this thread's state, still registered.
+        if this.owned_inner().is_none() {
+            return Err(Error::NotRegistered { operation: "shutdown" });
+        }
+        // SAFETY: this thread's state, registered by this handle.
         unsafe { shutdown(this.raw) }
     }
 }
@@ -1000,17 +1024,17 @@ pub unsafe fn with_current_worker<R>(f: impl FnOnce(&Worker) -> R) -> Result<R> 
     if unsafe { (*raw).inner.is_null() } {
         return Err(Error::NotRegistered { operation: "with_current_worker" });
     }
-    let worker = std::mem::ManuallyDrop::new(Worker { raw, _not_send: PhantomData });
+    // SAFETY: checked non-null above.
+    let epoch = unsafe { (*((*raw).inner as *const Inner)).epoch };
+    let worker = std::mem::ManuallyDrop::new(Worker { raw, epoch, _not_send: PhantomData });
     Ok(f(&worker))
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // SAFETY: this thread's state; inner is set while a Worker lives.
-        unsafe {
-            if !(*self.raw).inner.is_null() {
-                let _ = shutdown(self.raw);
-            }
+        if self.owned_inner().is_some() {
+            // SAFETY: this thread's state, registered by this handle.
+            let _ = unsafe { shutdown(self.raw) };
         }
     }
 }

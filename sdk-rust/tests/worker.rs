@@ -291,3 +291,18 @@ fn async_checkpoint_yields_before_acknowledging() {
     assert!(morpheus::checkpoint_sync(), "the later request is still pending");
     assert_eq!(region.snapshot(0).last_ack_seq, 2);
 }
+
+#[test]
+fn a_handle_whose_registration_was_released_elsewhere_is_stale_not_ub() {
+    let region = SimRegion::temp(2);
+    let worker = direct(&region, 0);
+    morpheus::unregister_current_thread().unwrap();
+    assert_eq!(worker.status().unwrap_err().code(), ErrorCode::NotRegistered);
+    // The thread registers again; the stale handle must not release the new registration.
+    let fresh = direct(&region, 1);
+    assert_eq!(worker.status().unwrap_err().code(), ErrorCode::NotRegistered);
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.slot())).is_err());
+    drop(worker);
+    assert_eq!(region.snapshot(1).worker_state, WorkerState::Running.raw(), "the new worker is untouched");
+    assert_eq!(fresh.slot(), Some(1));
+}
