@@ -48,6 +48,10 @@ fn main() {
     let region = SimRegion::temp(1);
     let worker = Config::default().region_path(region.path()).direct_slot(0).register().unwrap();
     let attached = measure(|| worker.checkpoint_sync() as u64);
+    // What the C inline function and the bindings do: the RawWorker pointer held in a register.
+    let raw = black_box(worker.as_raw());
+    // SAFETY: this thread's worker.
+    let attached_raw = measure(|| unsafe { morpheus::checkpoint_sync_raw(raw) } as u64);
     let critical = measure(|| {
         let guard = worker.critical_section();
         drop(guard);
@@ -65,6 +69,7 @@ fn main() {
         ("baseline_relaxed_load", relaxed),
         ("checkpoint_detached", detached),
         ("checkpoint_attached_idle", attached),
+        ("checkpoint_attached_idle_raw_ptr", attached_raw),
         ("checkpoint_attached_pending", pending),
         ("critical_enter_exit_attached", critical),
     ] {
