@@ -74,6 +74,13 @@ pub trait Backend {
     /// hint/escalation rings and apply cgroup caps (kernel). Must not block for long.
     fn tick(&mut self, now_ns: u64) -> Result<()>;
 
+    /// escalation_event records of the actions taken or undone since the last call (sim: demotions,
+    /// cgroup caps and their lifting). A backend whose events travel elsewhere (kernel: the BPF ring
+    /// the backend drains itself) returns none.
+    fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
+        Vec::new()
+    }
+
     /// Counters since start (cumulative; gauges current).
     fn counters(&self) -> Counters;
 

@@ -299,6 +299,14 @@ fn serve(config: &Config, opts: &Opts, backend: &mut dyn backend::Backend, regio
             result = Err(e).context("backend tick failed");
             break;
         }
+        for event in backend.take_events() {
+            // With --stats they belong to the report; otherwise they are -v detail.
+            if stats_every.is_some() {
+                println!("{}", stats::format_event(&event));
+            } else {
+                log::debug!("{}", stats::format_event(&event));
+            }
+        }
         if let Some(every) = stats_every {
             if now.duration_since(last_stats.0) >= every {
                 let mut counters = backend.counters();

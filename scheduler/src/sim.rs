@@ -46,6 +46,9 @@ enum Effect {
 #[derive(Debug)]
 struct Escalation {
     since_ns: u64,
+    pid: u32,
+    /// The unacknowledged preempt_seq that led to it (reported again in the lifting events).
+    preempt_seq: u64,
     /// last_ack_seq when it started: any advance is an acknowledgement.
     ack_at_start: u64,
     effects: Vec<Effect>,
@@ -82,7 +85,20 @@ pub struct SimBackend {
     cgroup2_root: Option<PathBuf>,
     released: Arc<Released>,
     warned_no_cgroup: bool,
+    /// escalation_event records since the last `take_events` (one per action taken or undone).
+    events: Vec<abi::EscalationEvent>,
 }
+
+/// Why an escalation step is taken: the request it answers and how far past slice + grace.
+#[derive(Clone, Copy, Debug)]
+struct Cause {
+    preempt_seq: u64,
+    overrun_ns: u64,
+}
+
+/// Bound on buffered events between two drains (the agent drains every tick); beyond it the oldest
+/// are dropped rather than growing without limit.
+const MAX_BUFFERED_EVENTS: usize = 4096;
 
 /// Slots the registry released since the last tick (lifted at the next tick, or at once by the tick
 /// noticing the SCB changed owner).
@@ -159,6 +175,7 @@ impl SimBackend {
             cgroup2_root: cgroup2_mount(),
             released: Arc::new(Released::default()),
             warned_no_cgroup: false,
+            events: Vec::new(),
         })
     }
 
@@ -252,8 +269,26 @@ impl SimBackend {
         std::fs::write(cpu_max, &cap.previous).is_ok()
     }
 
+    /// Records one escalation action as an escalation_event (spec/SCB.md §8).
+    fn record(&mut self, slot: u32, tid: u32, pid: u32, action: EscalationAction, cause: Cause) {
+        if self.events.len() >= MAX_BUFFERED_EVENTS {
+            self.events.remove(0);
+        }
+        self.events.push(abi::EscalationEvent {
+            timestamp_ns: crate::monotonic_ns(),
+            preempt_seq: cause.preempt_seq,
+            slot,
+            tid,
+            pid,
+            policy: self.region.policy(),
+            action: action.raw(),
+            overrun_ns: cause.overrun_ns,
+            ..Default::default()
+        });
+    }
+
     /// Applies one escalation step; returns the effects it took.
-    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32) -> Vec<Effect> {
+    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32, cause: Cause) -> Vec<Effect> {
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
         if want_throttle {
@@ -261,6 +296,7 @@ impl SimBackend {
                 if self.throttle(&cpu_max) {
                     self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
                     log::debug!("slot {slot}: throttled {} (tid {tid})", cpu_max.display());
+                    self.record(slot, tid, pid, EscalationAction::Throttle, cause);
                     effects.push(Effect::Throttled(cpu_max));
                     return effects;
                 }
@@ -278,6 +314,7 @@ impl SimBackend {
             Some(demotion) => {
                 self.counters.actions[EscalationAction::Demote.raw() as usize] += 1;
                 log::debug!("slot {slot}: demoted tid {tid} to SCHED_IDLE");
+                self.record(slot, tid, pid, EscalationAction::Demote, cause);
                 effects.push(Effect::Demoted(demotion));
             }
             None => {
@@ -289,11 +326,15 @@ impl SimBackend {
     }
 
     fn lift(&mut self, slot: u32, tid: u32, escalation: Escalation, why: &str) {
+        // Undoing is not about an overrun: overrun_ns 0; preempt_seq names the request escalated for.
+        let cause = Cause { preempt_seq: escalation.preempt_seq, overrun_ns: 0 };
+        let pid = escalation.pid;
         for effect in escalation.effects {
             match effect {
                 Effect::Demoted(demotion) => {
                     if Self::restore(tid, &demotion) {
                         self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
+                        self.record(slot, tid, pid, EscalationAction::Restore, cause);
                     } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
                         // ESRCH: the thread is gone, nothing to restore.
                         self.counters.effect_errors += 1;
@@ -302,6 +343,7 @@ impl SimBackend {
                 Effect::Throttled(cpu_max) => {
                     if self.unthrottle(&cpu_max) {
                         self.counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
+                        self.record(slot, tid, pid, EscalationAction::Unthrottle, cause);
                     } else {
                         self.counters.effect_errors += 1;
                     }
@@ -431,7 +473,9 @@ impl SimBackend {
                 }
                 let action = policy::escalation_action(esc_policy, false);
                 let ack_at_start = input.last_ack_seq;
-                let effects = self.apply(slot, action, tid, pid);
+                let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
+                let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
+                let effects = self.apply(slot, action, tid, pid, cause);
                 if effects.is_empty() {
                     return;
                 }
@@ -439,11 +483,11 @@ impl SimBackend {
                 scb.escalated().store(1, Ordering::Relaxed);
                 log::debug!(
                     "slot {slot}: escalated tid {tid} (pid {pid}), {} µs past slice + grace, policy {}",
-                    (since_yield - slice_ns).saturating_sub(input.grace_ns) / 1000,
+                    overrun_ns / 1000,
                     abi::EscalationPolicy::try_from(esc_policy).map(|p| p.name()).unwrap_or("?")
                 );
                 self.workers[slot as usize].as_mut().expect("tracked").escalation =
-                    Some(Escalation { since_ns: now_ns, ack_at_start, effects, repeated: false });
+                    Some(Escalation { since_ns: now_ns, pid, preempt_seq: input.preempt_seq, ack_at_start, effects, repeated: false });
             }
             Some(escalation) => {
                 // HYBRID: still unacknowledged a further grace period after the kick -> throttle too.
@@ -454,7 +498,9 @@ impl SimBackend {
                 if second {
                     let action = policy::escalation_action(esc_policy, true);
                     self.counters.gate[verdict as usize] += 1;
-                    let effects = self.apply(slot, action, tid, pid);
+                    let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
+                    let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
+                    let effects = self.apply(slot, action, tid, pid, cause);
                     let worker = self.workers[slot as usize].as_mut().expect("tracked");
                     let escalation = worker.escalation.as_mut().expect("present");
                     escalation.repeated = true;
@@ -505,6 +551,10 @@ impl Backend for SimBackend {
         }
         self.counters.ticks += 1;
         Ok(())
+    }
+
+    fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
+        std::mem::take(&mut self.events)
     }
 
     fn counters(&self) -> Counters {

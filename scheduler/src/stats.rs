@@ -106,3 +106,18 @@ impl Counters {
         line
     }
 }
+
+/// One escalation_event as a report line: `event: action=DEMOTE slot=0 tid=... policy=THREAD_KICK ...`.
+pub fn format_event(event: &abi::EscalationEvent) -> String {
+    let action = abi::EscalationAction::try_from(event.action).map(|a| a.name()).unwrap_or("?");
+    let policy = abi::EscalationPolicy::try_from(event.policy).map(|p| p.name()).unwrap_or("?");
+    format!(
+        "event: action={action} slot={} tid={} pid={} policy={policy} preempt_seq={} overrun_us={} t_ns={}",
+        event.slot,
+        event.tid,
+        event.pid,
+        event.preempt_seq,
+        event.overrun_ns / 1000,
+        event.timestamp_ns
+    )
+}

@@ -28,12 +28,14 @@ const GRACE_US: u64 = 2_000;
 /// two CPUs, and a demoted (SCHED_IDLE) thread runs only when nothing else wants its CPU.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Counters the agent printed: `--stats` lines summed (`blocked.<verdict>`, `actions.<ACTION>`), and
-/// the `totals:` line it prints at exit.
+/// Counters the agent printed: `--stats` lines summed (`blocked.<verdict>`, `actions.<ACTION>`), its
+/// escalation_event lines, and the `totals:` line it prints at exit.
 #[derive(Default)]
 struct Printed {
     lines: u64,
     sums: HashMap<String, u64>,
+    /// `event:` lines as key -> value maps.
+    events: Vec<HashMap<String, String>>,
     totals: Option<String>,
 }
 
@@ -46,6 +48,11 @@ impl Printed {
     fn absorb(&mut self, line: &str) {
         if let Some(totals) = line.strip_prefix("totals: ") {
             self.totals = Some(totals.to_owned());
+            return;
+        }
+        if let Some(event) = line.strip_prefix("event: ") {
+            let fields = event.split_whitespace().map(|kv| kv.split_once('=').expect("key=value in an event line"));
+            self.events.push(fields.map(|(k, v)| (k.to_owned(), v.to_owned())).collect());
             return;
         }
         let mut found = false;
@@ -63,6 +70,12 @@ impl Printed {
         if found {
             self.lines += 1;
         }
+    }
+
+    /// escalation_event lines with `action` for thread `tid`.
+    fn events(&self, action: &str, tid: u32) -> Vec<&HashMap<String, String>> {
+        let tid = tid.to_string();
+        self.events.iter().filter(|e| e["action"] == action && e["tid"] == tid).collect()
     }
 
     /// A field of the totals line.
@@ -328,6 +341,7 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     for w in [&escapable, &critical, &opted_out] {
         assert_eq!(agent.scb(w.slot).tid, w.tid);
     }
+    let (escapable_tid, spared_tids) = (escapable.tid, [critical.tid, opted_out.tid]);
 
     // The escapable worker ignores its hints: demoted to SCHED_IDLE, escalated = 1.
     agent.wait("the escapable worker to be escalated and demoted to SCHED_IDLE", || {
@@ -383,6 +397,14 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     assert!(printed.total("blocked_critical") >= critical_at, "{:?}", printed.totals);
     assert!(printed.total("blocked_not_escapable") >= opted_out_at, "{:?}", printed.totals);
     assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
+    // One escalation_event per action: the demotion (for a pending request) and its undoing.
+    let demotions = printed.events("DEMOTE", escapable_tid);
+    assert_eq!(demotions.len() as u64, printed.total("demote"), "{:?}", printed.events);
+    assert!(demotions.iter().all(|e| e["policy"] == "THREAD_KICK" && e["preempt_seq"] != "0"), "{demotions:?}");
+    assert_eq!(printed.events("RESTORE", escapable_tid).len() as u64, printed.total("restore"), "{:?}", printed.events);
+    for tid in spared_tids {
+        assert!(printed.events.iter().all(|e| e["tid"] != tid.to_string()), "event for a spared worker: {:?}", printed.events);
+    }
 }
 
 #[test]
@@ -411,12 +433,15 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
     let later = agent.scb(worker.slot);
     assert_eq!((later.escalated, later.escalations), (0, lifted.escalations), "{lifted:?} -> {later:?}");
     assert_eq!(worker.policy(), original_policy);
+    let tid = worker.tid;
     worker.exit();
 
     let printed = agent.stop();
     assert!(printed.total("escalations") >= 2, "{:?}", printed.totals);
     assert_eq!(printed.total("restore"), printed.total("demote"), "{:?}", printed.totals);
     assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
+    assert!(printed.events("DEMOTE", tid).len() >= 2, "{:?}", printed.events);
+    assert_eq!(printed.events("RESTORE", tid).len(), printed.events("DEMOTE", tid).len(), "{:?}", printed.events);
 }
 
 #[test]
@@ -444,4 +469,5 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     assert_eq!(printed.total("escalations"), 0, "{:?}", printed.totals);
     assert_eq!(printed.total("demote"), 0, "{:?}", printed.totals);
     assert!(printed.total("blocked_mode") > 0, "{:?}", printed.totals);
+    assert!(printed.events.is_empty(), "escalation events in observer mode: {:?}", printed.events);
 }
