@@ -9,7 +9,10 @@
 #   3. enforced mode (policy kick): the non-acknowledging escapable worker is escalated, the one in a
 #      critical section and the one with escapable=0 never are (their SCB counters stay 0, and the BPF
 #      gate counted them as blocked);
-#   4. every stop unpins the maps and the kernel returns to its default scheduler.
+#   4. enforced mode (policy throttle): the agent caps the non-acknowledging worker's cgroup with cpu.max,
+#      the BPF scheduler enforces the cap (the spinner gets < 50% of a CPU), the cap is lifted and
+#      cpu.max restored;
+#   5. every stop unpins the maps and the kernel returns to its default scheduler.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
 # scheduler and with scx_morpheus (no worker registered), alternating, same boot.
 # Exit 0 only if every check passed.
@@ -123,6 +126,33 @@ if start_agent /tmp/enforced.log --mode enforced --policy kick; then
 	check "gate blocked the critical-section worker (CRITICAL=$critical)" test "${critical:-0}" -gt 0
 else
 	bad "scx_morpheus (enforced) did not start"
+fi
+
+# --- enforced mode, policy throttle --------------------------------------------------------------
+# The worker's process sits in its own cgroup; the agent caps it with cpu.max on escalation and the
+# BPF scheduler enforces the cap (the kernel leaves cpu.max to sched_ext schedulers).
+CG=/sys/fs/cgroup/e2e-throttle
+if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$CG"; then
+	cpu_max_before=$(cat "$CG/cpu.max")
+	if start_agent /tmp/throttle.log --mode enforced --policy throttle; then
+		morpheus-e2e-worker --cgroup "$CG" --seconds "$WORKER_SECONDS" spin >/tmp/throttle.out 2>&1
+		check "throttle worker ran (exit $?)" test $? -eq 0
+		cat /tmp/throttle.out
+		esc=$(field spin escalations /tmp/throttle.out)
+		cpu_ms=$(field spin cpu_ms /tmp/throttle.out)
+		check "non-acknowledging worker was throttled (escalations=$esc)" test "${esc:-0}" -gt 0
+		share=$(awk -v c="${cpu_ms:-0}" -v s="$WORKER_SECONDS" 'BEGIN { printf "%d", 100 * c / (s * 1000) }')
+		echo "e2e: throttled spinner used ${cpu_ms} ms of CPU in ${WORKER_SECONDS} s (${share}% of one CPU)"
+		check "the cpu.max cap held the spinner below 50% of a CPU (${share}%)" test "$share" -lt 50
+		stop_agent /tmp/throttle.log
+		check "the agent capped the cgroup" grep -q "throttle: slot" /tmp/throttle.log
+		check "the agent lifted the cap" grep -q "unthrottle: slot" /tmp/throttle.log
+		check "cpu.max restored ($(cat "$CG/cpu.max"))" test "$(cat "$CG/cpu.max")" = "$cpu_max_before"
+	else
+		bad "scx_morpheus (throttle) did not start"
+	fi
+else
+	bad "could not enable the cpu controller for $CG"
 fi
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------

@@ -7,7 +7,7 @@
 //! the generated `morpheus-abi` crate; the Rust SDK (sdk-rust) was not usable yet when this was
 //! written, and a test of the scheduler should not depend on an SDK's bugs anyway.
 //!
-//! usage: morpheus-e2e-worker --seconds S ROLE...
+//! usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE...
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
 //! roles: cooperative   checkpoints constantly and yields (sched_yield) when asked, escapable
 //!        spin          never checkpoints, escapable (the one enforced mode must escalate)
@@ -259,10 +259,11 @@ fn run_role(role: Role, seconds: f64) -> Result<String, String> {
         unsafe { libc::sched_yield() };
     }
     let line = format!(
-        "role={} slot={} tid={} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={}",
+        "role={} slot={} tid={} cpu_ms={:.0} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={}",
         role.name(),
         w.slot,
         gettid(),
+        thread_cpu_ms(),
         seq0,
         field!(w, preempt_seq, AtomicU64).load(Ordering::Acquire),
         field!(w, last_ack_seq, AtomicU64).load(Ordering::Acquire),
@@ -276,6 +277,20 @@ fn run_role(role: Role, seconds: f64) -> Result<String, String> {
     Ok(line)
 }
 
+/// CPU time this thread has consumed, in milliseconds.
+fn thread_cpu_ms() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
+/// Moves this process into the cgroup v2 directory `dir` (before any worker thread starts).
+fn join_cgroup(dir: &str) -> Result<(), String> {
+    let procs = format!("{dir}/cgroup.procs");
+    std::fs::write(&procs, std::process::id().to_string()).map_err(|e| format!("cannot join cgroup via {procs}: {e}"))
+}
+
 /// Fixed CPU-bound work on `threads` threads; prints the wall time (overhead benchmark).
 fn bench_cpu(iterations: u64, threads: usize) {
     let start = Instant::now();
@@ -287,7 +302,7 @@ fn bench_cpu(iterations: u64, threads: usize) {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker --seconds S ROLE... | --bench-cpu ITERATIONS --threads N");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE... | --bench-cpu ITERATIONS --threads N");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
@@ -301,6 +316,7 @@ fn main() -> ExitCode {
     let mut bench = None;
     let mut threads = 2usize;
     let mut roles = Vec::new();
+    let mut cgroup = None;
     let mut i = 0;
     while i < args.len() {
         let parsed: Result<(), String> = match args[i].as_str() {
@@ -323,6 +339,10 @@ fn main() -> ExitCode {
                 i += 1;
                 Ok(())
             }),
+            "--cgroup" => value(i, "--cgroup").map(|v| {
+                cgroup = Some(v);
+                i += 1;
+            }),
             "-h" | "--help" => return usage(),
             role => Role::parse(role).map(|r| roles.push(r)),
         };
@@ -343,6 +363,12 @@ fn main() -> ExitCode {
     if roles.is_empty() {
         eprintln!("morpheus-e2e-worker: no role given");
         return usage();
+    }
+    if let Some(dir) = &cgroup {
+        if let Err(e) = join_cgroup(dir) {
+            eprintln!("morpheus-e2e-worker: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     let handles: Vec<_> = roles.into_iter().map(|r| std::thread::spawn(move || (r, run_role(r, seconds)))).collect();
     let mut ok = true;

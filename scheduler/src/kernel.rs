@@ -10,7 +10,9 @@
 //!   PINNED_REGION_PATH and the hint ring at PIN_DIR/hints; both are unpinned on exit.
 //! * Registrations update the BPF `worker_slots` map (tid -> slot) before the registry replies.
 //! * Escalation events: KICK was already done by the BPF side (logged here); THROTTLE caps the worker's
-//!   cgroup with cpu.max until the worker acknowledges or `throttle_max_ns` passes.
+//!   cgroup with cpu.max until the worker acknowledges or `throttle_max_ns` passes. Under sched_ext the
+//!   kernel does not enforce cpu.max for our tasks; it hands the value to ops.cgroup_set_bandwidth and
+//!   the BPF program enforces it (src/bpf/main.bpf.c, `cgroup_bw`).
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
 mod bpf_intf {
@@ -469,6 +471,7 @@ impl KernelBackend {
             ("sleep_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_SLEEP_RESETS),
             ("stale_slots", bpf_intf::morpheus_counter_MORPHEUS_CNT_STALE_SLOTS),
             ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
+            ("cpu_max_held_back", bpf_intf::morpheus_counter_MORPHEUS_CNT_BW_THROTTLED),
         ];
         names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }

@@ -34,6 +34,8 @@ UEI_DEFINE(uei);
 
 /* The one shared dispatch queue of the base policy. */
 #define SHARED_DSQ 0
+/* Tasks of cgroups that used up their cpu.max quota for the current period. */
+#define THROTTLED_DSQ 1
 
 /* Set by the agent before load. */
 /* 0: the kernel's default slice (SCX_SLICE_DFL). */
@@ -102,6 +104,41 @@ struct {
 	__type(key, u32);
 	__type(value, u32);
 } cpu_worker SEC(".maps");
+
+/*
+ * cpu.max of cgroups, as the kernel reports it through ops.cgroup_set_bandwidth: under sched_ext the
+ * kernel does not enforce it for our tasks, so the scheduler does (the agent's CGROUP_THROTTLE caps
+ * rely on it). Keyed by cgroup id.
+ */
+struct cgroup_bw {
+	u64 period_ns;
+	u64 quota_ns;
+	u64 period_start_ns;
+	u64 used_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64);
+	__type(value, struct cgroup_bw);
+} cgroup_bw SEC(".maps");
+
+/* Entries in cgroup_bw: lets every other task skip the cgroup lookup. */
+u64 nr_capped_cgroups;
+
+/* Per CPU: start of the current run of a task in a capped cgroup, and that cgroup. */
+struct bw_run {
+	u64 start_ns;
+	u64 cgid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bw_run);
+} bw_runs SEC(".maps");
 
 struct check_timer {
 	struct bpf_timer timer;
@@ -339,6 +376,30 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 			 runtime - slice - in.grace_ns);
 }
 
+static __always_inline u64 task_cgid(struct task_struct *p)
+{
+	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+}
+
+/* The cpu.max state of p's cgroup, or NULL when it has none (the common case, checked first). */
+static __always_inline struct cgroup_bw *task_bw(struct task_struct *p, u64 *cgid)
+{
+	if (!READ_ONCE(nr_capped_cgroups))
+		return NULL;
+	*cgid = task_cgid(p);
+	return bpf_map_lookup_elem(&cgroup_bw, cgid);
+}
+
+/* Whether the cgroup used its quota in the current period (starting a new period if due). */
+static __always_inline bool bw_exhausted(struct cgroup_bw *bw, u64 now)
+{
+	if (now - bw->period_start_ns >= bw->period_ns) {
+		bw->period_start_ns = now;
+		bw->used_ns = 0;
+	}
+	return bw->used_ns >= bw->quota_ns;
+}
+
 /* Periodic overrun check of every CPU's running worker: finer than the scheduler tick. */
 static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 {
@@ -363,29 +424,143 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 				check_worker(r, slot, w, cpu, now);
 		}
 	}
+	/* Throttled tasks become runnable at a period boundary: wake idle CPUs to dispatch them. */
+	if (scx_bpf_dsq_nr_queued(THROTTLED_DSQ) > 0) {
+		bpf_for(cpu, 0, nr_possible_cpus)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
 	bpf_timer_start(timer, check_interval_ns, 0);
 	return 0;
 }
 
 s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
+	struct cgroup_bw *bw;
 	bool is_idle = false;
+	u64 cgid;
 	s32 cpu;
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-	if (is_idle)
+	/* An idle CPU takes the task at once, unless its cgroup is out of quota (enqueue holds it). */
+	bw = task_bw(p, &cgid);
+	if (is_idle && !(bw && bw_exhausted(bw, bpf_ktime_get_ns())))
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, base_slice(), 0);
 	return cpu;
 }
 
 void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 {
+	struct cgroup_bw *bw;
+	u64 cgid;
+
+	bw = task_bw(p, &cgid);
+	if (bw && bw_exhausted(bw, bpf_ktime_get_ns())) {
+		scx_bpf_dsq_insert(p, THROTTLED_DSQ, base_slice(), enq_flags);
+		count(MORPHEUS_CNT_BW_THROTTLED);
+		return;
+	}
 	scx_bpf_dsq_insert(p, SHARED_DSQ, base_slice(), enq_flags);
 }
 
 void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 {
+	struct task_struct *p;
+	u64 now;
+
+	if (scx_bpf_dsq_nr_queued(THROTTLED_DSQ) > 0) {
+		/* Release the tasks whose cgroup has quota again (a new period began). */
+		now = bpf_ktime_get_ns();
+		bpf_for_each(scx_dsq, p, THROTTLED_DSQ, 0) {
+			struct cgroup_bw *bw;
+			u64 cgid;
+
+			bw = task_bw(p, &cgid);
+			if (!bw || !bw_exhausted(bw, now))
+				scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+		}
+	}
 	scx_bpf_dsq_move_to_local(SHARED_DSQ, 0);
+}
+
+/* A task of a capped cgroup that runs out of quota mid-run is preempted at the next tick. */
+void BPF_STRUCT_OPS(morpheus_tick, struct task_struct *p)
+{
+	struct cgroup_bw *bw;
+	struct bw_run *run;
+	u32 zero = 0;
+	u64 cgid, now;
+
+	bw = task_bw(p, &cgid);
+	run = bpf_map_lookup_elem(&bw_runs, &zero);
+	if (!bw || !run)
+		return;
+	now = bpf_ktime_get_ns();
+	if (run->cgid != cgid) {
+		/* The cap arrived while the task was running: account from now on. */
+		run->cgid = cgid;
+		run->start_ns = now;
+		return;
+	}
+	if (bw->used_ns + (now - run->start_ns) >= bw->quota_ns)
+		p->scx.slice = 0;
+}
+
+void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us,
+		    u64 burst_us)
+{
+	struct cgroup_bw bw = {};
+	u64 cgid = cgrp->kn->id;
+
+	/* "max" (no limit) arrives as RUNTIME_INF. */
+	if (quota_us == (u64)-1 || !period_us) {
+		if (!bpf_map_delete_elem(&cgroup_bw, &cgid))
+			__sync_fetch_and_sub(&nr_capped_cgroups, 1);
+		return;
+	}
+	bw.period_ns = period_us * 1000;
+	bw.quota_ns = quota_us * 1000;
+	bw.period_start_ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&cgroup_bw, &cgid, &bw, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&nr_capped_cgroups, 1);
+	else
+		bpf_map_update_elem(&cgroup_bw, &cgid, &bw, BPF_EXIST);
+}
+
+/* Start accounting a run of a task in a capped cgroup (no-op for everyone else). */
+static __always_inline void bw_running(struct task_struct *p)
+{
+	struct cgroup_bw *bw;
+	struct bw_run *run;
+	u32 zero = 0;
+	u64 cgid;
+
+	bw = task_bw(p, &cgid);
+	run = bpf_map_lookup_elem(&bw_runs, &zero);
+	if (!run)
+		return;
+	run->cgid = bw ? cgid : 0;
+	run->start_ns = bw ? bpf_ktime_get_ns() : 0;
+}
+
+/* Charge the run that ends to the task's capped cgroup. */
+static __always_inline void bw_stopping(struct task_struct *p)
+{
+	struct cgroup_bw *bw;
+	struct bw_run *run;
+	u32 zero = 0;
+	u64 cgid, now;
+
+	run = bpf_map_lookup_elem(&bw_runs, &zero);
+	if (!run || !run->cgid)
+		return;
+	bw = task_bw(p, &cgid);
+	if (bw && cgid == run->cgid) {
+		now = bpf_ktime_get_ns();
+		bw_exhausted(bw, now);
+		if (now > run->start_ns)
+			__sync_fetch_and_add(&bw->used_ns, now - run->start_ns);
+	}
+	run->cgid = 0;
 }
 
 void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
@@ -397,6 +572,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 	s32 slot = slot_of(tid), cpu;
 	u64 now;
 
+	bw_running(p);
 	if (slot < 0)
 		return;
 	key = slot;
@@ -439,6 +615,7 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 	s32 slot = slot_of(tid), cpu;
 	u64 now;
 
+	bw_stopping(p);
 	if (slot < 0) {
 		/* Unregistered while it ran: forget it on its CPU so the timer stops looking. */
 		u32 cpu_key = scx_bpf_task_cpu(p), *cur;
@@ -485,8 +662,10 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
 	s32 err;
 
 	err = scx_bpf_create_dsq(SHARED_DSQ, -1);
+	if (!err)
+		err = scx_bpf_create_dsq(THROTTLED_DSQ, -1);
 	if (err) {
-		scx_bpf_error("failed to create the shared DSQ: %d", err);
+		scx_bpf_error("failed to create the dispatch queues: %d", err);
 		return err;
 	}
 
@@ -516,6 +695,10 @@ SCX_OPS_DEFINE(morpheus_ops,
 	       .dispatch = (void *)morpheus_dispatch,
 	       .running = (void *)morpheus_running,
 	       .stopping = (void *)morpheus_stopping,
+	       .tick = (void *)morpheus_tick,
+	       .cgroup_set_bandwidth = (void *)morpheus_cgroup_set_bandwidth,
 	       .init = (void *)morpheus_init,
 	       .exit = (void *)morpheus_exit,
+	       /* Enqueue even the last runnable task when its slice ends, so a capped one can be held. */
+	       .flags = SCX_OPS_ENQ_LAST,
 	       .name = "morpheus");
