@@ -115,7 +115,7 @@ class CellRun:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _names(self, image: bytes, before: bytes, slot: int, reply: dict) -> dict:
+    def _names(self, image: bytes, slot: int, reply: dict) -> dict:
         names: dict = {"reply": reply}
         hello = self.agent.hello if self.agent else {}
         if "pid" in hello:
@@ -142,7 +142,7 @@ class CellRun:
 
     def _harness_write(self, fields: dict, slot: int | None) -> None:
         image = bytearray(self.expected)
-        names = {**constants(), **self._names(self.expected, self.expected, slot or 0, {})}
+        names = {**constants(), **self._names(self.expected, slot or 0, {})}
         for name, value in fields.items():
             value = resolve_enum(name, value, names)
             if slot is None:
@@ -163,10 +163,8 @@ class CellRun:
         actual = self.region.snapshot()
         expected = bytearray(before)
         expect = step.expect
-        checks = []
         slot = step.slot
-        prev_names = self._names(before, before, slot, reply)
-        post_names = self._names(actual, before, slot, reply)
+        post_names = self._names(actual, slot, reply)
         for table, fields, base in (
             (expect.get("scb", {}), SCB_FIELDS, self.region.scb_offset(slot) if expect.get("scb") else 0),
             (expect.get("header", {}), HEADER_FIELDS, 0),
@@ -201,7 +199,6 @@ class CellRun:
                 raise StepFailure(f"{step.describe()}: check failed: {text} (with "
                                   + ", ".join(f"{k}={v}" for k, v in names.items()
                                               if k in text and k != "reply") + ")")
-        del prev_names, checks
         self.expected = actual
 
     def _check_reply(self, step: Step, reply: dict) -> None:
@@ -242,9 +239,8 @@ class CellRun:
         if step.op == "attach" and "path" in args and args["path"] == "@region":
             args["path"] = self.region.path
         if isinstance(args.get("runtime_ns"), str):  # e.g. "slice_ns + grace_ns + 1"
-            names = {**constants(), **self._names(self.expected, self.expected, step.slot, {})}
+            names = {**constants(), **self._names(self.expected, step.slot, {})}
             args["runtime_ns"] = evaluate(args["runtime_ns"], names)
-        before = self.expected
         during_yield = step.expect.get("during_yield", {})
         suspended_failure: list[StepFailure] = []
 
@@ -289,7 +285,8 @@ class CellRun:
                                   f"the agent process {pid}")
             self.tid = tid
         self._check_reply(step, reply)
-        self._check_bytes(step, self.expected if during_yield else before, reply)
+        # self.expected holds the image before the step plus the harness's own writes during the yield.
+        self._check_bytes(step, self.expected, reply)
 
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])
@@ -328,7 +325,6 @@ class CellRun:
                 time.sleep(spacing * rng.random() * 2)
 
         thread = threading.Thread(target=bumper, daemon=True)
-        before = self.expected
         thread.start()
         try:
             reply = self.agent.request("checkpoint_loop", args, timeout=self.timeout + step.count / 1000.0)
@@ -341,7 +337,6 @@ class CellRun:
             raise StepFailure(f"{step.describe()}: the loop ended before the harness could bump once")
         self._check_reply(step, reply)
         # The harness's bumps are already in self.expected; judge the rest against it.
-        del before
         self._check_bytes(step, self.expected, reply)
 
     def run(self) -> CellResult:
