@@ -49,9 +49,13 @@ struct Opts {
     /// CPU every worker is pinned to (default: the last online CPU).
     #[arg(long)]
     cpu: Option<usize>,
-    /// Seconds each mode runs.
+    /// Seconds each mode runs (in total, over all rounds).
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Rounds: the modes run in turn this many times, each for --seconds / --rounds, and each mode's
+    /// samples are pooled, so that load from outside the benchmark falls on every mode alike.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
     /// Release period of each cooperative worker, in milliseconds.
     #[arg(long, default_value_t = 10)]
     period_ms: u64,
@@ -156,14 +160,18 @@ impl Yields {
     }
 }
 
+/// One mode's results, pooled over the rounds.
+#[derive(Default)]
 struct PhaseResult {
     latencies_ns: Vec<u64>,
+    /// Sum over rounds of the zombie's CPU share (divide by the rounds).
     zombie_cpu_share: f64,
     yields: Yields,
-    totals: Option<String>,
+    /// scx_morpheus's `totals:` line of each round.
+    totals: Vec<String>,
 }
 
-fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64>, f64, Yields)> {
+fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> Result<(Vec<u64>, f64, Yields)> {
     let stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(opts.workers + 2));
     let mut handles = Vec::new();
@@ -227,7 +235,7 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>) -> Result<(Vec<u64
         })?);
     }
     barrier.wait();
-    std::thread::sleep(Duration::from_secs_f64(opts.seconds));
+    std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     let mut yields = Yields::default();
@@ -286,18 +294,52 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn field(totals: &Option<String>, key: &str) -> String {
-    totals
-        .as_deref()
-        .and_then(|t| t.split_whitespace().find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('='))))
-        .unwrap_or("-")
-        .to_string()
+/// A counter of the `totals:` lines, summed over the rounds ("-" without a scheduler).
+fn field(totals: &[String], key: &str) -> String {
+    if totals.is_empty() {
+        return "-".into();
+    }
+    let value = |t: &String| -> u64 {
+        t.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    totals.iter().map(value).sum::<u64>().to_string()
+}
+
+/// Runs one mode once (starting and stopping scx_morpheus around it) and pools the results.
+fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, result: &mut PhaseResult) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("morpheus-starvation-{}-{}", std::process::id(), mode.name()));
+    std::fs::create_dir_all(&dir)?;
+    let (child, target) = if mode == Mode::Off {
+        (None, None)
+    } else {
+        let (child, target) = start_scheduler(bin, mode, &dir, &opts.scheduler_args)?;
+        (Some(child), Some(target))
+    };
+    let phase = run_phase(opts, cpu, target, seconds);
+    let totals = match child {
+        Some(child) => stop_scheduler(child)?,
+        None => None,
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let (latencies_ns, zombie_cpu_share, yields) = phase?;
+    result.latencies_ns.extend(latencies_ns);
+    result.zombie_cpu_share += zombie_cpu_share;
+    result.yields.add(yields);
+    result.totals.extend(totals);
+    Ok(())
 }
 
 fn main() -> Result<()> {
     let opts = Opts::parse();
-    if opts.workers == 0 || opts.period_ms == 0 || opts.work_us == 0 || opts.chunk_us == 0 || opts.seconds <= 0.0 {
-        bail!("--workers, --period-ms, --work-us, --chunk-us and --seconds must be positive");
+    if opts.workers == 0 || opts.period_ms == 0 || opts.work_us == 0 || opts.chunk_us == 0 || opts.seconds <= 0.0 || opts.rounds == 0 {
+        bail!("--workers, --period-ms, --work-us, --chunk-us, --seconds and --rounds must be positive");
+    }
+    let seconds = opts.seconds / opts.rounds as f64;
+    if seconds <= 0.5 {
+        bail!("--seconds {} / --rounds {}: each run must last longer than the 0.5 s warm-up", opts.seconds, opts.rounds);
     }
     // SAFETY: sysconf has no preconditions.
     let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
@@ -313,55 +355,45 @@ fn main() -> Result<()> {
         bail!("scx_morpheus not found at {} (build it, or pass --scheduler)", bin.display());
     }
     println!(
-        "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode",
-        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds
+        "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode in {} round(s)",
+        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds, opts.rounds
     );
-    let mut results: Vec<(Mode, PhaseResult)> = Vec::new();
-    for &mode in &opts.modes {
-        let dir = std::env::temp_dir().join(format!("morpheus-starvation-{}-{}", std::process::id(), mode.name()));
-        std::fs::create_dir_all(&dir)?;
-        let (child, target) = if mode == Mode::Off {
-            (None, None)
-        } else {
-            let (child, target) = start_scheduler(&bin, mode, &dir, &opts.scheduler_args)?;
-            (Some(child), Some(target))
-        };
-        let phase = run_phase(&opts, cpu, target);
-        let totals = match child {
-            Some(child) => stop_scheduler(child)?,
-            None => None,
-        };
-        let _ = std::fs::remove_dir_all(&dir);
-        let (mut latencies_ns, zombie_cpu_share, yields) = phase?;
-        latencies_ns.sort_unstable();
-        results.push((mode, PhaseResult { latencies_ns, zombie_cpu_share, yields, totals }));
+    let mut results: Vec<(Mode, PhaseResult)> = opts.modes.iter().map(|m| (*m, PhaseResult::default())).collect();
+    for _round in 0..opts.rounds {
+        for (mode, result) in results.iter_mut() {
+            run_mode(&opts, *mode, cpu, &bin, seconds, result)?;
+        }
+    }
+    for (_, r) in results.iter_mut() {
+        r.latencies_ns.sort_unstable();
+        r.zombie_cpu_share /= opts.rounds as f64;
     }
 
-    let off = results.iter().find(|(m, _)| *m == Mode::Off).map(|(_, r)| {
-        (percentile(&r.latencies_ns, 99.0), *r.latencies_ns.last().unwrap_or(&0))
-    });
+    let quantiles = |l: &[u64]| [percentile(l, 50.0), percentile(l, 95.0), percentile(l, 99.0), *l.last().unwrap_or(&0)];
+    let off = results.iter().find(|(m, _)| *m == Mode::Off).map(|(_, r)| quantiles(&r.latencies_ns));
     println!(
-        "{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7}",
-        "mode", "samples", "p50_us", "p95_us", "p99_us", "max_us", "p99/off", "max/off", "hints", "yields", "escalations", "zombie%"
+        "{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7}",
+        "mode", "samples", "p50_us", "p95_us", "p99_us", "max_us", "p50/off", "p95/off", "p99/off", "max/off", "hints", "yields", "escalations", "zombie%"
     );
     for (mode, r) in &results {
         let l = &r.latencies_ns;
-        let (p50, p95, p99, max) = (percentile(l, 50.0), percentile(l, 95.0), percentile(l, 99.0), *l.last().unwrap_or(&0));
-        let ratio = |v: u64, base: u64| if base == 0 { "-".to_string() } else { format!("{:.3}", v as f64 / base as f64) };
-        let (r99, rmax) = match off {
-            Some((b99, bmax)) => (ratio(p99, b99), ratio(max, bmax)),
-            None => ("-".into(), "-".into()),
+        let q = quantiles(l);
+        let ratio = |i: usize| match off {
+            Some(base) if base[i] != 0 => format!("{:.3}", q[i] as f64 / base[i] as f64),
+            _ => "-".to_string(),
         };
         println!(
-            "{:<9} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7.1}",
+            "{:<9} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7.1}",
             mode.name(),
             l.len(),
-            p50 as f64 / 1e3,
-            p95 as f64 / 1e3,
-            p99 as f64 / 1e3,
-            max as f64 / 1e3,
-            r99,
-            rmax,
+            q[0] as f64 / 1e3,
+            q[1] as f64 / 1e3,
+            q[2] as f64 / 1e3,
+            q[3] as f64 / 1e3,
+            ratio(0),
+            ratio(1),
+            ratio(2),
+            ratio(3),
             field(&r.totals, "hints"),
             r.yields.total(),
             field(&r.totals, "escalations"),
@@ -373,8 +405,12 @@ fn main() -> Result<()> {
             let y = r.yields;
             println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", mode.name(), y.preempt, y.budget, y.defensive);
         }
-        if let Some(t) = &r.totals {
-            println!("{}: scx_morpheus {t}", mode.name());
+        if !r.totals.is_empty() {
+            let sums: Vec<String> = ["ticks", "hints", "dropped", "escalations", "demote", "restore", "blocked_within_grace", "effect_errors"]
+                .iter()
+                .map(|k| format!("{k}={}", field(&r.totals, k)))
+                .collect();
+            println!("{}: scx_morpheus totals over {} round(s): {}", mode.name(), r.totals.len(), sums.join(" "));
         }
     }
     Ok(())
