@@ -148,6 +148,7 @@ int main(void)
 	printf("enum reg_status ALREADY_REGISTERED %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_ALREADY_REGISTERED);
 	printf("enum reg_status NOT_OWNER %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_NOT_OWNER);
 	printf("enum reg_status INTERNAL %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_INTERNAL);
+	printf("enum reg_status PROCESS_LIMIT %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_PROCESS_LIMIT);
 	printf("enum error_code BAD_MAGIC %llu\n", (unsigned long long)MORPHEUS_E_BAD_MAGIC);
 	printf("enum error_code ABI_MAJOR_MISMATCH %llu\n", (unsigned long long)MORPHEUS_E_ABI_MAJOR_MISMATCH);
 	printf("enum error_code REGION_TRUNCATED %llu\n", (unsigned long long)MORPHEUS_E_REGION_TRUNCATED);

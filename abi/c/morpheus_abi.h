@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #endif
 
 #define MORPHEUS_ABI_MAJOR 1u
-#define MORPHEUS_ABI_MINOR 0u
+#define MORPHEUS_ABI_MINOR 1u
 
 /* First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 #define MORPHEUS_REGION_MAGIC 0x5355454850524f4dULL
@@ -137,6 +137,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_REG_STATUS_ALREADY_REGISTERED 5u /* The tid already holds a slot. */
 #define MORPHEUS_REG_STATUS_NOT_OWNER 6u /* UNREGISTER of a slot the caller does not hold. */
 #define MORPHEUS_REG_STATUS_INTERNAL 7u /* The agent failed; the request had no effect. */
+#define MORPHEUS_REG_STATUS_PROCESS_LIMIT 8u /* The calling process already holds as many slots as the agent allows one process (since 1.1). */
 
 /* enum error_code: Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */
 #define MORPHEUS_E_BAD_MAGIC 1u /* The region does not start with REGION_MAGIC. */
@@ -513,6 +514,7 @@ static inline const char *morpheus_reg_status_name(morpheus_u32 value)
 	case 5: return "ALREADY_REGISTERED";
 	case 6: return "NOT_OWNER";
 	case 7: return "INTERNAL";
+	case 8: return "PROCESS_LIMIT";
 	default: return 0;
 	}
 }

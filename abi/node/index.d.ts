@@ -9,7 +9,7 @@ export interface FieldLayout {
 }
 
 export declare const ABI_MAJOR: 1;
-export declare const ABI_MINOR: 0;
+export declare const ABI_MINOR: 1;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 export declare const REGION_MAGIC: bigint;
@@ -146,6 +146,7 @@ export declare const RegStatus: {
   /** The tid already holds a slot. */ readonly ALREADY_REGISTERED: number;
   /** UNREGISTER of a slot the caller does not hold. */ readonly NOT_OWNER: number;
   /** The agent failed; the request had no effect. */ readonly INTERNAL: number;
+  /** The calling process already holds as many slots as the agent allows one process (since 1.1). */ readonly PROCESS_LIMIT: number;
 };
 
 /** Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */

@@ -4,7 +4,7 @@
 'use strict';
 
 exports.ABI_MAJOR = 1;
-exports.ABI_MINOR = 0;
+exports.ABI_MINOR = 1;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 exports.REGION_MAGIC = 0x5355454850524f4dn;
@@ -141,6 +141,7 @@ exports.RegStatus = Object.freeze({
   /** The tid already holds a slot. */ ALREADY_REGISTERED: 5,
   /** UNREGISTER of a slot the caller does not hold. */ NOT_OWNER: 6,
   /** The agent failed; the request had no effect. */ INTERNAL: 7,
+  /** The calling process already holds as many slots as the agent allows one process (since 1.1). */ PROCESS_LIMIT: 8,
 });
 
 /** Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */

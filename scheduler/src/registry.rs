@@ -311,7 +311,7 @@ fn register(shared: &Shared, pid: u32, tid: u32) -> RegReply {
             "registration from pid {pid}: refused, it already holds {held} slots (per-process cap {})",
             shared.max_per_process
         );
-        return refusal(RegStatus::NoFreeSlot);
+        return refusal(RegStatus::ProcessLimit);
     }
     let region = &shared.region;
     for slot in 0..region.scb_count() {

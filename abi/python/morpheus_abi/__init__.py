@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,8 @@ class RegStatus(enum.IntEnum):
     """UNREGISTER of a slot the caller does not hold."""
     INTERNAL = 7
     """The agent failed; the request had no effect."""
+    PROCESS_LIMIT = 8
+    """The calling process already holds as many slots as the agent allows one process (since 1.1)."""
 
 
 class ErrorCode(enum.IntEnum):

@@ -4,7 +4,7 @@
 /// ABI major version this crate was generated for.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version this crate was generated for.
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 
 /// First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian.
 pub const REGION_MAGIC: u64 = 0x5355454850524f4d;
@@ -774,11 +774,13 @@ pub enum RegStatus {
     NotOwner = 6,
     /// The agent failed; the request had no effect.
     Internal = 7,
+    /// The calling process already holds as many slots as the agent allows one process (since 1.1).
+    ProcessLimit = 8,
 }
 
 impl RegStatus {
     /// Every value, in spec order.
-    pub const ALL: &'static [RegStatus] = &[RegStatus::Ok, RegStatus::Malformed, RegStatus::AbiMajorMismatch, RegStatus::NotCallerTid, RegStatus::NoFreeSlot, RegStatus::AlreadyRegistered, RegStatus::NotOwner, RegStatus::Internal];
+    pub const ALL: &'static [RegStatus] = &[RegStatus::Ok, RegStatus::Malformed, RegStatus::AbiMajorMismatch, RegStatus::NotCallerTid, RegStatus::NoFreeSlot, RegStatus::AlreadyRegistered, RegStatus::NotOwner, RegStatus::Internal, RegStatus::ProcessLimit];
 
     /// The value's name as the spec writes it.
     pub const fn name(self) -> &'static str {
@@ -791,6 +793,7 @@ impl RegStatus {
             RegStatus::AlreadyRegistered => "ALREADY_REGISTERED",
             RegStatus::NotOwner => "NOT_OWNER",
             RegStatus::Internal => "INTERNAL",
+            RegStatus::ProcessLimit => "PROCESS_LIMIT",
         }
     }
 
@@ -805,6 +808,7 @@ impl RegStatus {
             RegStatus::AlreadyRegistered => "The tid already holds a slot.",
             RegStatus::NotOwner => "UNREGISTER of a slot the caller does not hold.",
             RegStatus::Internal => "The agent failed; the request had no effect.",
+            RegStatus::ProcessLimit => "The calling process already holds as many slots as the agent allows one process (since 1.1).",
         }
     }
 
@@ -828,6 +832,7 @@ impl TryFrom<u32> for RegStatus {
             5 => Ok(RegStatus::AlreadyRegistered),
             6 => Ok(RegStatus::NotOwner),
             7 => Ok(RegStatus::Internal),
+            8 => Ok(RegStatus::ProcessLimit),
             other => Err(other),
         }
     }

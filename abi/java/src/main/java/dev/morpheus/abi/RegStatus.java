@@ -19,7 +19,9 @@ public enum RegStatus {
     /** UNREGISTER of a slot the caller does not hold. */
     NOT_OWNER(6),
     /** The agent failed; the request had no effect. */
-    INTERNAL(7);
+    INTERNAL(7),
+    /** The calling process already holds as many slots as the agent allows one process (since 1.1). */
+    PROCESS_LIMIT(8);
 
     /** The value as stored in memory. */
     public final int value;
