@@ -83,6 +83,13 @@ if start_agent /tmp/observer.log --mode observer; then
 	# Verifier complexity of each program, as the agent logged it (recorded in scheduler/veristat/).
 	sed -n 's/.*verified_insns: /e2e-veristat: /p' /tmp/observer.log
 
+	# A second instance (own socket) must refuse to start and leave the first one's pins alone.
+	scx_morpheus --backend kernel --socket /run/morpheus/second.sock >/tmp/second.log 2>&1
+	second_rc=$?
+	check "a second instance is refused (exit $second_rc)" test "$second_rc" -ne 0
+	check "the refusal says why" grep -q "already running" /tmp/second.log
+	check "the first instance's region is still pinned" test -e /sys/fs/bpf/morpheus/region
+
 	morpheus-e2e-worker --seconds "$WORKER_SECONDS" spin cooperative >/tmp/observer.out 2>&1
 	check "observer workers ran (exit $?)" test $? -eq 0
 	cat /tmp/observer.out
@@ -128,6 +135,18 @@ else
 	bad "scx_morpheus (enforced) did not start"
 fi
 
+# --- a killed agent: the kernel unloads the scheduler; the next start cleans the stale pins ------
+if start_agent /tmp/killed.log --mode observer; then
+	kill -KILL "$agent_pid"
+	wait "$agent_pid" 2>/dev/null
+	i=0
+	while [ "$(state)" != disabled ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	check "after SIGKILL the kernel fell back to its default scheduler ('$(state)')" test "$(state)" = disabled
+	check "the killed instance left its pin behind (stale)" test -e /sys/fs/bpf/morpheus/region
+else
+	bad "scx_morpheus (to be killed) did not start"
+fi
+
 # --- enforced mode, policy throttle --------------------------------------------------------------
 # The worker's process sits in its own cgroup; the agent caps it with cpu.max on escalation and the
 # BPF scheduler enforces the cap (the kernel leaves cpu.max to sched_ext schedulers).
@@ -145,6 +164,7 @@ if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$CG"; then
 		echo "e2e: throttled spinner used ${cpu_ms} ms of CPU in ${WORKER_SECONDS} s (${share}% of one CPU)"
 		check "the cpu.max cap held the spinner below 50% of a CPU (${share}%)" test "$share" -lt 50
 		stop_agent /tmp/throttle.log
+		check "the next start removed the stale pins" grep -q "removed a stale pin" /tmp/throttle.log
 		check "the agent capped the cgroup" grep -q "throttle: slot" /tmp/throttle.log
 		check "the agent lifted the cap" grep -q "unthrottle: slot" /tmp/throttle.log
 		check "cpu.max restored ($(cat "$CG/cpu.max"))" test "$(cat "$CG/cpu.max")" = "$cpu_max_before"

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -112,8 +112,38 @@ fn map_region(map: &dyn MapCore, scb_count: u32) -> Result<Region> {
     unsafe { Region::from_mapping(base, value_size, PathBuf::from(abi::PINNED_REGION_PATH), scb_count, Box::new(mapping)) }
 }
 
+/// Stores generation 0 in a region left pinned by an instance that was killed, so runtimes still
+/// mapping it detach (spec/SCB.md §1.1) instead of waiting on a scheduler that is gone.
+fn retire_stale_region(path: &Path) {
+    let Ok(map) = MapHandle::from_pinned_path(path) else { return };
+    let value_size = map.value_size() as usize;
+    if value_size < size_of::<abi::RegionHeader>() {
+        return;
+    }
+    // SAFETY: mapping the first page of a BPF_F_MMAPABLE map's value; checked for MAP_FAILED.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0)
+    };
+    if ptr == libc::MAP_FAILED {
+        return;
+    }
+    // SAFETY: the header lies in the mapped page; generation is an aligned u64 stored atomically.
+    unsafe {
+        let generation = ptr.cast::<u8>().add(std::mem::offset_of!(abi::RegionHeader, generation));
+        let magic = std::ptr::read_volatile(ptr.cast::<u64>());
+        if magic == abi::REGION_MAGIC {
+            (*generation.cast::<std::sync::atomic::AtomicU64>()).store(0, std::sync::atomic::Ordering::Release);
+        }
+        libc::munmap(ptr, page);
+    }
+}
+
 /// Removes a stale pin left by an instance that was killed (its maps live on while mapped).
 fn unpin_stale(path: &Path) -> Result<()> {
+    if path == Path::new(abi::PINNED_REGION_PATH) {
+        retire_stale_region(path);
+    }
     match fs::remove_file(path) {
         Ok(()) => {
             log::warn!("removed a stale pin at {} (a previous instance did not exit cleanly)", path.display());
@@ -339,6 +369,13 @@ impl KernelBackend {
                 );
             }
         }
+        // Before touching any pin: a running scheduler (ours or not) keeps its maps and paths.
+        if scx_utils::compat::is_sched_ext_enabled().unwrap_or(false) {
+            bail!(
+                "another sched_ext scheduler is already running (/sys/kernel/sched_ext/state is 'enabled'); \
+                 stop it first"
+            );
+        }
         scx_utils::try_set_rlimit_infinity();
 
         // The skeleton borrows its object for as long as the process serves; one per process.
@@ -371,18 +408,6 @@ impl KernelBackend {
             },
             region::new_generation(previous),
         );
-
-        fs::create_dir_all(abi::PIN_DIR)
-            .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
-        let mut pinned = Vec::new();
-        for (map, path) in [
-            (&mut skel.maps.region, PathBuf::from(abi::PINNED_REGION_PATH)),
-            (&mut skel.maps.hints, hints_pin_path()),
-        ] {
-            unpin_stale(&path)?;
-            map.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
-            pinned.push(path);
-        }
 
         let throttles = Arc::new(Mutex::new(Throttles {
             region: Arc::clone(&region),
@@ -420,6 +445,19 @@ impl KernelBackend {
 
         let link = scx_ops_attach!(skel, morpheus_ops)?;
         log_verifier_complexity();
+
+        // Pinned only once attached, so a start that fails leaves the paths as they were.
+        fs::create_dir_all(abi::PIN_DIR)
+            .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
+        let mut pinned = Vec::new();
+        for (map, path) in [
+            (&mut skel.maps.region, PathBuf::from(abi::PINNED_REGION_PATH)),
+            (&mut skel.maps.hints, hints_pin_path()),
+        ] {
+            unpin_stale(&path)?;
+            map.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
+            pinned.push(path);
+        }
         log::info!(
             "sched_ext scheduler attached (overrun check every {} µs); region pinned at {}",
             check_interval_ns(config) / 1000,
