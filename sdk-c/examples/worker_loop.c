@@ -46,7 +46,7 @@ static void *worker_main(void *arg)
 {
 	struct args *a = (struct args *)arg;
 	struct morpheus_options opts;
-	struct morpheus_worker *w;
+	struct morpheus_worker *registered;
 	unsigned long yields = 0, iterations = 0;
 	uint64_t acc = 1;
 	double deadline;
@@ -54,12 +54,15 @@ static void *worker_main(void *arg)
 
 	morpheus_options_init(&opts);
 	opts.direct_slot = a->slot;
-	err = morpheus_worker_register(&opts, &w);
+	err = morpheus_worker_register(&opts, &registered);
 	if (err) {
 		fprintf(stderr, "worker_loop: register: %s\n", morpheus_last_error());
 		a->status = 1;
 		return NULL;
 	}
+	/* A copy whose address is never taken stays in a register across checkpoints. */
+	struct morpheus_worker *const w = registered;
+
 	printf("worker_loop: registered, slot %lld (%s)\n", (long long)morpheus_worker_slot(w),
 	       morpheus_worker_status(w) == 0 ? "attached" : "detached");
 	fflush(stdout);

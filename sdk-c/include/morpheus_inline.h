@@ -7,6 +7,11 @@
  *
  * Every function takes the calling thread's worker (from morpheus_worker_register or
  * morpheus_worker_current); a worker must never be used from another thread.
+ *
+ * Keep the handle in a local whose address is never taken, e.g.
+ *     struct morpheus_worker *const w = morpheus_worker_current();
+ * The checkpoint's acquire load forbids the compiler to keep a variable whose address escaped (such as
+ * the one passed to morpheus_worker_register) in a register: it would reload it on every checkpoint.
  */
 #ifndef MORPHEUS_INLINE_H
 #define MORPHEUS_INLINE_H

@@ -51,7 +51,7 @@ fn main() {
     // What the C inline function and the bindings do: the RawWorker pointer held in a register.
     let raw = black_box(worker.as_raw());
     // SAFETY: this thread's worker.
-    let attached_raw = measure(|| unsafe { morpheus::checkpoint_sync_raw(raw) } as u64);
+    let attached_raw = measure(move || unsafe { morpheus::checkpoint_sync_raw(raw) } as u64);
     let critical = measure(|| {
         let guard = worker.critical_section();
         drop(guard);
