@@ -168,7 +168,7 @@ impl BpfMount {
         std::fs::create_dir_all(&dir)?;
         let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: valid NUL-terminated strings.
-        let rc = unsafe { libc::mount(c"bpf".as_ptr(), target.as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null()) };
+        let rc = unsafe { libc::mount(BPF_FS.as_ptr().cast(), target.as_ptr(), BPF_FS.as_ptr().cast(), 0, std::ptr::null()) };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
             let _ = std::fs::remove_dir(&dir);
@@ -186,6 +186,9 @@ impl Drop for BpfMount {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// Source and type of a bpffs mount (a byte string: cbindgen's parser predates C-string literals).
+const BPF_FS: &[u8] = b"bpf\0";
 
 // Linux UAPI (linux/bpf.h).
 const BPF_MAP_CREATE: libc::c_long = 0;
