@@ -287,8 +287,9 @@ impl SimBackend {
         });
     }
 
-    /// Applies one escalation step; returns the effects it took.
-    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32, cause: Cause) -> Vec<Effect> {
+    /// Applies one escalation step; returns the effects it took. `demoted` says the thread is already
+    /// demoted by an earlier step, so a demotion fallback would change nothing and is not taken.
+    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32, cause: Cause, demoted: bool) -> Vec<Effect> {
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
         if want_throttle {
@@ -309,6 +310,9 @@ impl SimBackend {
                 );
                 self.warned_no_cgroup = true;
             }
+        }
+        if demoted {
+            return effects;
         }
         match self.demote(tid) {
             Some(demotion) => {
@@ -475,7 +479,7 @@ impl SimBackend {
                 let ack_at_start = input.last_ack_seq;
                 let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
                 let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
-                let effects = self.apply(slot, action, tid, pid, cause);
+                let effects = self.apply(slot, action, tid, pid, cause, false);
                 if effects.is_empty() {
                     return;
                 }
@@ -500,17 +504,12 @@ impl SimBackend {
                     self.counters.gate[verdict as usize] += 1;
                     let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
                     let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
-                    let effects = self.apply(slot, action, tid, pid, cause);
+                    let demoted = escalation.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
+                    let effects = self.apply(slot, action, tid, pid, cause, demoted);
                     let worker = self.workers[slot as usize].as_mut().expect("tracked");
                     let escalation = worker.escalation.as_mut().expect("present");
                     escalation.repeated = true;
-                    // Demotion fallback on an already-demoted thread: keep the first saved state.
-                    for effect in effects {
-                        match effect {
-                            Effect::Throttled(_) => escalation.effects.push(effect),
-                            Effect::Demoted(_) => {}
-                        }
-                    }
+                    escalation.effects.extend(effects);
                     scb.escalations().fetch_add(1, Ordering::Relaxed);
                 }
             }
