@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 # Build the wheel, run the pytest suite against the installed wheel (not the source tree), then
-# install the wheel into a brand-new virtualenv and run the example there.
+# install the wheel into a brand-new virtualenv and run the example there (tests/test_wheel_install.py).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-wheel="$("$here/tools/build.sh")"
+# A private copy of the wheel: another build (the conformance gate's) may replace it meanwhile.
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+wheel="$("$here/tools/build.sh" "$tmp")"
 cd "$here"
 # Import from the installed wheel: run pytest from tests/ so python/ is not on sys.path.
-(cd tests && MORPHEUS_WHEEL="$wheel" "$here/.build/venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .)
+(cd tests && MORPHEUS_WHEEL="$wheel" "$here/.build/venv/bin/python" -m pytest -q -p no:cacheprovider -rs "$@" .)
