@@ -35,10 +35,10 @@ def faulty(fault, op="checkpoint"):
     return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT))
 
 
-def run(agents, names, timeout=5.0, scenarios_dir=SCENARIOS):
+def run(agents, names, timeout=5.0, scenarios_dir=SCENARIOS, build=False):
     scenarios, broken = load_dir(scenarios_dir)
     scenarios = [s for s in scenarios if s.name in names] if names else scenarios
-    results = cli.run_matrix(agents, scenarios, timeout, jobs=2, build=False)
+    results = cli.run_matrix(agents, scenarios, timeout, jobs=2, build=build)
     return results, scenarios, broken
 
 
@@ -231,6 +231,41 @@ class GateCasesTest(unittest.TestCase):
         # A missing answer is a failure, not a pass.
         column = gatecases.import_answers(cases, out[1:], "kernel")
         self.assertEqual(column["rows"][cases[0]["scenario"]]["status"], "fail")
+
+
+class GateCommandTest(unittest.TestCase):
+    """`cli.py gate NAME` is what each SDK's Bazel target runs: its exit status is the release gate."""
+
+    def gate(self, *extra, env=None):
+        import contextlib
+        import io
+        old = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                return cli.main(["gate", "reference", "--no-build", "--scenario", "checkpoint_pending*", *extra])
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+    def test_clean_sdk_passes_the_gate(self):
+        self.assertEqual(self.gate(), 0)
+
+    def test_one_deviation_fails_the_gate(self):
+        self.assertEqual(self.gate(env={"MORPHEUS_CONFORMANCE_BREAK": "ack_before_yield"}), 1)
+
+    def test_a_failing_build_fails_every_cell_of_its_column(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            agent_dir = Path(tmp) / "broken-build"
+            agent_dir.mkdir()
+            (agent_dir / "agent.toml").write_text(
+                'target = "sdk"\nbuild = [["false"]]\ncommand = ["true"]\n')
+            spec = cli.load_agents(Path(tmp))["broken-build"]
+            results, _, _ = run([spec], {"checkpoint_idle_no_write"}, build=True)
+            self.assertTrue(results)
+            for r in results:
+                self.assertEqual(r.status, "fail")
+                self.assertIn("build command false failed", r.message)
 
 
 class MatrixTest(unittest.TestCase):
