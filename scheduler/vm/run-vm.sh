@@ -27,6 +27,9 @@ options:
   --log FILE         also write the console output here (truncated first)
   --append ARGS      extra kernel command line arguments
   --cpu MODEL        qemu -cpu model (default: qemu's own default)
+  --tcg-threads single|multi
+                     one host thread for all vCPUs, or one each (default:
+                     single; see README.md for why)
   --quiet            do not copy the console to stdout (log file only)
   -h, --help         show this help
 EOF
@@ -43,6 +46,7 @@ mem=2G
 log_file=""
 append=""
 cpu=""
+tcg_threads=single
 quiet=0
 while [[ $# -gt 0 ]]; do
 	case "$1" in
@@ -54,6 +58,7 @@ while [[ $# -gt 0 ]]; do
 	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log_file=$2; shift 2 ;;
 	--append) [[ $# -ge 2 ]] || die "--append needs kernel arguments"; append=$2; shift 2 ;;
 	--cpu) [[ $# -ge 2 ]] || die "--cpu needs a model"; cpu=$2; shift 2 ;;
+	--tcg-threads) [[ $# -ge 2 ]] || die "--tcg-threads needs single or multi"; tcg_threads=$2; shift 2 ;;
 	--quiet) quiet=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; die "unknown argument '$1'" ;;
@@ -73,6 +78,7 @@ fi
 [[ "$timeout_secs" =~ ^[1-9][0-9]*$ ]] || die "--timeout must be a positive whole number of seconds, got '$timeout_secs'"
 [[ "$smp" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive whole number, got '$smp'"
 [[ "$mem" =~ ^[1-9][0-9]*[MG]$ ]] || die "--mem must look like 2G or 1536M, got '$mem'"
+[[ "$tcg_threads" == single || "$tcg_threads" == multi ]] || die "--tcg-threads must be single or multi, got '$tcg_threads'"
 [[ "$append" != *morpheus_run=* ]] || die "--append must not set morpheus_run (run-vm.sh sets it)"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install qemu-system-x86 (tools/setup.sh)"
 command -v timeout >/dev/null || die "'timeout' (coreutils) not found"
@@ -90,11 +96,11 @@ run_id=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
 # panic=-1 reboots at once on a panic and -no-reboot turns that into qemu
 # exiting; oops=panic makes any oops end the run instead of limping on.
 cmdline="console=ttyS0,115200 panic=-1 oops=panic rdinit=/init morpheus_run=$run_id${append:+ $append}"
-qemu=(qemu-system-x86_64 -accel tcg -smp "$smp" -m "$mem" -nographic -no-reboot
+qemu=(qemu-system-x86_64 -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
 	-monitor none -serial stdio -kernel "$image" -initrd "$initrd" -append "$cmdline")
 [[ -z "$cpu" ]] || qemu+=(-cpu "$cpu")
 
-log "booting $image with $initrd (smp $smp, mem $mem, timeout ${timeout_secs}s)"
+log "booting $image with $initrd (smp $smp, mem $mem, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
 start=$(date +%s.%N)
 set +e
 if [[ $quiet -eq 1 ]]; then

@@ -173,6 +173,13 @@ if [[ $quick -eq 0 ]]; then
 	printf '#!/bin/sh\necho c >/proc/sysrq-trigger\n' >"$work/panic.sh"
 	"$mk" "$work/panic.cpio.gz" --init-script "$work/panic.sh" 2>/dev/null
 	run_guest panic 125 --initrd "$work/panic.cpio.gz" --timeout 180 --quiet || true
+
+	say "step 6: live code patching while both vCPUs are busy"
+	runner=$here/run-guest.sh
+	if run_guest static-keys 0 --init-script "$here/selftest-static-keys.sh" --timeout 300 --quiet; then
+		grep -q 'selftest-static-keys: .* flips survived' "$work/static-keys.log" ||
+			fail "static-keys: exit code 0 but the guest did not report its flips"
+	fi
 fi
 
 if [[ $failures -ne 0 ]]; then
