@@ -7,8 +7,9 @@
 //! * an awaitable checkpoint that costs no allocation and no event-loop round trip when nothing is
 //!   pending: [`checkpoint_async`] polls the core's `Checkpoint` future once, right away, and on the
 //!   fast path hands back one pre-built, immutable [`Checkpoint`] object whose `__next__` finishes at
-//!   once (StopIteration(None) without building it; the result is None, True after a yield). Only when the scheduler asked does it allocate a [`PendingCheckpoint`], which yields a bare
-//!   `None` to the event loop once (as `asyncio.sleep(0)` does) and polls the core's future again on
+//!   once (StopIteration(None) without building it; the result is None, True after a yield). Only
+//!   when the scheduler asked does it allocate a [`PendingCheckpoint`], which suspends the task once
+//!   *through the loop's next poll* (see [`PendingCheckpoint`]) and polls the core's future again on
 //!   resumption, which acknowledges;
 //! * exception classes, one per ABI `error_code`, built from the generated ABI at import;
 //! * handles for workers and regions that are safe to hold from any thread.
@@ -48,6 +49,10 @@ struct Statics {
     stop_true: Py<PyAny>,
     /// The completed checkpoint every fast-path `checkpoint_async()` returns.
     ready: Py<Checkpoint>,
+    /// `asyncio._get_running_loop` (None outside a loop, no exception), imported at the first yield.
+    running_loop: PyOnceLock<Py<PyAny>>,
+    /// `_morpheus._resume`, the loop callback that ends a suspension.
+    resume: PyOnceLock<Py<PyAny>>,
 }
 
 static STATICS: PyOnceLock<Statics> = PyOnceLock::new();
@@ -120,6 +125,42 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
     }
 }
 
+/// Suspend the current asyncio task until the loop has been through its next poll (I/O and due
+/// timers): hand the Task a future that a `call_soon` callback resolves. That callback runs in the
+/// loop's next iteration, after the poll, so the task's wake-up is queued behind the timer and I/O
+/// callbacks that became ready (a bare `None`, as in `asyncio.sleep(0)`, would queue the task ahead
+/// of them and let it run another slice first). The other CPU-bound tasks of the loop step aside
+/// too without help: until this task resumes and acknowledges, the request stays pending, so their
+/// checkpoints suspend the same way (each acknowledges on resumption; the CAS keeps the ack
+/// monotonic). Outside a running loop (a coroutine driven by hand): a bare `None`.
+fn suspend_through_poll(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let statics = statics(py);
+    let get_loop = statics
+        .running_loop
+        .get_or_try_init(py, || py.import("asyncio")?.getattr("_get_running_loop").map(Bound::unbind))?;
+    let event_loop = get_loop.bind(py).call0()?;
+    if event_loop.is_none() {
+        return Ok(py.None());
+    }
+    let resume = statics
+        .resume
+        .get_or_try_init(py, || py.import("morpheus._morpheus")?.getattr("_resume").map(Bound::unbind))?;
+    let future = event_loop.call_method0("create_future")?;
+    future.setattr("_asyncio_future_blocking", true)?;
+    event_loop.call_method1("call_soon", (resume.bind(py), &future))?;
+    Ok(future.unbind())
+}
+
+/// Loop callback that ends a suspension (see `suspend_through_poll`): the loop has polled.
+#[pyfunction]
+fn _resume(future: &Bound<'_, PyAny>) -> PyResult<()> {
+    // Cancelled meanwhile (the task was cancelled): nothing to resolve.
+    if !future.call_method0("done")?.is_truthy()? {
+        future.call_method1("set_result", (future.py().None(),))?;
+    }
+    Ok(())
+}
+
 /// A checkpoint that found nothing to do: awaiting it finishes at once with None. One immutable
 /// instance serves every such checkpoint of the process.
 #[pyclass(module = "morpheus", frozen)]
@@ -146,7 +187,8 @@ impl Checkpoint {
     }
 }
 
-/// A checkpoint that found a pending request: yields once to the event loop, then acknowledges.
+/// A checkpoint that found a pending request: suspends the task once, through the loop's next poll
+/// (I/O and timers run before it resumes), then acknowledges and finishes with True.
 #[pyclass(module = "morpheus")]
 struct PendingCheckpoint {
     future: Option<morpheus::Checkpoint>,
@@ -165,10 +207,9 @@ impl PendingCheckpoint {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         if !self.suspended {
-            // Yield first: a bare None makes an asyncio Task reschedule itself after the other ready
-            // callbacks, exactly like `asyncio.sleep(0)`. The core writes nothing until the next poll.
+            // Yield first; the core writes nothing until the next poll of its future.
             self.suspended = true;
-            return Ok(Some(py.None()));
+            return suspend_through_poll(py).map(Some);
         }
         let Some(mut future) = self.future.take() else {
             return Ok(None);
@@ -181,7 +222,7 @@ impl PendingCheckpoint {
             Poll::Pending => {
                 // The core asks for one more round trip; give it one.
                 self.future = Some(future);
-                Ok(Some(py.None()))
+                suspend_through_poll(py).map(Some)
             }
         }
     }
@@ -773,6 +814,8 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
             error_classes,
             stop_true: stop.call1((true,))?.unbind(),
             ready,
+            running_loop: PyOnceLock::new(),
+            resume: PyOnceLock::new(),
         },
     );
 
@@ -790,6 +833,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(current_worker, m)?)?;
     m.add_function(wrap_pyfunction!(escapable_default, m)?)?;
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(_resume, m)?)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     Ok(())
 }

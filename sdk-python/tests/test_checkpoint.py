@@ -104,11 +104,64 @@ def test_pending_checkpoint_yields_exactly_once(region):
         start = len(steps)
         assert await morpheus.checkpoint_async() is True
         between = len(steps) - start
+        # Driven by hand: exactly one suspension (a loop future), then the result.
+        region.bump(0)
+        awaiting = morpheus.checkpoint_async().__await__()
+        assert isinstance(next(awaiting), asyncio.Future)
+        with pytest.raises(StopIteration) as done:
+            awaiting.send(None)
+        assert done.value.value is True
         await task
         return between
 
-    with morpheus.Worker(region=str(region.path), slot=0):
-        assert asyncio.run(main()) == 1
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        # One suspension spans one loop iteration and its poll: the callback that ends it is queued
+        # behind the counter's next step, the task's wake-up behind the one after.
+        assert asyncio.run(main()) == 2
+        assert w.yield_counts()["PREEMPT_REQUEST"] == 2
+
+
+def _yield_reaches_the_poll(region, loop_factory):
+    order = []
+
+    async def asked():
+        region.bump(0)
+        # Due at the loop's next poll: a yield that honours the request must let it run first.
+        asyncio.get_running_loop().call_later(0, order.append, "timer")
+        order.append("asked-before")
+        order.append(("asked-after", await morpheus.checkpoint_async()))
+
+    async def other(name):
+        # Runs in the same loop iteration, after asked() yielded: the request is still pending (the
+        # ack comes on resumption), so this task steps aside until the poll as well.
+        order.append(f"{name}-before")
+        order.append((f"{name}-after", await morpheus.checkpoint_async()))
+
+    async def main():
+        await asyncio.gather(asked(), other("b"), other("c"))
+        return await morpheus.checkpoint_async()  # the step-aside is over: fast path again
+
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        loop = loop_factory()
+        try:
+            last = loop.run_until_complete(main())
+        finally:
+            loop.close()
+        assert w.yield_counts()["PREEMPT_REQUEST"] == 3 and region.get(0, S.LAST_ACK_SEQ) == 1
+    return order, last
+
+
+@pytest.mark.parametrize("flavour", ["asyncio", "uvloop"])
+def test_a_yield_lets_the_loop_poll_before_any_task_computes_again(region, flavour):
+    if flavour == "uvloop":
+        uvloop = pytest.importorskip("uvloop") if not os.environ.get("MORPHEUS_REQUIRE_UVLOOP") else __import__("uvloop")
+        factory = uvloop.new_event_loop
+    else:
+        factory = asyncio.new_event_loop
+    order, last = _yield_reaches_the_poll(region, factory)
+    assert order[:4] == ["asked-before", "b-before", "c-before", "timer"], order
+    assert sorted(order[4:]) == [("asked-after", True), ("b-after", True), ("c-after", True)]
+    assert last is None  # acknowledged: the fast path again
 
 
 def test_critical_section_holds_the_request_until_the_outermost_exit(region):
