@@ -27,14 +27,13 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
-# scx_utils' and our build scripts run clang; Debian installs it as clang-19.
-export BPF_CLANG=${BPF_CLANG:-clang-19}
-command -v "$BPF_CLANG" >/dev/null || die "$BPF_CLANG not found; run tools/setup.sh"
+# scx_utils' and our build scripts run $BPF_CLANG (the workspace's .cargo/config.toml: clang-19).
+command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
 
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-echo "$PROG: building scx_morpheus (features kernel) and morpheus-e2e-worker, release" >&2
-(cd "$root" && cargo build --release -p scx_morpheus --features kernel \
-	--bin scx_morpheus --bin morpheus-e2e-worker)
+# Default features (they include `kernel`); scheduler/starvation/run.sh builds with the same command.
+echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
 
 if [[ -z "$log" ]]; then
 	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")

@@ -132,7 +132,7 @@ fn open_kernel(_config: &Config) -> Result<Box<dyn Backend>> {
     if std::path::Path::new(SCHED_EXT_SYSFS).exists() {
         anyhow::bail!(
             "--backend kernel: this scx_morpheus was built without the sched_ext backend \
-             (cargo feature `kernel`); rebuild with --features kernel, or use --backend sim"
+             (cargo feature `kernel`); rebuild with the default features (they include `kernel`), or use --backend sim"
         )
     }
     anyhow::bail!(

@@ -244,6 +244,15 @@ fn run(opts: Opts) -> Result<()> {
     let mut config = validate(&opts)?;
     init_logging(config.verbose);
     let choice = backend::resolve(opts.backend);
+    if opts.backend == BackendChoice::Auto {
+        match choice {
+            BackendChoice::Kernel => log::info!("--backend auto: {} exists, using the sched_ext (kernel) backend", backend::SCHED_EXT_SYSFS),
+            _ => log::info!(
+                "--backend auto: this kernel has no sched_ext ({} is missing), using the simulation backend",
+                backend::SCHED_EXT_SYSFS
+            ),
+        }
+    }
     if choice == BackendChoice::Sim && config.region_path.is_none() {
         config.region_path = Some(PathBuf::from(abi::SIM_REGION_PATH));
     }

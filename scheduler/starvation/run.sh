@@ -7,9 +7,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-cargo build --release -p scx_morpheus -p morpheus-starvation
+# scx_morpheus is built by exactly the command scheduler/e2e/run.sh uses (default features, which
+# include `kernel`), so this build never replaces the binary a running VM test uses with a
+# differently configured one; the benchmark is a separate invocation for the same reason.
+cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker
+cargo build --release -p morpheus-starvation
 target="${CARGO_TARGET_DIR:-$root/target}/release"
 if [[ -d /sys/kernel/sched_ext ]]; then
-  echo "run.sh: this kernel has sched_ext; the benchmark still measures the simulation backend"
+  echo "run.sh: this kernel has sched_ext; the benchmark still measures the simulation backend (pass --backend kernel for the real one)"
 fi
 exec "$target/starvation" --scheduler "$target/scx_morpheus" "$@"

@@ -124,6 +124,38 @@ fn rejects_bad_options() {
     }
 }
 
+/// `--backend auto` (the default) takes the simulation backend on a kernel without sched_ext and says
+/// so. (On a sched_ext kernel it would attach a real scheduler: the VM test covers that case.)
+#[test]
+fn backend_auto_uses_sim_without_sched_ext() {
+    if Path::new("/sys/kernel/sched_ext").exists() {
+        eprintln!("skipped: this kernel has sched_ext, so auto means the kernel backend (scheduler/e2e covers it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(BIN)
+        .args(["--backend", "auto", "--region"])
+        .arg(dir.path().join("region"))
+        .arg("--socket")
+        .arg(dir.path().join("sock"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent = Agent { child, dir };
+    agent.wait_ready();
+    let bytes = std::fs::read(agent.region()).unwrap();
+    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    assert_eq!(header.backend, abi::Backend::Sim.raw(), "auto chose backend {}", header.backend);
+    let (out, _dir) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--backend auto: this kernel has no sched_ext (/sys/kernel/sched_ext is missing), using the simulation backend"),
+        "no log line saying why auto chose sim: {}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn refuses_a_region_path_that_is_not_a_region() {
     let dir = tempfile::tempdir().unwrap();
