@@ -192,27 +192,40 @@ def main() -> int:
         new_loop = uvloop.new_event_loop
     else:
         new_loop = asyncio.new_event_loop
-    results = []
-    for workers in [int(w) for w in args.workers.split(",")]:
-        for mode in args.modes.split(","):
-            runs = []
-            for _ in range(args.repeat):
+    worker_counts = [int(w) for w in args.workers.split(",")]
+    modes = args.modes.split(",")
+    # Rounds outermost: each round runs every mode back to back for each worker count, so the modes
+    # of one round see the same machine load; ratios are taken within a round, then the median.
+    raw = {(w, m): [] for w in worker_counts for m in modes}
+    for round_no in range(args.repeat):
+        for workers in worker_counts:
+            for mode in modes:
                 loop = new_loop()
                 try:
-                    runs.append(loop.run_until_complete(cell(mode, workers, args.seconds)))
+                    run = loop.run_until_complete(cell(mode, workers, args.seconds))
                 finally:
                     loop.close()
+                raw[(workers, mode)].append(run)
+                print(json.dumps(dict(run, round=round_no)), flush=True)
+    results = []
+    for workers in worker_counts:
+        for mode in modes:
+            runs = raw[(workers, mode)]
             ups = [r["units_per_s"] for r in runs]
-            median = sorted(runs, key=lambda r: r["units_per_s"])[len(runs) // 2]
             p99s = [r["probe_p99_ms"] for r in runs if r["probe_p99_ms"] is not None]
             p50s = [r["probe_p50_ms"] for r in runs if r["probe_p50_ms"] is not None]
-            cell_out = dict(median, units_per_s_runs=ups, units_per_s_median=statistics.median(ups),
-                            probe_p50_ms_median=statistics.median(p50s) if p50s else None,
-                            probe_p99_ms_median=statistics.median(p99s) if p99s else None,
-                            probe_p99_ms_runs=[r["probe_p99_ms"] for r in runs],
-                            probe_samples_runs=[r["probe_samples"] for r in runs])
-            results.append(cell_out)
-            print(json.dumps(cell_out), flush=True)
+            out = {"mode": mode, "workers": workers, "units_per_s_runs": ups,
+                   "units_per_s_median": statistics.median(ups),
+                   "probe_p50_ms_median": statistics.median(p50s) if p50s else None,
+                   "probe_p99_ms_median": statistics.median(p99s) if p99s else None,
+                   "probe_p99_ms_runs": [r["probe_p99_ms"] for r in runs],
+                   "probe_samples_runs": [r["probe_samples"] for r in runs]}
+            for base in ("blocking", "naive"):
+                if base != mode and (workers, base) in raw:
+                    ratios = [a / b for a, b in zip(ups, (r["units_per_s"] for r in raw[(workers, base)]))]
+                    out[f"over_{base}_runs"] = ratios
+                    out[f"over_{base}_median"] = statistics.median(ratios)
+            results.append(out)
     costs = per_call_costs(args.calls) if args.calls else None
     if costs:
         print(json.dumps(costs), flush=True)
