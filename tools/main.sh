@@ -36,12 +36,20 @@ step_starvation() {
   bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-10}"
 }
 
+# The same starvation benchmark in the real-kernel VM (Debian sid under qemu TCG): off with the
+# kernel's default scheduler, observer and enforced with scx_morpheus's sched_ext backend, one boot.
+# About 1.5 minutes with a built tree and a cached kernel (the first run fetches it).
+step_starvation_vm() {
+  bash scheduler/e2e/starvation-vm.sh -- --seconds "${MORPHEUS_STARVATION_VM_SECONDS:-12}" --rounds 3
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
   abi_check
   abi_report
   starvation
+  starvation_vm
 )
 
 # ---------------------------------------------------------------------------

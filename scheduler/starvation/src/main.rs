@@ -6,7 +6,11 @@
 //! work in `--chunk-us` pieces with a Morpheus checkpoint between pieces, and records its
 //! scheduling latency: how late it started relative to its release. The same scenario runs with
 //! Morpheus off (no scheduler, workers unregistered), observer and enforced (scx_morpheus started by
-//! this program with a private region and socket), and the table compares them in the same run.
+//! this program with a private socket), and the table compares them in the same run.
+//!
+//! `--backend sim` (the default) runs scx_morpheus's simulation backend with a private region file;
+//! `--backend kernel` runs the sched_ext BPF scheduler (a kernel with sched_ext, as root: the VM test
+//! scheduler/e2e/starvation-vm.sh), whose region is the pinned map the workers find by discovery.
 //!
 //! Workers are what an application gets: `morpheus::Worker` registered through the agent's socket,
 //! `checkpoint_sync` between pieces of work, and the SDK's runtime modes (a PRESSURED or DEFENSIVE
@@ -40,6 +44,27 @@ impl Mode {
     }
 }
 
+/// `--backend`: which scx_morpheus backend the observer and enforced modes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    /// The simulation backend (any kernel), private region file.
+    Sim,
+    /// The sched_ext BPF scheduler (needs sched_ext and root); region pinned on bpffs.
+    Kernel,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sim => "sim",
+            Backend::Kernel => "kernel",
+        }
+    }
+}
+
+/// Where the running kernel reports whether a sched_ext scheduler is loaded.
+const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
+
 #[derive(Debug, Parser)]
 #[command(name = "starvation", about = "Cooperative workers' scheduling latency beside a non-yielding worker")]
 struct Opts {
@@ -68,6 +93,9 @@ struct Opts {
     /// Modes to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Mode::Off, Mode::Observer, Mode::Enforced])]
     modes: Vec<Mode>,
+    /// scx_morpheus backend of the observer and enforced modes.
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    backend: Backend,
     /// The scx_morpheus binary (default: next to this one).
     #[arg(long)]
     scheduler: Option<PathBuf>,
@@ -111,7 +139,8 @@ fn pin_to(cpu: usize) -> Result<()> {
 /// Where a phase's workers register (None: Morpheus off).
 #[derive(Clone)]
 struct Target {
-    region: PathBuf,
+    /// The region file (sim); None: discovery, and the agent's reply names the region (kernel).
+    region: Option<PathBuf>,
     socket: PathBuf,
 }
 
@@ -119,12 +148,14 @@ struct Target {
 /// SDK's default (true) and stated only so the scenario does not change if the default does.
 fn register(target: &Option<Target>) -> Result<Option<morpheus::Worker>> {
     let Some(t) = target else { return Ok(None) };
-    let worker = morpheus::Worker::builder()
-        .region_path(&t.region)
-        .agent_socket(&t.socket)
-        .escapable(true)
-        .register()
-        .with_context(|| format!("registration with {} (region {})", t.socket.display(), t.region.display()))?;
+    let mut config = morpheus::Worker::builder().agent_socket(&t.socket).escapable(true);
+    if let Some(region) = &t.region {
+        config = config.region_path(region);
+    }
+    let worker = config.register().with_context(|| {
+        let region = t.region.as_ref().map_or("discovered".into(), |r| r.display().to_string());
+        format!("registration with {} (region {region})", t.socket.display())
+    })?;
     if !worker.is_attached() {
         bail!("the worker registered with {} is detached", t.socket.display());
     }
@@ -169,9 +200,14 @@ struct PhaseResult {
     yields: Yields,
     /// scx_morpheus's `totals:` line of each round.
     totals: Vec<String>,
+    /// slice_ns + grace_ns as the region header published them (a registered worker read it).
+    slice_plus_grace_ns: Option<u64>,
 }
 
-fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> Result<(Vec<u64>, f64, Yields)> {
+/// A phase's results: latencies, the zombie's CPU share, cooperative yields, slice + grace.
+type Phase = (Vec<u64>, f64, Yields, Option<u64>);
+
+fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> Result<Phase> {
     let stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(opts.workers + 2));
     let mut handles = Vec::new();
@@ -197,7 +233,7 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> R
     for i in 0..opts.workers {
         let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
         let (work, chunk, workers) = (opts.work_us * 1000, opts.chunk_us * 1000, opts.workers as u64);
-        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, Yields)> {
+        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, Yields, Option<u64>)> {
             pin_to(cpu)?;
             let worker = register(&target)?;
             barrier.wait();
@@ -231,7 +267,8 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> R
                     release = now - (now - release) % period;
                 }
             }
-            Ok((latencies, worker.as_ref().map(Yields::of).unwrap_or_default()))
+            let bound = worker.as_ref().and_then(|w| w.region()).map(|r| r.slice_ns() + r.grace_ns());
+            Ok((latencies, worker.as_ref().map(Yields::of).unwrap_or_default(), bound))
         })?);
     }
     barrier.wait();
@@ -239,21 +276,26 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> R
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     let mut yields = Yields::default();
+    let mut bound = None;
     for h in handles {
-        let (lat, y) = h.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+        let (lat, y, b) = h.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
         all.extend(lat);
         yields.add(y);
+        bound = bound.or(b);
     }
     let zombie_share = zombie.join().map_err(|_| anyhow::anyhow!("the zombie thread panicked"))??;
-    Ok((all, zombie_share, yields))
+    Ok((all, zombie_share, yields, bound))
 }
 
-fn start_scheduler(bin: &Path, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
-    let target = Target { region: dir.join("region"), socket: dir.join("agent.sock") };
-    let mut child = Command::new(bin)
-        .args(["--backend", "sim", "--mode", mode.name(), "--policy", "kick"])
-        .arg("--region")
-        .arg(&target.region)
+fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
+    let region = (backend == Backend::Sim).then(|| dir.join("region"));
+    let target = Target { region, socket: dir.join("agent.sock") };
+    let mut command = Command::new(bin);
+    command.args(["--backend", backend.name(), "--mode", mode.name(), "--policy", "kick"]);
+    if let Some(region) = &target.region {
+        command.arg("--region").arg(region);
+    }
+    let mut child = command
         .arg("--socket")
         .arg(&target.socket)
         .args(extra)
@@ -286,6 +328,22 @@ fn stop_scheduler(mut child: Child) -> Result<Option<String>> {
     Ok(BufReader::new(out).lines().map_while(|l| l.ok()).find(|l| l.starts_with("totals:")))
 }
 
+/// After the kernel backend exits, waits until the kernel is back on its default scheduler, so the
+/// next mode (`off` in particular) does not run while sched_ext is still being disabled.
+fn wait_sched_ext_disabled() -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(SCHED_EXT_STATE).with_context(|| format!("cannot read {SCHED_EXT_STATE}"))?;
+        if state.trim() == "disabled" {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{SCHED_EXT_STATE} is still '{}' 10 s after scx_morpheus exited", state.trim());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -315,16 +373,23 @@ fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, resul
     let (child, target) = if mode == Mode::Off {
         (None, None)
     } else {
-        let (child, target) = start_scheduler(bin, mode, &dir, &opts.scheduler_args)?;
+        let (child, target) = start_scheduler(bin, opts.backend, mode, &dir, &opts.scheduler_args)?;
         (Some(child), Some(target))
     };
     let phase = run_phase(opts, cpu, target, seconds);
     let totals = match child {
-        Some(child) => stop_scheduler(child)?,
+        Some(child) => {
+            let totals = stop_scheduler(child)?;
+            if opts.backend == Backend::Kernel {
+                wait_sched_ext_disabled()?;
+            }
+            totals
+        }
         None => None,
     };
     let _ = std::fs::remove_dir_all(&dir);
-    let (latencies_ns, zombie_cpu_share, yields) = phase?;
+    let (latencies_ns, zombie_cpu_share, yields, bound) = phase?;
+    result.slice_plus_grace_ns = result.slice_plus_grace_ns.or(bound);
     result.latencies_ns.extend(latencies_ns);
     result.zombie_cpu_share += zombie_cpu_share;
     result.yields.add(yields);
@@ -354,9 +419,16 @@ fn main() -> Result<()> {
     if opts.modes.iter().any(|m| *m != Mode::Off) && !bin.exists() {
         bail!("scx_morpheus not found at {} (build it, or pass --scheduler)", bin.display());
     }
+    if opts.backend == Backend::Kernel {
+        match std::fs::read_to_string(SCHED_EXT_STATE) {
+            Ok(state) if state.trim() == "disabled" => {}
+            Ok(state) => bail!("--backend kernel: a sched_ext scheduler is already loaded ({SCHED_EXT_STATE} is '{}')", state.trim()),
+            Err(e) => bail!("--backend kernel: this kernel has no sched_ext ({SCHED_EXT_STATE}: {e}); use --backend sim"),
+        }
+    }
     println!(
-        "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode in {} round(s)",
-        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds, opts.rounds
+        "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode in {} round(s); scx_morpheus backend {}",
+        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds, opts.rounds, opts.backend.name()
     );
     let mut results: Vec<(Mode, PhaseResult)> = opts.modes.iter().map(|m| (*m, PhaseResult::default())).collect();
     for _round in 0..opts.rounds {
@@ -401,12 +473,25 @@ fn main() -> Result<()> {
         );
     }
     for (mode, r) in &results {
+        if let Some(bound) = r.slice_plus_grace_ns {
+            let q = quantiles(&r.latencies_ns);
+            let vs_off = off.filter(|b| b[2] != 0).map_or("-".to_string(), |b| format!("{:.3}", q[2] as f64 / b[2] as f64));
+            println!(
+                "{}: p99 {:.1} µs = {:.2} x (slice + grace = {:.1} µs); p99/off {vs_off}",
+                mode.name(),
+                q[2] as f64 / 1e3,
+                q[2] as f64 / bound as f64,
+                bound as f64 / 1e3
+            );
+        }
+    }
+    for (mode, r) in &results {
         if *mode != Mode::Off {
             let y = r.yields;
             println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", mode.name(), y.preempt, y.budget, y.defensive);
         }
         if !r.totals.is_empty() {
-            let sums: Vec<String> = ["ticks", "hints", "dropped", "escalations", "demote", "restore", "blocked_within_grace", "effect_errors"]
+            let sums: Vec<String> = ["ticks", "hints", "dropped", "escalations", "kick", "throttle", "demote", "restore", "blocked_within_grace", "effect_errors"]
                 .iter()
                 .map(|k| format!("{k}={}", field(&r.totals, k)))
                 .collect();

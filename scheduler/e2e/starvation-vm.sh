@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# The starvation benchmark (scheduler/starvation, scheduler/BENCHMARKS.md) on the real sched_ext
+# backend: builds scx_morpheus (the same command as e2e/run.sh) and the benchmark, release; boots
+# Debian sid's kernel under qemu TCG with both in a busybox initramfs and runs e2e/starvation-guest.sh
+# there: modes off (kernel default scheduler), observer and enforced (scx_morpheus --backend kernel)
+# in one boot. Prints the table from the console log. Exits with the guest's code.
+#
+# usage: scheduler/e2e/starvation-vm.sh [--kernel DIR] [--log FILE] [--timeout SECS] [-- STARVATION-ARGS...]
+#        (default STARVATION-ARGS: --seconds 12 --rounds 3)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+root=$(cd "$here/../.." && pwd -P)
+readonly PROG=starvation-vm
+
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
+
+kernel_args=()
+log=""
+timeout=600
+bench_args=(--seconds 12 --rounds 3)
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
+	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
+	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
+	--) shift; bench_args=("$@"); break ;;
+	-h | --help) sed -n '3,11p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (benchmark arguments go after --)" ;;
+	esac
+done
+for arg in "${bench_args[@]}"; do
+	# The arguments travel to the guest as one shell word list: keep them plain.
+	[[ "$arg" =~ ^[A-Za-z0-9=.,_:/+-]+$ ]] || die "benchmark argument '$arg' has characters the guest shell would interpret"
+	[[ "$arg" != --backend* && "$arg" != --scheduler* ]] || die "$arg: the VM run sets --backend kernel and --scheduler itself"
+done
+command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+echo "$PROG: building scx_morpheus (default features: kernel) and the starvation benchmark, release" >&2
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
+(cd "$root" && cargo build --release -p morpheus-starvation)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+printf 'STARVATION_ARGS="%s"\n' "${bench_args[*]}" >"$work/starvation.env"
+if [[ -z "$log" ]]; then
+	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX.log")
+fi
+echo "$PROG: console log: $log" >&2
+code=0
+"$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
+	--init-script "$here/starvation-guest.sh" \
+	--bin "$target_dir/release/scx_morpheus" \
+	--bin "$target_dir/release/starvation" \
+	--file "$work/starvation.env:/etc/morpheus/starvation.env" \
+	--timeout "$timeout" --log "$log" --quiet || code=$?
+
+echo "$PROG: --- starvation benchmark in the VM (sched_ext backend, qemu TCG) ---"
+tr -d '\r' <"$log" | sed -n 's/^starvation-vm: //p' | grep -v -e '^scx_morpheus: ' -e '^EXIT: ' || true
+echo "$PROG: guest exit code $code"
+exit "$code"
