@@ -12,7 +12,9 @@
 #   4. enforced mode (policy throttle): the agent caps the non-acknowledging worker's cgroup with cpu.max,
 #      the BPF scheduler enforces the cap (the spinner gets < 50% of a CPU), the cap is lifted and
 #      cpu.max restored;
-#   5. every stop unpins the maps and the kernel returns to its default scheduler.
+#   5. enforced mode (policy hybrid): the non-acknowledging worker is kicked first, then throttled
+#      (BPF kick and throttle counters, in that order in the agent's log), and the cap is lifted;
+#   6. every stop unpins the maps and the kernel returns to its default scheduler.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
 # scheduler and with scx_morpheus (no worker registered), alternating, same boot.
 # Exit 0 only if every check passed.
@@ -173,6 +175,33 @@ if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$CG"; then
 	fi
 else
 	bad "could not enable the cpu controller for $CG"
+fi
+
+# --- enforced mode, policy hybrid: kick first, throttle if still unacknowledged ----------------
+# Same worker and cgroup as above. -v makes the agent log each kick record as it drains the BPF
+# escalation ring, in ring order, next to its throttle lines: the order of the two is the policy's.
+if [ -d "$CG" ] && start_agent /tmp/hybrid.log --mode enforced --policy hybrid -v; then
+	cpu_max_before=$(cat "$CG/cpu.max")
+	morpheus-e2e-worker --cgroup "$CG" --seconds "$WORKER_SECONDS" spin >/tmp/hybrid.out 2>&1
+	check "hybrid worker ran (exit $?)" test $? -eq 0
+	cat /tmp/hybrid.out
+	esc=$(field spin escalations /tmp/hybrid.out)
+	check "non-acknowledging worker was escalated more than once (escalations=$esc)" test "${esc:-0}" -ge 2
+	stop_agent /tmp/hybrid.log
+	counters=$(grep 'BPF counters' /tmp/hybrid.log | tail -n 1)
+	kicks=$(echo "$counters" | sed -n 's/.* kicks=\([0-9]*\).*/\1/p')
+	throttles=$(echo "$counters" | sed -n 's/.* throttles=\([0-9]*\).*/\1/p')
+	echo "e2e: hybrid BPF counters: kicks=$kicks throttles=$throttles"
+	check "hybrid kicked (kicks=$kicks)" test "${kicks:-0}" -gt 0
+	check "hybrid throttled after kicking (throttles=$throttles)" test "${throttles:-0}" -gt 0
+	first_kick=$(grep -n ': kick: slot' /tmp/hybrid.log | head -n 1 | cut -d: -f1)
+	first_throttle=$(grep -n ': throttle: slot' /tmp/hybrid.log | head -n 1 | cut -d: -f1)
+	check "the first action was a kick, the throttle came after it (log lines ${first_kick:-none} < ${first_throttle:-none})" \
+		test "${first_kick:-999999}" -lt "${first_throttle:-0}"
+	check "the agent lifted the hybrid cap" grep -q "unthrottle: slot" /tmp/hybrid.log
+	check "cpu.max restored after hybrid ($(cat "$CG/cpu.max"))" test "$(cat "$CG/cpu.max")" = "$cpu_max_before"
+else
+	bad "scx_morpheus (hybrid) did not start, or $CG is missing"
 fi
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------
