@@ -239,6 +239,16 @@ TEST_F(MorpheusTest, RestartSeenByAnInlineCriticalEnterDetaches) {
   EXPECT_EQ(morpheus_worker_status(w), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
 }
 
+TEST_F(MorpheusTest, RetiredRegionIsReportedEvenWithNothingPending) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  sim_set_generation(region.get(), 0);  // clean scheduler exit
+  EXPECT_FALSE(morpheus_checkpoint(w)) << "the inline fast path only reads";
+  EXPECT_EQ(morpheus_worker_status(w), -static_cast<int>(MORPHEUS_E_GENERATION_CHANGED));
+  EXPECT_EQ(w->in_critical, nullptr) << "detached";
+}
+
 TEST_F(MorpheusTest, AHandleFromAnotherThreadIsRefused) {
   Region region;
   morpheus_worker *w = nullptr;

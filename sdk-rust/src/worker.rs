@@ -819,6 +819,13 @@ impl Worker {
         if self.owned_inner().is_none() {
             return Err(Error::NotRegistered { operation: "status" });
         }
+        // The fast path only reads; here the restart is looked for even when nothing was pending.
+        // SAFETY: this thread's state.
+        unsafe {
+            if self.is_attached() {
+                check_generation_raw(self.raw);
+            }
+        }
         let inner = self.inner();
         if let (Some(found), Some(region)) = (inner.lost, &inner.region) {
             return Err(Error::GenerationChanged { attached: region.attached_generation(), found });

@@ -306,3 +306,13 @@ fn a_handle_whose_registration_was_released_elsewhere_is_stale_not_ub() {
     assert_eq!(region.snapshot(1).worker_state, WorkerState::Running.raw(), "the new worker is untouched");
     assert_eq!(fresh.slot(), Some(1));
 }
+
+#[test]
+fn a_restart_is_reported_even_when_nothing_was_pending() {
+    let region = SimRegion::temp(1);
+    let worker = direct(&region, 0);
+    region.set_generation(0);
+    assert!(!worker.checkpoint_sync(), "the fast path only reads");
+    assert_eq!(worker.try_checkpoint().unwrap_err().code(), ErrorCode::GenerationChanged);
+    assert!(!worker.is_attached());
+}
