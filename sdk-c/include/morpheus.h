@@ -10,7 +10,7 @@
 #include "morpheus_abi.h"
 
 /*
- Options of [`morpheus_worker_register`]. Initialise with [`morpheus_options_init`], then change
+ Options of `morpheus_worker_register()`. Initialise with `morpheus_options_init()`, then change
  what you need.
  */
 struct morpheus_options {
@@ -97,7 +97,7 @@ void morpheus_options_init(struct morpheus_options *opts);
  Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
  (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
  Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
- The handle belongs to the calling thread; release it with [`morpheus_worker_unregister`] (a
+ The handle belongs to the calling thread; release it with `morpheus_worker_unregister()` (a
  thread that exits without doing so releases it on exit).
  */
 int32_t morpheus_worker_register(const struct morpheus_options *opts, struct morpheus_worker **out);

@@ -7,7 +7,7 @@
 //! this library only on their slow paths.
 //!
 //! Conventions: functions returning `int` return 0 (or a non-negative value they document) on success
-//! and a negated `MORPHEUS_E_*` code on failure; [`morpheus_last_error`] then describes the failure.
+//! and a negated `MORPHEUS_E_*` code on failure; `morpheus_last_error()` then describes the failure.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -24,7 +24,7 @@ use morpheus::{
 };
 use morpheus_abi::escapable_default;
 
-/// Options of [`morpheus_worker_register`]. Initialise with [`morpheus_options_init`], then change
+/// Options of `morpheus_worker_register()`. Initialise with `morpheus_options_init()`, then change
 /// what you need.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn morpheus_options_init(opts: *mut MorpheusOptions) {
 /// Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
 /// (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
 /// Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
-/// The handle belongs to the calling thread; release it with [`morpheus_worker_unregister`] (a
+/// The handle belongs to the calling thread; release it with `morpheus_worker_unregister()` (a
 /// thread that exits without doing so releases it on exit).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, out: *mut *mut RawWorker) -> i32 {
