@@ -451,6 +451,7 @@ pub enum AgentBehaviour {
 pub struct FakeAgent {
     path: PathBuf,
     requests: Arc<Mutex<Vec<RegRequest>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -460,20 +461,22 @@ impl FakeAgent {
         let path = unique_path("agent.sock");
         let listener = UnixListener::bind(&path).expect("binding the fake agent socket");
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let log = requests.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (log, stopping) = (requests.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             for stream in listener.incoming() {
+                if stopping.load(Ordering::Acquire) {
+                    break;
+                }
                 let Ok(mut stream) = stream else { break };
                 let region = region.clone();
                 let log = log.clone();
+                // One thread per connection; it ends when the client (a worker) closes it.
                 std::thread::spawn(move || {
                     let mut buf = [0u8; size_of::<RegRequest>()];
                     while stream.read_exact(&mut buf).is_ok() {
                         // SAFETY: plain integers.
                         let request: RegRequest = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const _) };
-                        if request.magic == 0 && request.op == 0 {
-                            return; // the shutdown poke
-                        }
                         log.lock().unwrap().push(request);
                         let reply = answer(&region, &request, behaviour);
                         // SAFETY: plain integers.
@@ -487,7 +490,7 @@ impl FakeAgent {
                 });
             }
         });
-        FakeAgent { path, requests, thread: Some(thread) }
+        FakeAgent { path, requests, stop, thread: Some(thread) }
     }
 
     /// The socket path (pass it as `Config::agent_socket` or `MORPHEUS_SOCKET`).
@@ -556,12 +559,12 @@ fn answer(region: &SimRegion, request: &RegRequest, behaviour: AgentBehaviour) -
 
 impl Drop for FakeAgent {
     fn drop(&mut self) {
-        // Wake the accept loop with a connection carrying an all-zero request, then stop accepting.
-        if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&self.path) {
-            let _ = s.write_all(&[0u8; size_of::<RegRequest>()]);
+        // Stop accepting: set the flag, then wake the accept loop with a connection of our own.
+        self.stop.store(true, Ordering::Release);
+        let _ = std::os::unix::net::UnixStream::connect(&self.path);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
         let _ = std::fs::remove_file(&self.path);
-        // The accept loop keeps running until the process exits; do not join it.
-        drop(self.thread.take());
     }
 }
