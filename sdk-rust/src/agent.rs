@@ -135,8 +135,19 @@ impl AgentConnection {
     }
 
     /// UNREGISTER `slot`.
+    ///
+    /// A worker usually outlives the agent's patience with an idle connection (spec/SCB.md §4.1: the
+    /// agent may close it), so a failed exchange is retried once on a new connection; the agent
+    /// identifies the caller by `SO_PEERCRED`, not by connection.
     pub fn unregister(&mut self, slot: u32, kind: RuntimeKind) -> Result<()> {
-        let reply = self.exchange(&Self::request(RegOp::Unregister, 0, slot, kind))?;
+        let request = Self::request(RegOp::Unregister, 0, slot, kind);
+        let reply = match self.exchange(&request) {
+            Ok(reply) => reply,
+            Err(_) => {
+                *self = AgentConnection::connect(&self.path)?;
+                self.exchange(&request)?
+            }
+        };
         if reply.status != RegStatus::Ok.raw() {
             return Err(Self::refused(&reply));
         }

@@ -30,25 +30,54 @@ fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-#[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
-fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits() {
+fn start_scheduler(region_path: &Path, socket: &Path) -> Scheduler {
     let bin = std::env::var("MORPHEUS_SCX_BIN").expect("MORPHEUS_SCX_BIN names the scx_morpheus binary");
-    let region_path = unique_path("scx-region");
-    let socket = unique_path("scx.sock");
-    let mut scheduler = Scheduler(
+    let scheduler = Scheduler(
         Command::new(&bin)
             .args(["--backend", "sim", "--slice-us", "2000", "-w", "8"])
             .arg("--region")
-            .arg(&region_path)
+            .arg(region_path)
             .arg("--socket")
-            .arg(&socket)
+            .arg(socket)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin}: {e}")),
     );
     wait_for("the scheduler's socket and region", Duration::from_secs(20), || {
-        socket.exists() && Region::open(&region_path).is_ok()
+        socket.exists() && Region::open(region_path).is_ok()
     });
+    scheduler
+}
+
+#[test]
+#[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
+fn a_long_lived_worker_still_releases_its_slot_after_the_agent_dropped_the_idle_connection() {
+    let region_path = unique_path("scx-region");
+    let socket = unique_path("scx.sock");
+    let _scheduler = start_scheduler(&region_path, &socket);
+    let worker = Config::default().region_path(&region_path).agent_socket(&socket).register().unwrap();
+    let slot = worker.slot().expect("attached");
+    let region = worker.region().unwrap().clone();
+    // Longer than scx_morpheus keeps an idle registration connection open (5 s).
+    std::thread::sleep(Duration::from_secs(7));
+    worker.shutdown().expect("UNREGISTER after the agent closed the idle connection");
+    let scb = region.scb_ptr(slot).unwrap();
+    // SAFETY: the slot's state word in the mapped region, read atomically.
+    let state = unsafe { std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!((*scb).worker_state)) };
+    assert_eq!(state.load(std::sync::atomic::Ordering::Acquire), WorkerState::Init.raw(), "slot released by the agent");
+    for path in [region_path, socket] {
+        let _ = std::fs::remove_file(&path);
+        let mut lock = path.into_os_string();
+        lock.push(".lock");
+        let _ = std::fs::remove_file(Path::new(&lock));
+    }
+}
+
+#[test]
+#[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
+fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits() {
+    let region_path = unique_path("scx-region");
+    let socket = unique_path("scx.sock");
+    let mut scheduler = start_scheduler(&region_path, &socket);
 
     let worker = Config::default().region_path(&region_path).agent_socket(&socket).register().unwrap();
     let slot = worker.slot().expect("attached");
