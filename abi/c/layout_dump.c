@@ -179,6 +179,7 @@ int main(void)
 	printf("const DEFAULT_SOCKET_PATH %s\n", MORPHEUS_DEFAULT_SOCKET_PATH);
 	printf("const PIN_DIR %s\n", MORPHEUS_PIN_DIR);
 	printf("const PINNED_REGION_PATH %s\n", MORPHEUS_PINNED_REGION_PATH);
+	printf("const PINNED_HINTS_PATH %s\n", MORPHEUS_PINNED_HINTS_PATH);
 	printf("const SIM_REGION_PATH %s\n", MORPHEUS_SIM_REGION_PATH);
 	printf("escapable RUST %u\n", MORPHEUS_ESCAPABLE_DEFAULT_RUST);
 	printf("escapable C %u\n", MORPHEUS_ESCAPABLE_DEFAULT_C);

@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #endif
 
 #define MORPHEUS_ABI_MAJOR 1u
-#define MORPHEUS_ABI_MINOR 1u
+#define MORPHEUS_ABI_MINOR 2u
 
 /* First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 #define MORPHEUS_REGION_MAGIC 0x5355454850524f4dULL
@@ -57,6 +57,8 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_PIN_DIR "/sys/fs/bpf/morpheus"
 /* The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 #define MORPHEUS_PINNED_REGION_PATH "/sys/fs/bpf/morpheus/region"
+/* The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+#define MORPHEUS_PINNED_HINTS_PATH "/sys/fs/bpf/morpheus/hints"
 /* The shared-memory file holding the region (simulation backend). */
 #define MORPHEUS_SIM_REGION_PATH "/dev/shm/morpheus/region"
 

@@ -9,7 +9,7 @@ export interface FieldLayout {
 }
 
 export declare const ABI_MAJOR: 1;
-export declare const ABI_MINOR: 1;
+export declare const ABI_MINOR: 2;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 export declare const REGION_MAGIC: bigint;
@@ -41,6 +41,8 @@ export declare const DEFAULT_SOCKET_PATH: string;
 export declare const PIN_DIR: string;
 /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 export declare const PINNED_REGION_PATH: string;
+/** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+export declare const PINNED_HINTS_PATH: string;
 /** The shared-memory file holding the region (simulation backend). */
 export declare const SIM_REGION_PATH: string;
 

@@ -4,7 +4,7 @@
 'use strict';
 
 exports.ABI_MAJOR = 1;
-exports.ABI_MINOR = 1;
+exports.ABI_MINOR = 2;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 exports.REGION_MAGIC = 0x5355454850524f4dn;
@@ -36,6 +36,8 @@ exports.DEFAULT_SOCKET_PATH = "/run/morpheus/agent.sock";
 exports.PIN_DIR = "/sys/fs/bpf/morpheus";
 /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 exports.PINNED_REGION_PATH = "/sys/fs/bpf/morpheus/region";
+/** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+exports.PINNED_HINTS_PATH = "/sys/fs/bpf/morpheus/hints";
 /** The shared-memory file holding the region (simulation backend). */
 exports.SIM_REGION_PATH = "/dev/shm/morpheus/region";
 

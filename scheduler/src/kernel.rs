@@ -45,9 +45,9 @@ use crate::region::{self, Region, RegionParams};
 use crate::stats::Counters;
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
-/// Where the hint ring is pinned (PIN_DIR/hints, as spec/abi.toml's HINT_RING feature says).
+/// Where the hint ring is pinned.
 fn hints_pin_path() -> PathBuf {
-    Path::new(abi::PIN_DIR).join("hints")
+    PathBuf::from(abi::PINNED_HINTS_PATH)
 }
 
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice

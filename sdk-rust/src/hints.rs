@@ -15,7 +15,7 @@ use std::{
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 
-use morpheus_abi::{Hint, HintReason, PIN_DIR};
+use morpheus_abi::{Hint, HintReason};
 
 use crate::{
     error::{Error, Result},
@@ -29,15 +29,9 @@ pub const RINGBUF_DISCARD_BIT: u32 = 1 << 30;
 /// Linux `BPF_RINGBUF_HDR_SZ`.
 pub const RINGBUF_HEADER_SIZE: usize = 8;
 
-/// Name of the hint ring under `PIN_DIR`.
-///
-/// Not (yet) a constant of `spec/abi.toml`: the `HINT_RING` feature's documentation names it "hints";
-/// the lead has been asked to add `PINNED_HINTS_PATH` to the spec.
-pub const HINT_RING_PIN_NAME: &str = "hints";
-
-/// Where the kernel backend pins its hint ring.
+/// Where the kernel backend pins its hint ring (`PINNED_HINTS_PATH` of spec/abi.toml).
 pub fn default_pinned_path() -> PathBuf {
-    Path::new(PIN_DIR).join(HINT_RING_PIN_NAME)
+    PathBuf::from(morpheus_abi::PINNED_HINTS_PATH)
 }
 
 /// What one [`consume`] pass saw.

@@ -134,7 +134,7 @@ fn hints_published_by_a_bpf_program_are_consumed_from_the_pinned_ring() {
     const BPF_MAP_TYPE_RINGBUF: u32 = 27;
     let mount = BpfMount::new().expect(NEEDS);
     let ring = bpf_map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096, 0).expect(NEEDS);
-    let pin = mount.dir.join(morpheus::hints::HINT_RING_PIN_NAME);
+    let pin = mount.dir.join(morpheus::hints::default_pinned_path().file_name().unwrap());
     bpf_obj_pin(&ring, &pin).unwrap();
     let mut hints = morpheus::hints::HintRing::open_pinned(&pin).unwrap();
     assert_eq!(hints.poll(|_| panic!("empty ring")).hints, 0);

@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
+ABI_MINOR = 2
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,9 @@ PIN_DIR = '/sys/fs/bpf/morpheus'
 
 PINNED_REGION_PATH = '/sys/fs/bpf/morpheus/region'
 """The pinned BPF_F_MMAPABLE array map holding the region (kernel backend)."""
+
+PINNED_HINTS_PATH = '/sys/fs/bpf/morpheus/hints'
+"""The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2)."""
 
 SIM_REGION_PATH = '/dev/shm/morpheus/region'
 """The shared-memory file holding the region (simulation backend)."""

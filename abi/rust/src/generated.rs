@@ -4,7 +4,7 @@
 /// ABI major version this crate was generated for.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version this crate was generated for.
-pub const ABI_MINOR: u16 = 1;
+pub const ABI_MINOR: u16 = 2;
 
 /// First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian.
 pub const REGION_MAGIC: u64 = 0x5355454850524f4d;
@@ -36,6 +36,8 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/morpheus/agent.sock";
 pub const PIN_DIR: &str = "/sys/fs/bpf/morpheus";
 /// The pinned BPF_F_MMAPABLE array map holding the region (kernel backend).
 pub const PINNED_REGION_PATH: &str = "/sys/fs/bpf/morpheus/region";
+/// The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2).
+pub const PINNED_HINTS_PATH: &str = "/sys/fs/bpf/morpheus/hints";
 /// The shared-memory file holding the region (simulation backend).
 pub const SIM_REGION_PATH: &str = "/dev/shm/morpheus/region";
 

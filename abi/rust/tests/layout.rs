@@ -68,6 +68,7 @@ fn version_constants_and_enums_match_the_spec() {
             "DEFAULT_SOCKET_PATH" => want.as_str() == Some(morpheus_abi::DEFAULT_SOCKET_PATH),
             "PIN_DIR" => want.as_str() == Some(morpheus_abi::PIN_DIR),
             "PINNED_REGION_PATH" => want.as_str() == Some(morpheus_abi::PINNED_REGION_PATH),
+            "PINNED_HINTS_PATH" => want.as_str() == Some(morpheus_abi::PINNED_HINTS_PATH),
             "SIM_REGION_PATH" => want.as_str() == Some(morpheus_abi::SIM_REGION_PATH),
             other => panic!("constant {other} is in the spec but this test does not know it; add it"),
         };

@@ -7,7 +7,7 @@ public final class Abi {
     private Abi() {}
 
     public static final int ABI_MAJOR = 1;
-    public static final int ABI_MINOR = 1;
+    public static final int ABI_MINOR = 2;
 
     /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
     public static final long REGION_MAGIC = 0x5355454850524f4dL;
@@ -53,6 +53,9 @@ public final class Abi {
 
     /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
     public static final String PINNED_REGION_PATH = "/sys/fs/bpf/morpheus/region";
+
+    /** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+    public static final String PINNED_HINTS_PATH = "/sys/fs/bpf/morpheus/hints";
 
     /** The shared-memory file holding the region (simulation backend). */
     public static final String SIM_REGION_PATH = "/dev/shm/morpheus/region";
