@@ -94,6 +94,20 @@ extern "C" {
 void morpheus_options_init(struct morpheus_options *opts);
 
 /*
+ Validate a region without registering: map it as `morpheus_worker_register()` would, run the
+ header checks of spec/SCB.md §1.3 in their order, and unmap it. Writes nothing to the region.
+
+ `path` is a region file or a pinned map on bpffs; NULL discovers the region as registration does
+ (MORPHEUS_REGION, the pinned map, the sim file); "" is detached mode.
+ Returns 0 for a region a worker can attach to; 1 when there is no region (`path` is "", or
+ discovery found none or was told "" by MORPHEUS_REGION): a worker would run detached; or the first
+ failed check as a negated `MORPHEUS_E_*` (`BAD_MAGIC`, `ABI_MAJOR_MISMATCH`, `BAD_LAYOUT`,
+ `REGION_TRUNCATED`, `UNKNOWN_REQUIRED_FEATURE`, `NOT_READY`; `IO` if it cannot be opened), with
+ `morpheus_last_error()` naming what was expected and what was found.
+ */
+int32_t morpheus_region_check(const char *path);
+
+/*
  Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
  (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
  Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
@@ -155,6 +169,22 @@ int64_t morpheus_worker_slot(struct morpheus_worker *w);
  Opt in to (true) or out of (false) escalation.
  */
 int32_t morpheus_set_escapable(struct morpheus_worker *w, bool escapable);
+
+/*
+ Whether the worker accepts escalation, as the SDK believes it: the value it stored in the SCB (the
+ C default `MORPHEUS_ESCAPABLE_DEFAULT_C` unless `morpheus_options.escapable` or
+ `morpheus_set_escapable()` changed it); for a detached worker, the configured value.
+ Returns 1 or 0, or `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker.
+ */
+int32_t morpheus_escapable(const struct morpheus_worker *w);
+
+/*
+ Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
+ SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+ `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
+ negative, hence the out parameter.)
+ */
+int32_t morpheus_priority(const struct morpheus_worker *w, int32_t *out);
 
 /*
  Set the advisory priority (-20 .. 19, clamped).

@@ -19,8 +19,9 @@ use std::{
 };
 
 use morpheus::{
-    check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, register_current_thread,
-    unregister_current_thread, with_current_worker, Config, Error, RawWorker, RuntimeKind, YieldReason,
+    check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, region::discover,
+    register_current_thread, unregister_current_thread, with_current_worker, Config, Discovered, Error, RawWorker, Region,
+    RuntimeKind, YieldReason,
 };
 use morpheus_abi::escapable_default;
 
@@ -105,6 +106,30 @@ pub unsafe extern "C" fn morpheus_options_init(opts: *mut MorpheusOptions) {
         escapable: -1,
         priority: 0,
     };
+}
+
+/// Validate a region without registering: map it as `morpheus_worker_register()` would, run the
+/// header checks of spec/SCB.md §1.3 in their order, and unmap it. Writes nothing to the region.
+///
+/// `path` is a region file or a pinned map on bpffs; NULL discovers the region as registration does
+/// (MORPHEUS_REGION, the pinned map, the sim file); "" is detached mode.
+/// Returns 0 for a region a worker can attach to; 1 when there is no region (`path` is "", or
+/// discovery found none or was told "" by MORPHEUS_REGION): a worker would run detached; or the first
+/// failed check as a negated `MORPHEUS_E_*` (`BAD_MAGIC`, `ABI_MAJOR_MISMATCH`, `BAD_LAYOUT`,
+/// `REGION_TRUNCATED`, `UNKNOWN_REQUIRED_FEATURE`, `NOT_READY`; `IO` if it cannot be opened), with
+/// `morpheus_last_error()` naming what was expected and what was found.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_region_check(path: *const c_char) -> i32 {
+    let checked = match c_path(path) {
+        Some(path) if path.as_os_str().is_empty() => return 1,
+        Some(path) => Region::open(path).map(|_| 0),
+        None => discover().map(|found| match found {
+            Discovered::Attached(_) => 0,
+            Discovered::Detached(_) => 1,
+        }),
+    };
+    // The mapping is dropped here: nothing of the region stays mapped by a check.
+    checked.unwrap_or_else(fail)
 }
 
 /// Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
@@ -236,6 +261,35 @@ pub unsafe extern "C" fn morpheus_worker_slot(w: *mut RawWorker) -> i64 {
 pub unsafe extern "C" fn morpheus_set_escapable(w: *mut RawWorker, escapable: bool) -> i32 {
     match with_worker(w, "morpheus_set_escapable", |worker| worker.set_escapable(escapable)) {
         Ok(result) => status(result),
+        Err(err) => fail(err),
+    }
+}
+
+/// Whether the worker accepts escalation, as the SDK believes it: the value it stored in the SCB (the
+/// C default `MORPHEUS_ESCAPABLE_DEFAULT_C` unless `morpheus_options.escapable` or
+/// `morpheus_set_escapable()` changed it); for a detached worker, the configured value.
+/// Returns 1 or 0, or `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_escapable(w: *const RawWorker) -> i32 {
+    match with_worker(w as *mut RawWorker, "morpheus_escapable", |worker| worker.escapable()) {
+        Ok(escapable) => escapable as i32,
+        Err(err) => fail(err),
+    }
+}
+
+/// Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
+/// SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+/// `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
+/// negative, hence the out parameter.)
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_priority(w: *const RawWorker, out: *mut i32) -> i32 {
+    match with_worker(w as *mut RawWorker, "morpheus_priority", |worker| worker.priority()) {
+        Ok(priority) => {
+            if !out.is_null() {
+                *out = priority;
+            }
+            0
+        }
         Err(err) => fail(err),
     }
 }

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <pthread.h>
+#include <stdlib.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "morpheus_inline.h"
 #include "sim_region.h"
@@ -17,6 +21,31 @@ std::string unique_path(const char *tag) {
   static int n = 0;
   return "/dev/shm/morpheus-ctest-" + std::string(tag) + "-" + std::to_string(getpid()) + "-" + std::to_string(n++);
 }
+
+std::vector<char> file_bytes(const char *path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Sets an environment variable for one test and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char *name_;
+  std::string old_;
+  bool had_ = false;
+};
 
 class Region {
  public:
@@ -167,7 +196,7 @@ struct BadRegion {
   const char *name;
   sim_layout layout;
   uint32_t code;
-  const char *message;
+  std::string message;
 };
 
 TEST_F(MorpheusTest, BadRegionsAreRefusedWithTheirCode) {
@@ -198,6 +227,98 @@ TEST_F(MorpheusTest, BadRegionsAreRefusedWithTheirCode) {
     EXPECT_NE(last_error().find(morpheus_error_code_name(c.code)), std::string::npos) << last_error();
     EXPECT_NE(last_error().find(c.message), std::string::npos) << c.name << ": " << last_error();
     EXPECT_EQ(morpheus_worker_current(), nullptr) << c.name;
+  }
+}
+
+// morpheus_region_check runs the same checks in the same order, registers nothing and leaves every
+// byte of the region as it was.
+TEST_F(MorpheusTest, RegionCheckRefusesBadRegionsAndWritesNothing) {
+  sim_layout base = sim_layout_default(2);
+  auto with = [&](auto change) {
+    sim_layout l = base;
+    change(l);
+    return l;
+  };
+  const BadRegion cases[] = {
+      {"wrong magic", with([](sim_layout &l) { l.magic = 42; }), MORPHEUS_E_BAD_MAGIC, "expected magic"},
+      // Bad magic is reported before the other major: the order of SCB.md 1.3.
+      {"wrong magic and major", with([](sim_layout &l) { l.magic = 42; l.abi_major = MORPHEUS_ABI_MAJOR + 1; }),
+       MORPHEUS_E_BAD_MAGIC, "found 0x000000000000002a"},
+      {"other major", with([](sim_layout &l) { l.abi_major = MORPHEUS_ABI_MAJOR + 1; }),
+       MORPHEUS_E_ABI_MAJOR_MISMATCH,
+       "ABI major " + std::to_string(MORPHEUS_ABI_MAJOR) + ", the region has ABI major " +
+           std::to_string(MORPHEUS_ABI_MAJOR + 1)},
+      {"empty file", with([](sim_layout &l) { l.file_len = 0; }), MORPHEUS_E_REGION_TRUNCATED, "found 0"},
+      {"smaller than a header", with([](sim_layout &l) { l.file_len = 100; }), MORPHEUS_E_REGION_TRUNCATED,
+       "found 100"},
+      {"shorter than its slots", with([](sim_layout &l) { l.file_len = 200; }), MORPHEUS_E_REGION_TRUNCATED,
+       "found 200"},
+      {"stride smaller than the SCB", with([](sim_layout &l) { l.scb_stride = 64; }), MORPHEUS_E_BAD_LAYOUT,
+       "scb_stride >= 128"},
+      {"not ready", with([](sim_layout &l) { l.generation = 0; }), MORPHEUS_E_NOT_READY, "found 0"},
+  };
+  for (const BadRegion &c : cases) {
+    Region region(c.layout);
+    ASSERT_TRUE(region.ok()) << c.name;
+    const std::vector<char> before = file_bytes(region.path());
+    EXPECT_EQ(morpheus_region_check(region.path()), -static_cast<int>(c.code)) << c.name << ": " << last_error();
+    EXPECT_NE(last_error().find(morpheus_error_code_name(c.code)), std::string::npos) << last_error();
+    EXPECT_NE(last_error().find(c.message), std::string::npos) << c.name << ": " << last_error();
+    EXPECT_NE(last_error().find(region.path()), std::string::npos) << c.name << ": " << last_error();
+    EXPECT_EQ(file_bytes(region.path()), before) << c.name << ": the check wrote to the region";
+    EXPECT_EQ(morpheus_worker_current(), nullptr) << c.name;
+  }
+}
+
+TEST_F(MorpheusTest, RegionCheckNamesUnknownRequiredFeatureBits) {
+  Region region;
+  ASSERT_TRUE(region.ok());
+  // The top required bit: no ABI defines it (required bits are 32-63 and are added from the bottom).
+  const uint64_t unknown = 1ULL << 63;
+  __atomic_store_n(&sim_header(region.get())->required_features, unknown, __ATOMIC_RELAXED);
+  const std::vector<char> before = file_bytes(region.path());
+  EXPECT_EQ(morpheus_region_check(region.path()), -static_cast<int>(MORPHEUS_E_UNKNOWN_REQUIRED_FEATURE));
+  EXPECT_NE(last_error().find("0x8000000000000000"), std::string::npos) << last_error();
+  EXPECT_EQ(file_bytes(region.path()), before);
+}
+
+TEST_F(MorpheusTest, RegionCheckAcceptsAValidRegionWithoutRegistering) {
+  Region region;
+  ASSERT_TRUE(region.ok());
+  const std::vector<char> before = file_bytes(region.path());
+  EXPECT_EQ(morpheus_region_check(region.path()), 0) << last_error();
+  EXPECT_EQ(file_bytes(region.path()), before) << "a successful check writes nothing either";
+  EXPECT_EQ(morpheus_worker_current(), nullptr);
+  for (uint32_t slot = 0; slot < 4; slot++)
+    EXPECT_EQ(SIM_LOAD(region.get(), slot, worker_state), MORPHEUS_WORKER_STATE_INIT) << slot;
+  // The region the check accepted can be registered on afterwards.
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0) << last_error();
+  // A check while this thread holds a worker is still only a check.
+  EXPECT_EQ(morpheus_region_check(region.path()), 0) << last_error();
+  EXPECT_EQ(morpheus_worker_current(), w);
+}
+
+TEST_F(MorpheusTest, RegionCheckDetachedMissingAndDiscovered) {
+  EXPECT_EQ(morpheus_region_check(""), 1) << "\"\" is detached mode: no region to check";
+  EXPECT_EQ(morpheus_region_check("/nonexistent/morpheus/region"), -static_cast<int>(MORPHEUS_E_IO));
+  EXPECT_NE(last_error().find("/nonexistent/morpheus/region"), std::string::npos) << last_error();
+  {
+    ScopedEnv env(MORPHEUS_ENV_REGION, "");
+    EXPECT_EQ(morpheus_region_check(nullptr), 1) << "MORPHEUS_REGION=\"\" forces detached mode";
+  }
+  Region good;
+  {
+    ScopedEnv env(MORPHEUS_ENV_REGION, good.path());
+    EXPECT_EQ(morpheus_region_check(nullptr), 0) << last_error();
+  }
+  sim_layout l = sim_layout_default(2);
+  l.magic = 42;
+  Region bad(l);
+  {
+    ScopedEnv env(MORPHEUS_ENV_REGION, bad.path());
+    EXPECT_EQ(morpheus_region_check(nullptr), -static_cast<int>(MORPHEUS_E_BAD_MAGIC)) << last_error();
+    EXPECT_NE(last_error().find(bad.path()), std::string::npos) << last_error();
   }
 }
 
@@ -290,6 +411,82 @@ TEST_F(MorpheusTest, EscapableAndPriority) {
   EXPECT_EQ(morpheus_budget_remaining_ns(w, &budget), 0);
   EXPECT_EQ(budget, 777u);
   EXPECT_EQ(morpheus_runtime_mode(w), static_cast<int>(MORPHEUS_RUNTIME_MODE_DETERMINISTIC));
+}
+
+TEST_F(MorpheusTest, EscapableAndPriorityGettersReportWhatWasStored) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 2, &w), 0) << last_error();
+  // Defaults: the spec's escapable default for C (abi.toml [escapable_default]), priority 0.
+  EXPECT_EQ(morpheus_escapable(w), static_cast<int>(MORPHEUS_ESCAPABLE_DEFAULT_C));
+  EXPECT_EQ(morpheus_escapable(w), static_cast<int>(SIM_LOAD(region.get(), 2, escapable)));
+  int32_t priority = 42;
+  EXPECT_EQ(morpheus_priority(w, &priority), 0);
+  EXPECT_EQ(priority, 0);
+  for (bool value : {!MORPHEUS_ESCAPABLE_DEFAULT_C, static_cast<bool>(MORPHEUS_ESCAPABLE_DEFAULT_C)}) {
+    ASSERT_EQ(morpheus_set_escapable(w, value), 0) << last_error();
+    EXPECT_EQ(morpheus_escapable(w), value ? 1 : 0);
+    EXPECT_EQ(SIM_LOAD(region.get(), 2, escapable), value ? 1u : 0u);
+  }
+  // Set, then read back: the clamped value is what was stored and what is reported.
+  const struct {
+    int32_t set, stored;
+  } priorities[] = {{-7, -7}, {19, 19}, {-20, -20}, {100, 19}, {-100, -20}, {0, 0}};
+  for (const auto &p : priorities) {
+    ASSERT_EQ(morpheus_set_priority(w, p.set), 0) << last_error();
+    EXPECT_EQ(morpheus_priority(w, &priority), 0);
+    EXPECT_EQ(priority, p.stored) << "set " << p.set;
+    EXPECT_EQ(static_cast<int32_t>(SIM_LOAD(region.get(), 2, priority)), p.stored) << "set " << p.set;
+  }
+}
+
+TEST_F(MorpheusTest, EscapableAndPriorityGettersOfADetachedWorkerReportTheConfiguredValues) {
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = "";
+  opts.escapable = !MORPHEUS_ESCAPABLE_DEFAULT_C;
+  opts.priority = -3;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0) << last_error();
+  EXPECT_EQ(morpheus_escapable(w), opts.escapable);
+  int32_t priority = 0;
+  EXPECT_EQ(morpheus_priority(w, &priority), 0);
+  EXPECT_EQ(priority, -3);
+  ASSERT_EQ(morpheus_worker_unregister(w), 0);
+
+  // Options left at their defaults: the C default, priority 0.
+  morpheus_options_init(&opts);
+  opts.region_path = "";
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0) << last_error();
+  EXPECT_EQ(morpheus_escapable(w), static_cast<int>(MORPHEUS_ESCAPABLE_DEFAULT_C));
+  EXPECT_EQ(morpheus_priority(w, &priority), 0);
+  EXPECT_EQ(priority, 0);
+}
+
+TEST_F(MorpheusTest, EscapableAndPriorityGettersRefuseAForeignHandle) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  struct Result {
+    const morpheus_worker *w;
+    int escapable, priority_rc;
+    int32_t priority;
+  } result{w, 0, 0, 42};
+  pthread_t t;
+  pthread_create(
+      &t, nullptr,
+      [](void *arg) -> void * {
+        auto *r = static_cast<Result *>(arg);
+        r->escapable = morpheus_escapable(r->w);
+        r->priority_rc = morpheus_priority(r->w, &r->priority);
+        return nullptr;
+      },
+      &result);
+  pthread_join(t, nullptr);
+  EXPECT_EQ(result.escapable, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(result.priority_rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(result.priority, 42) << "nothing stored on failure";
+  EXPECT_EQ(morpheus_escapable(nullptr), -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
 }
 
 }  // namespace
