@@ -4,10 +4,9 @@
  * drives the public C API (morpheus.h, morpheus_inline.h) as a C application would. Every request
  * runs on the main thread, which is the worker thread. The C SDK has only the synchronous checkpoint.
  *
- * libmorpheus attaches and registers in one call (morpheus_worker_register). `attach` therefore
- * validates the region with a registration of slot INT32_MAX, which every region refuses with
- * SLOT_OUT_OF_RANGE after its header passed validation (SCB.md §1.3, §4), and before any write;
- * the harness checks that the region is untouched. `register` then registers the slot asked for.
+ * libmorpheus attaches and registers in one call (morpheus_worker_register). `attach` validates the
+ * region with morpheus_region_check (the header checks of SCB.md §1.3, writing nothing) and remembers
+ * the path; `register` then maps it again and registers the slot asked for.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -42,8 +41,6 @@ static void fail(long long id, int rc)
 static void op_attach(long long id, const char *line)
 {
 	char path[sizeof(region_path)];
-	struct morpheus_options opts;
-	struct morpheus_worker *probe = NULL;
 	int discover = json_is_null(line, "path");
 
 	if (!discover && json_str(line, "path", path, sizeof(path))) {
@@ -51,38 +48,22 @@ static void op_attach(long long id, const char *line)
 		return;
 	}
 	region_path[0] = '\0'; /* refused or detached until proven otherwise */
-	if (!discover && path[0] == '\0') {
-		printf("{\"id\":%lld,\"ok\":true,\"attached\":false}\n", id);
-		return;
-	}
-	morpheus_options_init(&opts);
-	opts.region_path = discover ? NULL : path;
-	opts.direct_slot = INT32_MAX;
-	int rc = morpheus_worker_register(&opts, &probe);
-	if (rc == 0) {
-		/* Discovery chose detached mode: there is no slot to be out of range. */
-		int detached = morpheus_worker_slot(probe) < 0;
-		morpheus_worker_unregister(probe);
-		if (!detached) {
-			reply_error(id, "BAD_REQUEST", "slot INT32_MAX was accepted");
-			return;
-		}
-		printf("{\"id\":%lld,\"ok\":true,\"attached\":false}\n", id);
-		return;
-	}
-	if (rc != -(int)MORPHEUS_E_SLOT_OUT_OF_RANGE) {
+	int rc = morpheus_region_check(discover ? NULL : path);
+	if (rc < 0) {
 		fail(id, rc);
 		return;
 	}
+	if (rc == 1) { /* "" or nothing discovered: detached mode */
+		printf("{\"id\":%lld,\"ok\":true,\"attached\":false}\n", id);
+		return;
+	}
 	if (discover) {
-		const char *env = getenv(MORPHEUS_ENV_REGION);
-		snprintf(region_path, sizeof(region_path), "%s", env ? env : "");
-		if (!env) {
-			/* The defaults: the library found one of them. */
-			snprintf(region_path, sizeof(region_path), "%s",
-				 access(MORPHEUS_PINNED_REGION_PATH, F_OK) == 0 ? MORPHEUS_PINNED_REGION_PATH
-										 : MORPHEUS_SIM_REGION_PATH);
-		}
+		/* The path discovery took (SCB.md §1.2), so that `register` maps the region that was checked. */
+		const char *found = getenv(MORPHEUS_ENV_REGION);
+		if (!found)
+			found = access(MORPHEUS_PINNED_REGION_PATH, F_OK) == 0 ? MORPHEUS_PINNED_REGION_PATH
+									  : MORPHEUS_SIM_REGION_PATH;
+		snprintf(region_path, sizeof(region_path), "%s", found);
 	} else {
 		snprintf(region_path, sizeof(region_path), "%s", path);
 	}
@@ -207,6 +188,13 @@ static void handle(long long id, const char *op, const char *line)
 			       region_path[0] ? "true" : "false");
 			return;
 		}
+		int32_t priority = 0;
+		int escapable = morpheus_escapable(worker);
+		int rc = escapable < 0 ? escapable : morpheus_priority(worker, &priority);
+		if (rc < 0) {
+			fail(id, rc);
+			return;
+		}
 		long long slot = morpheus_worker_slot(worker);
 		unsigned long long yields = 0;
 		for (morpheus_u32 r = 0; morpheus_yield_reason_name(r); r++)
@@ -218,6 +206,7 @@ static void handle(long long id, const char *op, const char *line)
 		       id, slot >= 0 ? "true" : "false", (unsigned)worker->critical_depth,
 		       (unsigned long long)worker->cached_ack, yields);
 		json_print_str(mode_name ? mode_name : "UNKNOWN");
+		printf(",\"escapable\":%s,\"priority\":%d", escapable ? "true" : "false", (int)priority);
 		if (slot >= 0)
 			printf(",\"slot\":%lld}\n", slot);
 		else
@@ -244,7 +233,8 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"c\",\"runtime_kind\":");
 	json_print_str(morpheus_runtime_kind_name(MORPHEUS_RUNTIME_KIND_C));
-	printf(",\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[\"sync\"],\"pid\":%d}\n",
+	printf(",\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[\"sync\"],"
+	       "\"state_fields\":[\"escapable\",\"priority\"],\"pid\":%d}\n",
 	       (unsigned)MORPHEUS_ABI_MAJOR, (unsigned)MORPHEUS_ABI_MINOR, (int)getpid());
 	while (getline(&line, &cap, stdin) > 0) {
 		long long id = -1;
