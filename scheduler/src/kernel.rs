@@ -26,7 +26,7 @@ mod bpf_skel {
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::mem::{size_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -36,12 +36,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, ProgramInput, RingBuffer, RingBufferBuilder};
 use morpheus_abi as abi;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report};
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::region::{self, Region, RegionParams};
+use crate::replay::{self, GateCase};
 use crate::stats::Counters;
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
@@ -152,6 +153,58 @@ fn unpin_stale(path: &Path) -> Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot remove the stale pin {}", path.display())),
     }
+}
+
+/// `--replay-gate`: answers conformance cases with the BPF program's escalation gate. The program is
+/// opened and loaded exactly as for scheduling (so this kernel's verifier accepts the same object),
+/// but the scheduler is never attached: for each case the region map gets the case's region image
+/// and `gate_replay` runs once (BPF_PROG_TEST_RUN). Writes one answer line per case to `out`; a case
+/// whose layout the map cannot hold gets an error line instead. Returns how many were refused.
+pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
+    scx_utils::try_set_rlimit_infinity();
+    let mut open_object = MaybeUninit::uninit();
+    let builder = BpfSkelBuilder::default();
+    let mut skel = scx_ops_open!(builder, &mut open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
+    let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
+    let value_size = skel.maps.region.value_size() as usize;
+    let key = 0u32.to_ne_bytes();
+    let mut refused = 0;
+    for case in cases {
+        if let Some((code, message)) = replay::layout_refusal(case, value_size) {
+            log::warn!("case {}: refused, {}: {message}", case.name, code.name());
+            writeln!(out, "{}", replay::refusal_line(case, code, &message))?;
+            refused += 1;
+            continue;
+        }
+        // The rest of the map (slots the image does not have) is zero, as in a fresh region.
+        let mut value = vec![0u8; value_size];
+        value[..case.image.len()].copy_from_slice(&case.image);
+        skel.maps
+            .region
+            .update(&key, &value, MapFlags::ANY)
+            .with_context(|| format!("case {}: cannot write the region image into the BPF region map", case.name))?;
+        let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
+        // SAFETY: a plain C struct viewed as its bytes for the duration of the call (the kernel copies
+        // a syscall program's context back, hence mutable).
+        let ctx_bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                (&mut ctx as *mut bpf_intf::morpheus_gate_replay_ctx).cast::<u8>(),
+                size_of::<bpf_intf::morpheus_gate_replay_ctx>(),
+            )
+        };
+        let input = ProgramInput { context_in: Some(ctx_bytes), ..Default::default() };
+        let output = skel
+            .progs
+            .gate_replay
+            .test_run(input)
+            .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
+        let verdict = replay::verdict_from_retval(output.return_value).ok_or_else(|| {
+            anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, output.return_value as i32)
+        })?;
+        writeln!(out, "{}", replay::answer_line(case, verdict))?;
+    }
+    out.flush()?;
+    Ok(refused)
 }
 
 /// The worker's cgroup v2 directory, from /proc/<pid>/task/<tid>/cgroup.

@@ -12,6 +12,7 @@ mod lock;
 mod pressure;
 mod region;
 mod registry;
+mod replay;
 mod sim;
 mod stats;
 
@@ -117,6 +118,13 @@ struct Opts {
     /// More logging (-v: registrations and escalations; -vv: every hint).
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
     verbose: u8,
+
+    /// Do not schedule: answer the escalation-gate cases in CASES_FILE (one JSON line each, from
+    /// `conformance/harness/cli.py export-gate-cases`) with the BPF program's gate, loaded but not
+    /// attached, one answer line each on stdout (for `cli.py import-answers`). Needs the kernel
+    /// feature and a kernel with sched_ext.
+    #[arg(long, value_name = "CASES_FILE")]
+    replay_gate: Option<PathBuf>,
 }
 
 fn validate(opts: &Opts) -> Result<Config> {
@@ -240,7 +248,33 @@ fn init_logging(verbose: u8) {
     log::set_max_level(level);
 }
 
+/// `--replay-gate`: the conformance cases of the escalation gate, judged by the BPF program.
+fn replay_gate(path: &std::path::Path, verbose: u8) -> Result<()> {
+    init_logging(verbose);
+    let cases = replay::read_cases(path)?;
+    #[cfg(feature = "kernel")]
+    {
+        let refused = kernel::replay_gate(&cases, &mut std::io::stdout().lock())?;
+        log::info!("--replay-gate: {} case(s) answered by the BPF gate, {refused} refused", cases.len() - refused);
+        if refused > 0 {
+            bail!("{refused} case(s) have a region layout the BPF region map cannot hold (see their answer lines)");
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "kernel"))]
+    {
+        bail!(
+            "--replay-gate: this scx_morpheus was built without the `kernel` feature, so it has no BPF program \
+             ({} case(s) not answered)",
+            cases.len()
+        )
+    }
+}
+
 fn run(opts: Opts) -> Result<()> {
+    if let Some(path) = &opts.replay_gate {
+        return replay_gate(path, opts.verbose);
+    }
     let mut config = validate(&opts)?;
     init_logging(config.verbose);
     let choice = backend::resolve(opts.backend);

@@ -124,6 +124,34 @@ fn rejects_bad_options() {
     }
 }
 
+/// `--replay-gate` refuses a cases file it cannot read, naming the file and the line, before it
+/// touches BPF (the answers themselves come from the BPF program: the VM test checks those).
+#[test]
+fn replay_gate_refuses_bad_case_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    let malformed = dir.path().join("malformed.jsonl");
+    std::fs::write(
+        &malformed,
+        "{\"case\": \"a#1\", \"slot\": 0, \"runtime_ns\": 1, \"region_hex\": \"00\"}\n{\"case\": \"a#2\", \"slot\": 0}\n",
+    )
+    .unwrap();
+    for (path, needles) in [
+        (&missing, vec!["missing.jsonl", "cannot read"]),
+        (&empty, vec!["no cases", "export-gate-cases"]),
+        (&malformed, vec!["malformed.jsonl: line 2", "no \"runtime_ns\""]),
+    ] {
+        let out = run(&["--replay-gate", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{} was accepted", path.display());
+        assert!(out.stdout.is_empty(), "answers printed for a bad file: {:?}", String::from_utf8_lossy(&out.stdout));
+        for needle in needles {
+            assert!(stderr(&out).contains(needle), "{}: stderr {:?} lacks {needle:?}", path.display(), stderr(&out));
+        }
+    }
+}
+
 /// `--backend auto` (the default) takes the simulation backend on a kernel without sched_ext and says
 /// so. (On a sched_ext kernel it would attach a real scheduler: the VM test covers that case.)
 #[test]

@@ -17,6 +17,17 @@ struct morpheus_region {
 	struct morpheus_scb scb[MORPHEUS_MAX_WORKERS];
 };
 
+/*
+ * Context of the gate_replay program (BPF_PROG_TEST_RUN, `scx_morpheus --replay-gate`): which SCB of
+ * the region map to judge, and the runtime since its last yield point. The program returns the
+ * verdict (enum morpheus_gate_verdict) or a negative errno.
+ */
+struct morpheus_gate_replay_ctx {
+	morpheus_u64 runtime_ns;
+	morpheus_u32 slot;
+	morpheus_u32 _pad;
+};
+
 /* Highest CPU id the per-CPU "current worker" table covers. */
 #define MORPHEUS_BPF_MAX_CPUS 1024
 

@@ -312,6 +312,29 @@ static void escalate(struct morpheus_region *r, struct morpheus_scb *scb, struct
 }
 
 /*
+ * The escalation gate (spec/SCB.md §5.6) for one SCB: every input loaded from the region at decision
+ * time, with SCB.md's orders, and judged by morpheus_gate() of the shared policy header. `runtime` is
+ * the worker's CPU time since its last yield point. The live path (check_worker) and the conformance
+ * replay (gate_replay) both call this, so the replayed verdicts are the live path's loads and rule.
+ */
+static __always_inline enum morpheus_gate_verdict gate_decide(struct morpheus_region *r,
+								struct morpheus_scb *scb, u64 runtime,
+								struct morpheus_gate_input *in)
+{
+	in->preempt_seq = load_acquire(&scb->preempt_seq);
+	in->scheduler_mode = READ_ONCE(r->hdr.scheduler_mode);
+	in->escalation_policy = READ_ONCE(r->hdr.escalation_policy);
+	in->worker_state = load_acquire(&scb->worker_state);
+	in->escapable = load_acquire(&scb->escapable);
+	in->in_critical = load_acquire(&scb->in_critical);
+	in->last_ack_seq = load_acquire(&scb->last_ack_seq);
+	in->runtime_ns = runtime;
+	in->slice_ns = READ_ONCE(r->hdr.slice_ns);
+	in->grace_ns = READ_ONCE(r->hdr.grace_ns);
+	return morpheus_gate(in);
+}
+
+/*
  * Hint and escalation decisions for one worker, every input loaded at decision time. `cpu` is the CPU
  * it is running on, or -1 when called as it stops (no escalation then: there is nothing to preempt).
  */
@@ -321,7 +344,7 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 	struct morpheus_gate_input in = {};
 	enum morpheus_hint_decision hint;
 	enum morpheus_gate_verdict verdict;
-	u64 runtime, slice, ack, seq, last_hint;
+	u64 runtime, slice, ack, last_hint;
 	u32 state, tid = w->tid;
 
 	scb = scb_of(r, slot);
@@ -357,23 +380,31 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 	if (cpu < 0 || runtime <= slice)
 		return;
 
-	seq = load_acquire(&scb->preempt_seq);
-	in.scheduler_mode = READ_ONCE(r->hdr.scheduler_mode);
-	in.escalation_policy = READ_ONCE(r->hdr.escalation_policy);
-	in.worker_state = load_acquire(&scb->worker_state);
-	in.escapable = load_acquire(&scb->escapable);
-	in.in_critical = load_acquire(&scb->in_critical);
-	in.preempt_seq = seq;
-	in.last_ack_seq = load_acquire(&scb->last_ack_seq);
-	in.runtime_ns = runtime;
-	in.slice_ns = slice;
-	in.grace_ns = READ_ONCE(r->hdr.grace_ns);
-
-	verdict = morpheus_gate(&in);
-	count_verdict(w, seq, verdict);
+	verdict = gate_decide(r, scb, runtime, &in);
+	count_verdict(w, in.preempt_seq, verdict);
 	if (verdict == MORPHEUS_GATE_ESCALATE)
-		escalate(r, scb, w, slot, tid, cpu, now, seq, in.escalation_policy, in.grace_ns,
-			 runtime - slice - in.grace_ns);
+		escalate(r, scb, w, slot, tid, cpu, now, in.preempt_seq, in.escalation_policy, in.grace_ns,
+			 runtime - in.slice_ns - in.grace_ns);
+}
+
+/*
+ * Conformance replay (spec/CONFORMANCE.md §2.7; `scx_morpheus --replay-gate`): the gate on the SCB of
+ * ctx->slot in the region map, which the agent has filled with a scenario's region image. Run with
+ * BPF_PROG_TEST_RUN, never attached. Returns the verdict, or -ERANGE for a slot the map cannot hold.
+ */
+SEC("syscall")
+int gate_replay(struct morpheus_gate_replay_ctx *ctx)
+{
+	struct morpheus_gate_input in = {};
+	struct morpheus_region *r = get_region();
+	struct morpheus_scb *scb;
+
+	if (!r)
+		return -ENOENT;
+	scb = scb_of(r, ctx->slot);
+	if (!scb)
+		return -ERANGE;
+	return gate_decide(r, scb, ctx->runtime_ns, &in);
 }
 
 static __always_inline u64 task_cgid(struct task_struct *p)
