@@ -81,6 +81,9 @@ def import_answers(cases: list[dict], answer_lines: list[str], column: str) -> d
         problem = None
         if got is None:
             problem = "no answer for this case"
+        elif "error" in got:
+            # The replayer refused the case (e.g. a region layout the BPF map cannot hold).
+            problem = f"the replayer refused the case: {got['error']}: {got.get('message', '')}".rstrip(": ")
         else:
             for key, want in case["expect"].items():
                 if got.get(key) != want:

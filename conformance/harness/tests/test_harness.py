@@ -231,6 +231,11 @@ class GateCasesTest(unittest.TestCase):
         # A missing answer is a failure, not a pass.
         column = gatecases.import_answers(cases, out[1:], "kernel")
         self.assertEqual(column["rows"][cases[0]["scenario"]]["status"], "fail")
+        # A case the replayer refused fails its row with the replayer's reason.
+        refused = [json.dumps({"case": cases[0]["case"], "error": "BAD_LAYOUT", "message": "scb_stride 512"})] + out[1:]
+        row = gatecases.import_answers(cases, refused, "kernel")["rows"][cases[0]["scenario"]]
+        self.assertEqual(row["status"], "fail")
+        self.assertIn("refused the case: BAD_LAYOUT: scb_stride 512", row["message"])
 
 
 class GateCommandTest(unittest.TestCase):
