@@ -14,7 +14,10 @@
 #      cpu.max restored;
 #   5. enforced mode (policy hybrid): the non-acknowledging worker is kicked first, then throttled
 #      (BPF kick and throttle counters, in that order in the agent's log), and the cap is lifted;
-#   6. every stop unpins the maps and the kernel returns to its default scheduler.
+#   6. every stop unpins the maps and the kernel returns to its default scheduler;
+#   7. first of all, with no scheduler attached: the BPF program's escalation gate answers the
+#      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
+#      each, judged on the host into the matrix's "kernel" column.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
 # scheduler and with scx_morpheus (no worker registered), alternating, same boot.
 # Exit 0 only if every check passed.
@@ -74,6 +77,21 @@ stop_agent() { # stop_agent LOG: Ctrl-C, wait, show the agent's output
 
 echo "e2e: kernel $(uname -r), $(nproc) CPUs"
 check "sched_ext starts 'disabled' (is '$(state)')" test "$(state)" = disabled
+
+# --- conformance: the escalation gate's cases, judged by the BPF program (loaded, not attached) ----
+GATE_CASES=/morpheus/gate-cases.jsonl
+if [ -f "$GATE_CASES" ]; then
+	scx_morpheus --replay-gate "$GATE_CASES" >/tmp/gate-answers.jsonl 2>/tmp/gate-replay.log
+	rc=$?
+	cat /tmp/gate-replay.log
+	sed -n 's/.*verified_insns: /e2e-veristat: /p' /tmp/gate-replay.log
+	sed 's/^/e2e-gate-answer: /' /tmp/gate-answers.jsonl
+	check "the BPF gate answered every conformance case ($(wc -l </tmp/gate-answers.jsonl) of $(wc -l <"$GATE_CASES"), exit $rc)" \
+		test "$rc" -eq 0 -a "$(wc -l </tmp/gate-answers.jsonl)" -eq "$(wc -l <"$GATE_CASES")"
+	check "the replay attached no scheduler (sched_ext is '$(state)')" test "$(state)" = disabled
+else
+	bad "no gate cases at $GATE_CASES (e2e/run.sh exports them)"
+fi
 
 # --- observer mode -----------------------------------------------------------------------
 if start_agent /tmp/observer.log --mode observer; then
