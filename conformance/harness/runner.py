@@ -24,6 +24,11 @@ from region import Region, constants, first_difference, resolve_enum
 from scenario import Scenario, Step
 
 
+# Optional `state` result fields (CONFORMANCE.md §2.3) and their JSON types; an agent lists those its SDK
+# can tell in its hello's `state_fields`.
+OPTIONAL_STATE_FIELDS = {"escapable": bool, "priority": int}
+
+
 @dataclass
 class AgentSpec:
     """An agent as its manifest (conformance/agents/<name>/agent.toml) describes it."""
@@ -285,8 +290,39 @@ class CellRun:
                                   f"the agent process {pid}")
             self.tid = tid
         self._check_reply(step, reply)
+        if step.op == "state" and reply.get("ok"):
+            self._check_state_fields(step, reply)
         # self.expected holds the image before the step plus the harness's own writes during the yield.
         self._check_bytes(step, self.expected, reply)
+
+    def _check_state_fields(self, step: Step, reply: dict) -> None:
+        """`state`'s optional fields (CONFORMANCE.md §2.3): those the hello declares in `state_fields` must
+        be in every reply with a worker, and what a reply says about an attached worker must be what its
+        SCB holds (the SDK wrote those values itself; nothing else writes them in SDK scenarios)."""
+        if not reply.get("registered"):
+            return
+        declared = self.agent.hello.get("state_fields", [])
+        if not isinstance(declared, list) or not set(declared) <= OPTIONAL_STATE_FIELDS.keys():
+            raise StepFailure(f"{step.describe()}: the hello's state_fields {declared!r} is not a list of "
+                              f"{sorted(OPTIONAL_STATE_FIELDS)}")
+        slot = reply.get("slot")
+        attached = (reply.get("attached") is True and isinstance(slot, int) and not isinstance(slot, bool)
+                    and self.region.spec.create and self.region.size >= self.region.full_size
+                    and 0 <= slot < self.region.spec.scb_count)
+        for name, kind in OPTIONAL_STATE_FIELDS.items():
+            if reply.get(name) is None:  # absent or null: the agent cannot tell
+                if name in declared:
+                    raise StepFailure(f"{step.describe()}: the hello declares state field {name!r}, "
+                                      f"the reply does not give it: {reply}")
+                continue
+            value = reply[name]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise StepFailure(f"{step.describe()}: state {name} = {value!r} is not a {kind.__name__}")
+            if attached:
+                stored = self.region.read_scb(slot, name)
+                if int(value) != stored:
+                    raise StepFailure(f"{step.describe()}: state reports {name} = {value!r}, "
+                                      f"scb[{slot}].{name} holds {stored}")
 
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])

@@ -273,6 +273,25 @@ class GateCommandTest(unittest.TestCase):
                 self.assertIn("build command false failed", r.message)
 
 
+class StateFieldsTest(unittest.TestCase):
+    """state's optional escapable/priority: required once declared, and checked against the SCB."""
+
+    def cell(self, fault):
+        results, _, _ = run([faulty(fault, "state")], {"escapable_priority_override"})
+        (r,) = results
+        return r
+
+    def test_a_declared_field_missing_from_state_fails(self):
+        r = self.cell("state_drop")
+        self.assertEqual(r.status, "fail", r)
+        self.assertIn("declares state field 'escapable'", r.message)
+
+    def test_a_reported_value_that_is_not_in_the_scb_fails(self):
+        r = self.cell("state_lie")
+        self.assertEqual(r.status, "fail", r)
+        self.assertIn("state reports escapable = True, scb[1].escapable holds 0", r.message)
+
+
 class MatrixTest(unittest.TestCase):
     def test_markdown_and_merged_kernel_column(self):
         results, scenarios, broken = run([reference()], {"checkpoint_idle_no_write"})

@@ -8,9 +8,12 @@ It runs the reference agent behind a proxy and misbehaves the first time it sees
     FAULT: crash (SIGSEGV itself) | exit (exit status 3) | hang (never answers) | garbage (prints
            non-JSON) | wrong_id (answers with another id) | no_ok (reply without "ok") |
            bad_error (an error name that is not an error_code) | no_hello (garbage instead of hello) |
-           silent (prints nothing at all, not even hello)
+           silent (prints nothing at all, not even hello) | state_drop (declares state_fields escapable and
+           priority in its hello, then leaves escapable out of OP's reply) | state_lie (reports the
+           opposite escapable in OP's reply)
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -32,9 +35,13 @@ def main() -> int:
         time.sleep(600)
         return 1
     ref = subprocess.Popen([sys.executable, str(REFERENCE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    print(ref.stdout.readline(), end="", flush=True)  # hello
+    hello = ref.stdout.readline()
+    if fault == "state_drop":
+        hello = json.dumps({**json.loads(hello), "state_fields": ["escapable", "priority"]}) + "\n"
+    print(hello, end="", flush=True)
     for line in sys.stdin:
-        if f'"op": "{trigger}"' in line:
+        doctor = fault in ("state_drop", "state_lie") and f'"op": "{trigger}"' in line
+        if f'"op": "{trigger}"' in line and not doctor:
             rid = line.split('"id": ', 1)[1].split(",", 1)[0]
             if fault == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
@@ -59,6 +66,13 @@ def main() -> int:
         if '"op": "exit"' in line:
             break
         reply = ref.stdout.readline()
+        if doctor:
+            msg = json.loads(reply)
+            if fault == "state_drop":
+                msg.pop("escapable", None)
+            elif isinstance(msg.get("escapable"), bool):
+                msg["escapable"] = not msg["escapable"]
+            reply = json.dumps(msg) + "\n"
         print(reply, end="", flush=True)
         while '"event": "suspended"' in reply:
             resume = sys.stdin.readline()
