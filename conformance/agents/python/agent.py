@@ -184,7 +184,8 @@ def main() -> int:
     agent = Agent()
     agent.send({"protocol": "morpheus-conformance", "version": 1, "sdk": "python",
                 "runtime_kind": "PYTHON", "abi_major": morpheus.ABI_MAJOR, "abi_minor": morpheus.ABI_MINOR,
-                "checkpoint_modes": ["sync", "async"], "pid": os.getpid()})
+                "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
+                "pid": os.getpid()})
     for line in agent.lines:
         try:
             req = json.loads(line)

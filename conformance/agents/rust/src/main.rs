@@ -277,6 +277,7 @@ fn main() {
         .int("abi_major", morpheus_abi_version().0)
         .int("abi_minor", morpheus_abi_version().1)
         .raw("checkpoint_modes", "[\"sync\",\"async\"]".into())
+        .raw("state_fields", "[\"escapable\",\"priority\"]".into())
         .int("pid", std::process::id());
     agent.send(hello.render());
     while let Some(Ok(line)) = agent.lines.next() {
