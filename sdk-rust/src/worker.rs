@@ -783,9 +783,16 @@ impl Worker {
         unsafe { &*inner }
     }
 
-    fn inner_mut(&self) -> &mut Inner {
+    /// Mutable access through `&self`: a `Worker` is `!Send` and its `Inner` is reached only by this
+    /// thread, so exclusivity is a matter of call discipline, which the compiler cannot check here.
+    ///
+    /// # Safety
+    /// The caller must hold no other reference into the same `Inner` (from [`Self::inner`] or an
+    /// earlier `inner_mut`) while the returned one lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn inner_mut(&self) -> &mut Inner {
         let _ = self.inner();
-        // SAFETY: as inner(); the caller holds no other reference to it.
+        // SAFETY: owned and live (checked by inner()); exclusivity is the caller's contract.
         unsafe { &mut *self.owned_inner().unwrap() }
     }
 
@@ -916,7 +923,8 @@ impl Worker {
 
     /// Opt in to or out of escalation (store-release). In detached mode only remembered.
     pub fn set_escapable(&self, escapable: bool) -> Result<()> {
-        self.inner_mut().escapable = escapable;
+        // SAFETY: no other reference into Inner is held in this method.
+        unsafe { self.inner_mut() }.escapable = escapable;
         let scb = self.write_checked("set_escapable")?;
         // SAFETY: our slot.
         unsafe { a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release) };
@@ -931,7 +939,8 @@ impl Worker {
     /// Set the advisory priority (-20 most important .. 19; clamped).
     pub fn set_priority(&self, priority: i32) -> Result<()> {
         let priority = priority.clamp(-20, 19);
-        self.inner_mut().priority = priority;
+        // SAFETY: no other reference into Inner is held in this method.
+        unsafe { self.inner_mut() }.priority = priority;
         let scb = self.write_checked("set_priority")?;
         // SAFETY: our slot.
         unsafe { a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed) };
@@ -980,7 +989,8 @@ impl Worker {
     /// outside DETERMINISTIC mode, once per slice.
     pub fn refresh_mode(&self) -> Result<RuntimeMode> {
         self.write_checked("refresh_mode")?;
-        let inner = self.inner_mut();
+        // SAFETY: the only reference into Inner in this method.
+        let inner = unsafe { self.inner_mut() };
         // SAFETY: this thread's state, generation checked.
         unsafe { inner.evaluate_mode(self.raw, sys::monotonic_ns()) };
         Ok(inner.mode)
