@@ -51,7 +51,9 @@ struct Statics {
     ready: Py<Checkpoint>,
     /// `asyncio._get_running_loop` (None outside a loop, no exception), imported at the first yield.
     running_loop: PyOnceLock<Py<PyAny>>,
-    /// `_morpheus._resume`, the loop callback that ends a suspension.
+    /// `_morpheus._resume_after_poll` and `_morpheus._resume`, the two loop callbacks that end a
+    /// suspension (see `suspend_through_poll`).
+    resume_after_poll: PyOnceLock<Py<PyAny>>,
     resume: PyOnceLock<Py<PyAny>>,
 }
 
@@ -126,13 +128,18 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
 }
 
 /// Suspend the current asyncio task until the loop has been through its next poll (I/O and due
-/// timers): hand the Task a future that a `call_soon` callback resolves. That callback runs in the
-/// loop's next iteration, after the poll, so the task's wake-up is queued behind the timer and I/O
-/// callbacks that became ready (a bare `None`, as in `asyncio.sleep(0)`, would queue the task ahead
-/// of them and let it run another slice first). The other CPU-bound tasks of the loop step aside
-/// too without help: until this task resumes and acknowledges, the request stays pending, so their
-/// checkpoints suspend the same way (each acknowledges on resumption; the CAS keeps the ack
-/// monotonic). Outside a running loop (a coroutine driven by hand): a bare `None`.
+/// timers) *and* the tasks that poll woke have run: hand the Task a future that is resolved two
+/// `call_soon` hops later. A timer or I/O callback does not run the task it wakes: it resolves that
+/// task's future, whose done callback queues the task's step with `call_soon`. With one hop, our
+/// callback (queued before the poll) would resolve our future in the same iteration as the timer
+/// callbacks, ahead of them, and our task's step would be queued ahead of the woken tasks: they would
+/// wait for our next slice (measured: a 10 ms sleeper woke one whole yield interval late). The
+/// second hop is queued behind the poll's callbacks, so our wake-up lands behind theirs (asyncio
+/// and uvloop alike; a bare `None`, as in `asyncio.sleep(0)`, would not even wait for the poll).
+/// The other CPU-bound tasks of the loop step aside too without help: until this task resumes and
+/// acknowledges, the request stays pending, so their checkpoints suspend the same way (each
+/// acknowledges on resumption; the CAS keeps the ack monotonic). Outside a running loop (a coroutine
+/// driven by hand): a bare `None`.
 fn suspend_through_poll(py: Python<'_>) -> PyResult<Py<PyAny>> {
     let statics = statics(py);
     let get_loop = statics
@@ -142,16 +149,28 @@ fn suspend_through_poll(py: Python<'_>) -> PyResult<Py<PyAny>> {
     if event_loop.is_none() {
         return Ok(py.None());
     }
-    let resume = statics
-        .resume
-        .get_or_try_init(py, || py.import("morpheus._morpheus")?.getattr("_resume").map(Bound::unbind))?;
+    let callback = |name: &str| py.import("morpheus._morpheus")?.getattr(name).map(Bound::unbind);
+    statics.resume.get_or_try_init(py, || callback("_resume"))?;
+    let first = statics.resume_after_poll.get_or_try_init(py, || callback("_resume_after_poll"))?;
     let future = event_loop.call_method0("create_future")?;
     future.setattr("_asyncio_future_blocking", true)?;
-    event_loop.call_method1("call_soon", (resume.bind(py), &future))?;
+    event_loop.call_method1("call_soon", (first.bind(py), &future))?;
     Ok(future.unbind())
 }
 
-/// Loop callback that ends a suspension (see `suspend_through_poll`): the loop has polled.
+/// First loop callback of a suspension (see `suspend_through_poll`): asyncio runs it ahead of the
+/// callbacks of the poll it waited for (uvloop behind them); it queues the second, which runs behind
+/// them in both.
+#[pyfunction]
+fn _resume_after_poll(future: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = future.py();
+    let resume = statics(py).resume.get(py).expect("set before the first suspension");
+    future.call_method0("get_loop")?.call_method1("call_soon", (resume.bind(py), future))?;
+    Ok(())
+}
+
+/// Second loop callback of a suspension: resolves the future, which queues the task's wake-up
+/// behind those of the tasks the poll woke.
 #[pyfunction]
 fn _resume(future: &Bound<'_, PyAny>) -> PyResult<()> {
     // Cancelled meanwhile (the task was cancelled): nothing to resolve.
@@ -815,6 +834,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
             stop_true: stop.call1((true,))?.unbind(),
             ready,
             running_loop: PyOnceLock::new(),
+            resume_after_poll: PyOnceLock::new(),
             resume: PyOnceLock::new(),
         },
     );
@@ -833,6 +853,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(current_worker, m)?)?;
     m.add_function(wrap_pyfunction!(escapable_default, m)?)?;
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(_resume_after_poll, m)?)?;
     m.add_function(wrap_pyfunction!(_resume, m)?)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     Ok(())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -115,9 +116,10 @@ def test_pending_checkpoint_yields_exactly_once(region):
         return between
 
     with morpheus.Worker(region=str(region.path), slot=0) as w:
-        # One suspension spans one loop iteration and its poll: the callback that ends it is queued
-        # behind the counter's next step, the task's wake-up behind the one after.
-        assert asyncio.run(main()) == 2
+        # One suspension spans the iteration with the poll and the one after: the first callback is
+        # queued behind the counter's next step, the second behind the one after, the task's
+        # wake-up behind the third.
+        assert asyncio.run(main()) == 3
         assert w.yield_counts()["PREEMPT_REQUEST"] == 2
 
 
@@ -162,6 +164,43 @@ def test_a_yield_lets_the_loop_poll_before_any_task_computes_again(region, flavo
     assert order[:4] == ["asked-before", "b-before", "c-before", "timer"], order
     assert sorted(order[4:]) == [("asked-after", True), ("b-after", True), ("c-after", True)]
     assert last is None  # acknowledged: the fast path again
+
+
+@pytest.mark.parametrize("flavour", ["asyncio", "uvloop"])
+def test_a_task_woken_by_the_poll_runs_before_the_yielding_task_computes_again(region, flavour):
+    # A sleeping *task* (not a bare timer callback): its timer resolves its future, whose callback
+    # queues its step; the yielding task's wake-up must be queued behind that step.
+    if flavour == "uvloop":
+        uvloop = pytest.importorskip("uvloop") if not os.environ.get("MORPHEUS_REQUIRE_UVLOOP") else __import__("uvloop")
+        factory = uvloop.new_event_loop
+    else:
+        factory = asyncio.new_event_loop
+    order = []
+
+    async def sleeper():
+        await asyncio.sleep(0.002)
+        order.append("sleeper-woke")
+
+    async def cpu_bound():
+        deadline = time.monotonic() + 0.020  # the sleeper's timer is due well before the yield
+        while time.monotonic() < deadline:
+            pass
+        region.bump(0)
+        order.append("cpu-before")
+        order.append(("cpu-after", await morpheus.checkpoint_async()))
+
+    async def main():
+        task = asyncio.ensure_future(sleeper())
+        await asyncio.sleep(0)  # the sleeper arms its timer
+        await asyncio.gather(cpu_bound(), task)
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        loop = factory()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+    assert order == ["cpu-before", "sleeper-woke", ("cpu-after", True)], order
 
 
 def test_critical_section_holds_the_request_until_the_outermost_exit(region):
