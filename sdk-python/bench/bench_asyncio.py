@@ -3,7 +3,7 @@
 """CPU-bound asyncio tasks: blocking vs naive sleep(0) yields vs Morpheus checkpoints.
 
 One event loop (one worker thread) runs W CPU-bound tasks for D seconds per cell, plus a latency
-probe task that sleeps 10 ms and records how late it wakes. Modes:
+probe task that sleeps 5-15 ms at random and records how late it wakes. Modes:
 
   blocking  no yields at all
   naive     await asyncio.sleep(0) every 1,000 iterations
@@ -22,6 +22,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -30,6 +31,7 @@ import timeit
 import morpheus
 
 ITERATIONS_PER_YIELD = 1000
+PROBE_SEED = 20261122
 
 
 def unit(x: int) -> int:
@@ -77,11 +79,15 @@ TASKS = {"blocking": task_blocking, "naive": task_naive, "morpheus": task_morphe
 
 
 async def probe(end: float, delays: list) -> None:
+    # Sleeps of 5-15 ms (mean 10), not a fixed 10 ms: a fixed sleep armed right after a yield falls
+    # at the same phase of the yield cadence every time and measures one point of it (every sample
+    # equal), not the distribution. Seeded, so every cell sees the same sequence.
+    rng = random.Random(PROBE_SEED)
     while True:
-        target = time.perf_counter() + 0.010
+        target = time.perf_counter() + rng.uniform(0.005, 0.015)
         if target > end:
             return
-        await asyncio.sleep(0.010)
+        await asyncio.sleep(target - time.perf_counter())
         delays.append(time.perf_counter() - target)
 
 
@@ -186,7 +192,7 @@ def main() -> int:
             "scheduler": args.scheduler,
             "slice_ms": region.slice_ns / 1e6 if region else None,
             "grace_ms": region.grace_ns / 1e6 if region else None,
-            "seconds_per_cell": args.seconds, "repeat": args.repeat, "loadavg_before": os.getloadavg()}
+            "seconds_per_cell": args.seconds, "probe_sleep_ms": [5, 15], "repeat": args.repeat, "loadavg_before": os.getloadavg()}
     if args.uvloop:
         import uvloop
         new_loop = uvloop.new_event_loop

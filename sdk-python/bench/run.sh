@@ -5,12 +5,14 @@
 #   no pressure: --slice-us at its maximum (10 s of CPU time before a worker is asked to yield);
 #   pressure:    the default slice and grace (the scheduler asks after every slice of CPU time).
 # Results: bench/results/{no_pressure,pressure}.json (with the load average before and after).
-# Usage: bench/run.sh [SECONDS_PER_CELL] [REPEAT]     (also: bazel run //sdk-python:bench -- 3 5)
+# Usage: bench/run.sh [SECONDS_PER_CELL] [REPEAT] [all|no_pressure|pressure]   (also: bazel run //sdk-python:bench -- 3 5)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
 secs=${1:-3}
 repeat=${2:-5}
+which=${3:-all}
+case $which in all|no_pressure|pressure) ;; *) echo "bench/run.sh: third argument: all, no_pressure or pressure, not '$which'" >&2; exit 2;; esac
 "$here/tools/build.sh" > /dev/null
 cargo build --release --quiet -p scx_morpheus --manifest-path "$root/Cargo.toml"
 scx="${CARGO_TARGET_DIR:-$root/target}/release/scx_morpheus"
@@ -41,5 +43,9 @@ run() {
   stop_scheduler
 }
 
-run no_pressure --slice-us 10000000 -- --scheduler "observer, slice 10 s (never asks within a cell)"
-run pressure -- --scheduler "observer, default slice and grace" --calls 0
+if [[ $which != pressure ]]; then
+  run no_pressure --slice-us 10000000 -- --scheduler "observer, slice 10 s (never asks within a cell)"
+fi
+if [[ $which != no_pressure ]]; then
+  run pressure -- --scheduler "observer, default slice and grace" --calls 0
+fi
