@@ -570,6 +570,7 @@ impl KernelBackend {
             ("stale_slots", bpf_intf::morpheus_counter_MORPHEUS_CNT_STALE_SLOTS),
             ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
             ("cpu_max_held_back", bpf_intf::morpheus_counter_MORPHEUS_CNT_BW_THROTTLED),
+            ("wake_preempts", bpf_intf::morpheus_counter_MORPHEUS_CNT_WAKE_PREEMPTS),
         ];
         names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }

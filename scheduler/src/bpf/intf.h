@@ -46,6 +46,7 @@ enum morpheus_counter {
 	MORPHEUS_CNT_STALE_SLOTS,         /* tid map entry whose SCB names another tid (ignored) */
 	MORPHEUS_CNT_TIMER_RUNS,          /* runs of the periodic overrun check */
 	MORPHEUS_CNT_BW_THROTTLED,        /* enqueues held back because the cgroup's cpu.max quota was used */
+	MORPHEUS_CNT_WAKE_PREEMPTS,       /* base policy: a waking task preempted one far ahead in vtime */
 	MORPHEUS_NR_COUNTERS,
 };
 

@@ -2,7 +2,10 @@
 /*
  * scx_morpheus: a sched_ext scheduler that asks cooperative runtimes to yield.
  *
- * Base policy: one shared FIFO queue; an idle CPU found at wake-up takes the task directly. On top of
+ * Base policy: weighted virtual time in one shared queue (the task that used the least CPU for its
+ * weight runs first; a task waking from sleep is credited at most one slice, and preempts the task
+ * running on its CPU if that one is well ahead); an idle CPU found at wake-up takes the task directly.
+ * On top of
  * it, registered worker threads (tid -> slot, maintained by the agent) are accounted: CPU time since
  * their last yield point, and on slice overrun the scheduler bumps preempt_seq in the worker's Shared
  * Control Block and publishes a hint. In enforced mode a worker that passes the escalation gate is
@@ -32,7 +35,7 @@ UEI_DEFINE(uei);
 		__v;                                    \
 	})
 
-/* The one shared dispatch queue of the base policy. */
+/* The one shared dispatch queue of the base policy, ordered by virtual time. */
 #define SHARED_DSQ 0
 /* Tasks of cgroups that used up their cpu.max quota for the current period. */
 #define THROTTLED_DSQ 1
@@ -42,6 +45,9 @@ UEI_DEFINE(uei);
 const volatile u64 task_slice_ns;
 const volatile u64 check_interval_ns = 1000000;
 const volatile u32 nr_possible_cpus = 1;
+
+/* Highest dsq_vtime seen starting to run: the clock a waking task's vtime is clamped against. */
+u64 vtime_now;
 
 /* Counters read by the agent; indices in intf.h. */
 u64 counters[MORPHEUS_NR_COUNTERS];
@@ -88,6 +94,7 @@ struct worker_ctx {
 	s32 cpu;                /* CPU it runs on, -1 when not running */
 	u32 escalation_steps;   /* escalation actions since the last yield point */
 	u32 last_verdict;       /* gate verdict last counted for verdict_seq */
+	u32 kicked;             /* an escalation kick is pending: requeue it behind the others */
 };
 
 struct {
@@ -140,6 +147,20 @@ struct {
 	__type(value, struct bw_run);
 } bw_runs SEC(".maps");
 
+/* Per CPU: the task running there (any task), for charging its vtime and for wake-up preemption. */
+struct cpu_run {
+	u64 start_ns; /* when it started running */
+	u64 vtime;    /* its dsq_vtime then */
+	u64 weight;   /* its weight then; 0 when the CPU runs none of our tasks */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MORPHEUS_BPF_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct cpu_run);
+} cpu_runs SEC(".maps");
+
 struct check_timer {
 	struct bpf_timer timer;
 };
@@ -160,6 +181,23 @@ static __always_inline void count(u32 idx)
 {
 	if (idx < MORPHEUS_NR_COUNTERS)
 		__sync_fetch_and_add(&counters[idx], 1);
+}
+
+/* CPU time scaled by weight (100 = nice 0): heavier tasks age more slowly. */
+static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
+{
+	return weight ? ns * 100 / weight : ns;
+}
+
+/*
+ * p's vtime for queueing: a task that slept long keeps at most one slice of credit, so sleepers run
+ * soon after waking without being able to monopolise a CPU afterwards.
+ */
+static __always_inline u64 queue_vtime(struct task_struct *p)
+{
+	u64 vtime = p->scx.dsq_vtime, floor = READ_ONCE(vtime_now) - base_slice();
+
+	return time_before(vtime, floor) ? floor : vtime;
 }
 
 static __always_inline struct morpheus_region *get_region(void)
@@ -210,6 +248,7 @@ static __always_inline void reset_runtime(struct worker_ctx *w, u64 ack, u64 now
 	w->seen_ack_seq = ack;
 	w->escalation_steps = 0;
 	w->last_escalation_ns = 0;
+	w->kicked = 0;
 }
 
 /* Bump preempt_seq and publish a hint; `runtime` is past `slice`. */
@@ -296,7 +335,11 @@ static void escalate(struct morpheus_region *r, struct morpheus_scb *scb, struct
 	w->last_escalation_ns = now;
 
 	if (action == MORPHEUS_ESCALATION_ACTION_KICK) {
-		/* SCX_KICK_PREEMPT zeroes the current task's slice: it goes back to the queue's tail. */
+		/*
+		 * SCX_KICK_PREEMPT zeroes the current task's slice; ops.stopping sees `kicked` and requeues
+		 * it behind every task runnable now, as a kick means to (its vtime alone may be lowest).
+		 */
+		WRITE_ONCE(w->kicked, 1);
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_KICKS);
 	} else if (action == MORPHEUS_ESCALATION_ACTION_THROTTLE) {
@@ -479,10 +522,31 @@ s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64
 	return cpu;
 }
 
+/*
+ * A task waking up on a busy CPU preempts the task running there if that one is ahead of it in
+ * vtime by more than a fraction of a slice (the margin keeps tasks of equal standing from trading
+ * the CPU at every wake-up). Without it a waking task waits out the runner's whole slice.
+ */
+static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
+{
+	struct cpu_run *run;
+	u32 cpu = scx_bpf_task_cpu(p);
+	u64 runner_vtime;
+
+	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
+	if (!run || !run->weight)
+		return;
+	runner_vtime = run->vtime + scale_by_weight(bpf_ktime_get_ns() - run->start_ns, run->weight);
+	if (time_before(vtime + base_slice() / 8, runner_vtime)) {
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+		count(MORPHEUS_CNT_WAKE_PREEMPTS);
+	}
+}
+
 void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct cgroup_bw *bw;
-	u64 cgid;
+	u64 cgid, vtime = queue_vtime(p);
 
 	bw = task_bw(p, &cgid);
 	if (bw && bw_exhausted(bw, bpf_ktime_get_ns())) {
@@ -490,7 +554,9 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 		count(MORPHEUS_CNT_BW_THROTTLED);
 		return;
 	}
-	scx_bpf_dsq_insert(p, SHARED_DSQ, base_slice(), enq_flags);
+	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, base_slice(), vtime, enq_flags);
+	if (enq_flags & SCX_ENQ_WAKEUP)
+		preempt_on_wakeup(p, vtime);
 }
 
 void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
@@ -506,8 +572,10 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 			u64 cgid;
 
 			bw = task_bw(p, &cgid);
-			if (!bw || !bw_exhausted(bw, now))
-				scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+			if (!bw || !bw_exhausted(bw, now)) {
+				scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, queue_vtime(p));
+				scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+			}
 		}
 	}
 	scx_bpf_dsq_move_to_local(SHARED_DSQ, 0);
@@ -594,6 +662,39 @@ static __always_inline void bw_stopping(struct task_struct *p)
 	run->cgid = 0;
 }
 
+/* Note the run that starts on this CPU and advance the global vtime clock. */
+static __always_inline void vtime_running(struct task_struct *p)
+{
+	struct cpu_run *run;
+	u32 cpu = scx_bpf_task_cpu(p);
+	u64 vtime = p->scx.dsq_vtime;
+
+	if (time_before(READ_ONCE(vtime_now), vtime))
+		WRITE_ONCE(vtime_now, vtime);
+	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
+	if (!run)
+		return;
+	run->start_ns = bpf_ktime_get_ns();
+	run->vtime = vtime;
+	run->weight = p->scx.weight ?: 100;
+}
+
+/* Charge the run that ends to p's vtime: the CPU time it used, scaled by its weight. */
+static __always_inline void vtime_stopping(struct task_struct *p)
+{
+	struct cpu_run *run;
+	u32 cpu = scx_bpf_task_cpu(p);
+	u64 now = bpf_ktime_get_ns();
+
+	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
+	if (!run || !run->weight)
+		return;
+	if (now > run->start_ns)
+		scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
+					   scale_by_weight(now - run->start_ns, run->weight));
+	run->weight = 0;
+}
+
 void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 {
 	struct morpheus_region *r;
@@ -603,6 +704,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 	s32 slot = slot_of(tid), cpu;
 	u64 now;
 
+	vtime_running(p);
 	bw_running(p);
 	if (slot < 0)
 		return;
@@ -646,6 +748,7 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 	s32 slot = slot_of(tid), cpu;
 	u64 now;
 
+	vtime_stopping(p);
 	bw_stopping(p);
 	if (slot < 0) {
 		/* Unregistered while it ran: forget it on its CPU so the timer stops looking. */
@@ -682,8 +785,21 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 		count(MORPHEUS_CNT_SLEEP_RESETS);
 		return;
 	}
+	if (READ_ONCE(w->kicked)) {
+		u64 behind = READ_ONCE(vtime_now) + base_slice();
+
+		WRITE_ONCE(w->kicked, 0);
+		if (time_before(p->scx.dsq_vtime, behind))
+			scx_bpf_task_set_dsq_vtime(p, behind);
+	}
 	/* Preempted or slice expired while still runnable: account, hint if overrun. */
 	check_worker(r, slot, w, -1, now);
+}
+
+/* A task entering sched_ext starts level with the tasks running now. */
+void BPF_STRUCT_OPS(morpheus_enable, struct task_struct *p)
+{
+	scx_bpf_task_set_dsq_vtime(p, READ_ONCE(vtime_now));
 }
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
@@ -727,6 +843,7 @@ SCX_OPS_DEFINE(morpheus_ops,
 	       .running = (void *)morpheus_running,
 	       .stopping = (void *)morpheus_stopping,
 	       .tick = (void *)morpheus_tick,
+	       .enable = (void *)morpheus_enable,
 	       .cgroup_set_bandwidth = (void *)morpheus_cgroup_set_bandwidth,
 	       .init = (void *)morpheus_init,
 	       .exit = (void *)morpheus_exit,
