@@ -402,7 +402,7 @@ def check_compatible(spec: Spec, lock: dict) -> None:
                             f"which was not reserved in {old_v}")
         if rec.size > old["size"]:
             grew = True
-    if spec.records and any(r.name not in lock["records"] for r in spec.records):
+    if any(r.name not in lock["records"] for r in spec.records):
         grew = True
     if grew and spec.minor == lock["abi"]["minor"]:
         raise SpecError(f"[abi]: the layout grew since the released {old_v}; bump the minor version")

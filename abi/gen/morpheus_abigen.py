@@ -18,7 +18,6 @@ import argparse
 import difflib
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -503,26 +502,27 @@ def generate(spec: Spec) -> dict[str, str]:
 GENERATED_DIRS = ["abi/java/src/main/java"]
 
 
+def stale_generated(root: Path, files: dict[str, str]) -> list[Path]:
+    """Files in generated-only folders that the spec no longer produces."""
+    return [p for d in GENERATED_DIRS for p in sorted((root / d).rglob("*.java"))
+            if str(p.relative_to(root)) not in files]
+
+
 def check_drift(root: Path, files: dict[str, str]) -> list[str]:
-    """Committed generated files that differ from a fresh generation, and stale generated files."""
+    """Committed generated files that differ from a fresh generation (held in memory, so the committed
+    tree is never touched), and stale generated files."""
     problems = []
-    with tempfile.TemporaryDirectory(prefix="morpheus-abigen-") as tmp:
-        for rel, text in files.items():
-            fresh = Path(tmp) / rel
-            fresh.parent.mkdir(parents=True, exist_ok=True)
-            fresh.write_text(text)
-            committed = root / rel
-            if not committed.exists():
-                problems.append(f"{rel}: missing (run abi/gen/morpheus_abigen.py)")
-            elif committed.read_text() != fresh.read_text():
-                diff = difflib.unified_diff(fresh.read_text().splitlines(), committed.read_text().splitlines(),
-                                            f"generated/{rel}", rel, lineterm="", n=1)
-                problems.append(f"{rel}: differs from what spec/abi.toml generates\n" + "\n".join(list(diff)[:20]))
-    for d in GENERATED_DIRS:
-        for p in sorted((root / d).rglob("*.java")):
-            rel = str(p.relative_to(root))
-            if rel not in files:
-                problems.append(f"{rel}: generated file no longer produced by the spec (delete it)")
+    for rel, fresh in files.items():
+        committed = root / rel
+        if not committed.exists():
+            problems.append(f"{rel}: missing (run abi/gen/morpheus_abigen.py)")
+            continue
+        text = committed.read_text()
+        if text != fresh:
+            diff = difflib.unified_diff(fresh.splitlines(), text.splitlines(), f"generated/{rel}", rel, lineterm="", n=1)
+            problems.append(f"{rel}: differs from what spec/abi.toml generates\n" + "\n".join(list(diff)[:20]))
+    problems += [f"{p.relative_to(root)}: generated file no longer produced by the spec (delete it)"
+                 for p in stale_generated(root, files)]
     return problems
 
 
@@ -589,10 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(new)
         print(f"released ABI {spec.major}.{spec.minor}: {path.relative_to(args.root)}")
         return 0
-    for d in GENERATED_DIRS:
-        for p in (args.root / d).rglob("*.java"):
-            if str(p.relative_to(args.root)) not in files:
-                p.unlink()
+    for p in stale_generated(args.root, files):
+        p.unlink()
     for rel, text in files.items():
         p = args.root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
