@@ -41,6 +41,7 @@ use morpheus_abi as abi;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report};
 
 use crate::backend::{Backend, Config, SlotObserver};
+use crate::cgroup::{self, Caps};
 use crate::region::{self, Region, RegionParams};
 use crate::replay::{self, GateCase};
 use crate::stats::Counters;
@@ -214,29 +215,6 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     Ok(refused)
 }
 
-/// The worker's cgroup v2 directory, from /proc/<pid>/task/<tid>/cgroup.
-fn cgroup_dir_of(pid: u32, tid: u32) -> Result<PathBuf> {
-    let file = format!("/proc/{pid}/task/{tid}/cgroup");
-    let text = fs::read_to_string(&file).with_context(|| format!("cannot read {file}"))?;
-    let rel = text
-        .lines()
-        .find_map(|line| line.strip_prefix("0::"))
-        .ok_or_else(|| anyhow!("{file} names no cgroup v2 membership"))?;
-    if rel == "/" {
-        bail!("thread {tid} is in the root cgroup, which has no cpu.max; put the worker's process in a child cgroup");
-    }
-    Ok(Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/')))
-}
-
-/// cpu.max value a throttled cgroup gets: a tenth of each 100 ms period.
-const THROTTLE_CPU_MAX: &str = "10000 100000";
-
-/// One cgroup capped on behalf of one or more workers.
-struct CappedCgroup {
-    previous: String,
-    workers: u32,
-}
-
 /// A worker whose cgroup is capped.
 struct Throttle {
     cgroup: PathBuf,
@@ -249,7 +227,9 @@ struct Throttle {
 struct Throttles {
     region: Arc<Region>,
     by_slot: HashMap<u32, Throttle>,
-    cgroups: HashMap<PathBuf, CappedCgroup>,
+    /// Where cgroup v2 is mounted (None: it is not, and throttles fall back as refusals).
+    cgroup2_root: Option<PathBuf>,
+    caps: Caps,
     applied: u64,
     lifted: u64,
     fallbacks: u64,
@@ -259,17 +239,12 @@ struct Throttles {
 impl Throttles {
     fn apply(&mut self, slot: u32, pid: u32, tid: u32, preempt_seq: u64, now_ns: u64) {
         let scb = self.region.scb(slot);
-        let result = cgroup_dir_of(pid, tid).and_then(|dir| {
-            let file = dir.join("cpu.max");
-            if !self.cgroups.contains_key(&dir) {
-                let previous = fs::read_to_string(&file)
-                    .with_context(|| format!("cannot read {} (is the cpu controller enabled?)", file.display()))?;
-                fs::write(&file, THROTTLE_CPU_MAX).with_context(|| format!("cannot write {}", file.display()))?;
-                self.cgroups.insert(dir.clone(), CappedCgroup { previous: previous.trim().to_owned(), workers: 0 });
-            }
-            self.cgroups.get_mut(&dir).expect("inserted above").workers += 1;
-            Ok(dir)
-        });
+        let result = self
+            .cgroup2_root
+            .as_deref()
+            .ok_or_else(|| anyhow!("cgroup v2 is not mounted"))
+            .and_then(|root| cgroup::cgroup_dir_of(root, pid, tid))
+            .and_then(|dir| self.caps.cap(&dir).map(|()| dir));
         match result {
             Ok(cgroup) => {
                 log::info!("throttle: slot {slot} (tid {tid}) capped via {}/cpu.max", cgroup.display());
@@ -287,16 +262,9 @@ impl Throttles {
 
     fn lift(&mut self, slot: u32, why: &str) {
         let Some(throttle) = self.by_slot.remove(&slot) else { return };
-        if let Some(capped) = self.cgroups.get_mut(&throttle.cgroup) {
-            capped.workers -= 1;
-            if capped.workers == 0 {
-                let capped = self.cgroups.remove(&throttle.cgroup).expect("present");
-                let file = throttle.cgroup.join("cpu.max");
-                if let Err(e) = fs::write(&file, &capped.previous) {
-                    log::warn!("cannot restore {} to '{}': {e}", file.display(), capped.previous);
-                    self.errors += 1;
-                }
-            }
+        if let Err(e) = self.caps.release(&throttle.cgroup) {
+            log::warn!("{e:#}");
+            self.errors += 1;
         }
         self.region.scb(slot).escalated().store(0, std::sync::atomic::Ordering::Relaxed);
         self.lifted += 1;
@@ -472,7 +440,8 @@ impl KernelBackend {
         let throttles = Arc::new(Mutex::new(Throttles {
             region: Arc::clone(&region),
             by_slot: HashMap::new(),
-            cgroups: HashMap::new(),
+            cgroup2_root: cgroup::cgroup2_root(),
+            caps: Caps::default(),
             applied: 0,
             lifted: 0,
             fallbacks: 0,

@@ -6,6 +6,7 @@
 //! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
 
 mod backend;
+mod cgroup;
 #[cfg(feature = "kernel")]
 mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.
 mod lock;

@@ -12,10 +12,9 @@
 //! Precision: sum_exec_runtime of a thread that is on a CPU is brought up to date at the scheduler
 //! tick (CONFIG_HZ), so overruns are seen up to one kernel tick late.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +25,7 @@ use morpheus_abi::{EscalationAction, WorkerState};
 use morpheus_policy_ffi::{self as policy, GateInput, GateVerdict, HintDecision};
 
 use crate::backend::{Backend, Config, SlotObserver};
+use crate::cgroup::{self, Caps};
 use crate::region::{new_generation, Region, RegionParams};
 use crate::stats::Counters;
 
@@ -70,18 +70,12 @@ struct Worker {
     escalation: Option<Escalation>,
 }
 
-/// A cgroup we capped, shared by every escalated worker in it.
-struct CgroupCap {
-    previous: String,
-    holders: u32,
-}
-
 pub struct SimBackend {
     region: Arc<Region>,
     config: Config,
     workers: Vec<Option<Worker>>,
     counters: Counters,
-    caps: HashMap<PathBuf, CgroupCap>,
+    caps: Caps,
     cgroup2_root: Option<PathBuf>,
     released: Arc<Released>,
     warned_no_cgroup: bool,
@@ -136,17 +130,6 @@ fn read_voluntary_switches(file: &File) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())
 }
 
-fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    for line in mounts.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next() == Some("cgroup2") {
-            return left.split_whitespace().nth(4).map(PathBuf::from);
-        }
-    }
-    None
-}
-
 impl SimBackend {
     pub fn open(config: &Config) -> Result<SimBackend> {
         let path = config.region_path.clone().unwrap_or_else(|| PathBuf::from(abi::SIM_REGION_PATH));
@@ -171,8 +154,8 @@ impl SimBackend {
             config: config.clone(),
             workers: (0..config.max_workers).map(|_| None).collect(),
             counters: Counters::default(),
-            caps: HashMap::new(),
-            cgroup2_root: cgroup2_mount(),
+            caps: Caps::default(),
+            cgroup2_root: cgroup::cgroup2_root(),
             released: Arc::new(Released::default()),
             warned_no_cgroup: false,
             events: Vec::new(),
@@ -231,42 +214,11 @@ impl SimBackend {
         }
     }
 
-    /// The writable cpu.max of the worker's cgroup (v2), if any.
-    fn cpu_max_of(&self, pid: u32, tid: u32) -> Option<PathBuf> {
-        let root = self.cgroup2_root.as_ref()?;
-        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/cgroup")).ok()?;
-        let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-        let dir = root.join(rel.trim_start_matches('/'));
-        if dir == *root {
-            return None; // the root cgroup has no cpu.max
-        }
-        let file = dir.join("cpu.max");
-        let writable = std::fs::OpenOptions::new().write(true).open(&file).is_ok();
-        writable.then_some(file)
-    }
-
-    fn throttle(&mut self, cpu_max: &Path) -> bool {
-        if let Some(cap) = self.caps.get_mut(cpu_max) {
-            cap.holders += 1;
-            return true;
-        }
-        let Ok(previous) = std::fs::read_to_string(cpu_max) else { return false };
-        // 10% of one CPU: enough to reach the next checkpoint, too little to starve anyone.
-        if std::fs::write(cpu_max, "10000 100000").is_err() {
-            return false;
-        }
-        self.caps.insert(cpu_max.to_owned(), CgroupCap { previous: previous.trim().to_owned(), holders: 1 });
-        true
-    }
-
-    fn unthrottle(&mut self, cpu_max: &Path) -> bool {
-        let Some(cap) = self.caps.get_mut(cpu_max) else { return false };
-        cap.holders -= 1;
-        if cap.holders > 0 {
-            return true;
-        }
-        let cap = self.caps.remove(cpu_max).expect("present");
-        std::fs::write(cpu_max, &cap.previous).is_ok()
+    /// The worker's cgroup (v2) directory, if its cpu.max is writable.
+    fn cappable_cgroup_of(&self, pid: u32, tid: u32) -> Option<PathBuf> {
+        let dir = cgroup::cgroup_dir_of(self.cgroup2_root.as_ref()?, pid, tid).ok()?;
+        let writable = std::fs::OpenOptions::new().write(true).open(dir.join("cpu.max")).is_ok();
+        writable.then_some(dir)
     }
 
     /// Records one escalation action as an escalation_event (spec/SCB.md §8).
@@ -293,15 +245,20 @@ impl SimBackend {
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
         if want_throttle {
-            if let Some(cpu_max) = self.cpu_max_of(pid, tid) {
-                if self.throttle(&cpu_max) {
-                    self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
-                    log::debug!("slot {slot}: throttled {} (tid {tid})", cpu_max.display());
-                    self.record(slot, tid, pid, EscalationAction::Throttle, cause);
-                    effects.push(Effect::Throttled(cpu_max));
-                    return effects;
+            if let Some(cgroup) = self.cappable_cgroup_of(pid, tid) {
+                match self.caps.cap(&cgroup) {
+                    Ok(()) => {
+                        self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
+                        log::debug!("slot {slot}: throttled {} (tid {tid})", cgroup.display());
+                        self.record(slot, tid, pid, EscalationAction::Throttle, cause);
+                        effects.push(Effect::Throttled(cgroup));
+                        return effects;
+                    }
+                    Err(e) => {
+                        log::debug!("slot {slot}: {e:#}");
+                        self.counters.effect_errors += 1;
+                    }
                 }
-                self.counters.effect_errors += 1;
             }
             self.counters.fallbacks += 1;
             if !self.warned_no_cgroup {
@@ -344,14 +301,16 @@ impl SimBackend {
                         self.counters.effect_errors += 1;
                     }
                 }
-                Effect::Throttled(cpu_max) => {
-                    if self.unthrottle(&cpu_max) {
+                Effect::Throttled(cgroup) => match self.caps.release(&cgroup) {
+                    Ok(()) => {
                         self.counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
                         self.record(slot, tid, pid, EscalationAction::Unthrottle, cause);
-                    } else {
+                    }
+                    Err(e) => {
+                        log::warn!("slot {slot}: {e:#}");
                         self.counters.effect_errors += 1;
                     }
-                }
+                },
             }
         }
         if slot < self.region.scb_count() {

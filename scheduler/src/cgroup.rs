@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! cgroup v2 `cpu.max` caps for CGROUP_THROTTLE, shared by both backends: where a worker's cgroup is,
+//! and a reference-counted cap per cgroup that restores the cgroup's own value when its last escalated
+//! worker is released.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// `cpu.max` of a capped cgroup: 10% of one CPU, enough to reach the next checkpoint, too little to
+/// starve anyone.
+pub const THROTTLE_CPU_MAX: &str = "10000 100000";
+
+/// Where cgroup v2 is mounted (from /proc/self/mountinfo), if it is.
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (right.split_whitespace().next() == Some("cgroup2")).then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+/// The worker's cgroup v2 directory under `root`, from /proc/<pid>/task/<tid>/cgroup. The root cgroup
+/// is refused: it has no `cpu.max`.
+pub fn cgroup_dir_of(root: &Path, pid: u32, tid: u32) -> Result<PathBuf> {
+    let file = format!("/proc/{pid}/task/{tid}/cgroup");
+    let text = fs::read_to_string(&file).with_context(|| format!("cannot read {file}"))?;
+    let rel = text
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or_else(|| anyhow!("{file} names no cgroup v2 membership"))?;
+    if rel == "/" {
+        bail!("thread {tid} is in the root cgroup, which has no cpu.max; put the worker's process in a child cgroup");
+    }
+    Ok(root.join(rel.trim_start_matches('/')))
+}
+
+/// One capped cgroup: its own value, and how many escalated workers hold the cap.
+struct Cap {
+    previous: String,
+    holders: u32,
+}
+
+/// The caps in force, by cgroup directory.
+#[derive(Default)]
+pub struct Caps {
+    by_dir: HashMap<PathBuf, Cap>,
+}
+
+impl Caps {
+    /// Caps `dir` for one more worker (writing `cpu.max` only for the first).
+    pub fn cap(&mut self, dir: &Path) -> Result<()> {
+        if let Some(cap) = self.by_dir.get_mut(dir) {
+            cap.holders += 1;
+            return Ok(());
+        }
+        let file = dir.join("cpu.max");
+        let previous = fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {} (is the cpu controller enabled?)", file.display()))?;
+        fs::write(&file, THROTTLE_CPU_MAX).with_context(|| format!("cannot write {}", file.display()))?;
+        self.by_dir.insert(dir.to_owned(), Cap { previous: previous.trim().to_owned(), holders: 1 });
+        Ok(())
+    }
+
+    /// Releases one worker's hold on `dir`'s cap; the last one restores the cgroup's own value.
+    /// Releasing a cgroup that is not capped is an error.
+    pub fn release(&mut self, dir: &Path) -> Result<()> {
+        let cap = self.by_dir.get_mut(dir).ok_or_else(|| anyhow!("{} is not capped", dir.display()))?;
+        cap.holders -= 1;
+        if cap.holders > 0 {
+            return Ok(());
+        }
+        let cap = self.by_dir.remove(dir).expect("present");
+        let file = dir.join("cpu.max");
+        fs::write(&file, &cap.previous).with_context(|| format!("cannot restore {} to '{}'", file.display(), cap.previous))
+    }
+}
