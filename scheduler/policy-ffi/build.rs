@@ -31,7 +31,7 @@ fn main() {
         .allowlist_function("morpheus_ffi_.*")
         .allowlist_type("morpheus_gate_input|morpheus_gate_verdict|morpheus_hint_decision|morpheus_escalation|morpheus_escalation_step")
         .allowlist_var("MORPHEUS_GATE_.*|MORPHEUS_HINT_.*|MORPHEUS_STEP_.*")
-        .blocklist_type("morpheus_u(8|16|32|64)|morpheus_s(32|64)|morpheus_scb|morpheus_region_header")
+        .blocklist_type("morpheus_u(8|16|32|64)|morpheus_s(32|64)|morpheus_scb|morpheus_region_header|morpheus_pressure")
         .raw_line("use morpheus_abi::raw::{morpheus_region_header, morpheus_scb, morpheus_u32, morpheus_u64};")
         .rustified_enum("morpheus_gate_verdict|morpheus_hint_decision|morpheus_escalation_step")
         .derive_default(true)
