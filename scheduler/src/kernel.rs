@@ -189,28 +189,52 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
             .region
             .update(&key, &value, MapFlags::ANY)
             .with_context(|| format!("case {}: cannot write the region image into the BPF region map", case.name))?;
-        let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
-        // SAFETY: a plain C struct viewed as its bytes for the duration of the call (the kernel copies
-        // a syscall program's context back, hence mutable).
-        let ctx_bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                (&mut ctx as *mut bpf_intf::morpheus_gate_replay_ctx).cast::<u8>(),
-                size_of::<bpf_intf::morpheus_gate_replay_ctx>(),
-            )
-        };
-        let input = ProgramInput { context_in: Some(ctx_bytes), ..Default::default() };
-        let output = skel
-            .progs
-            .gate_replay
-            .test_run(input)
-            .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
-        let verdict = replay::verdict_from_retval(output.return_value).ok_or_else(|| {
-            anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, output.return_value as i32)
-        })?;
-        writeln!(out, "{}", replay::answer_line(case, verdict))?;
+        match case.op {
+            replay::CaseOp::Gate => {
+                let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
+                let retval = run_syscall_prog(&skel.progs.gate_replay, &mut ctx)
+                    .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
+                let verdict = replay::verdict_from_retval(retval).ok_or_else(|| {
+                    anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, retval as i32)
+                })?;
+                writeln!(out, "{}", replay::answer_line(case, verdict))?;
+            }
+            replay::CaseOp::Escalate { now_ns, reset } => {
+                let mut ctx = bpf_intf::morpheus_escalation_replay_ctx {
+                    runtime_ns: case.runtime_ns,
+                    now_ns,
+                    slot: case.slot,
+                    reset: reset as u32,
+                    verdict: 0,
+                    step: 0,
+                    escalated: 0,
+                    steps: 0,
+                };
+                let retval = run_syscall_prog(&skel.progs.escalation_replay, &mut ctx)
+                    .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of escalation_replay failed", case.name))?;
+                if retval != 0 {
+                    bail!("case {}: escalation_replay returned {}", case.name, retval as i32);
+                }
+                let verdict = replay::verdict_from_retval(ctx.verdict)
+                    .ok_or_else(|| anyhow!("case {}: escalation_replay gave verdict {}", case.name, ctx.verdict))?;
+                let step = replay::step_from_raw(ctx.step)
+                    .ok_or_else(|| anyhow!("case {}: escalation_replay gave step {}", case.name, ctx.step))?;
+                writeln!(out, "{}", replay::escalation_answer_line(case, verdict, step, ctx.escalated != 0, ctx.steps))?;
+            }
+        }
     }
     out.flush()?;
     Ok(refused)
+}
+
+/// Runs a SEC("syscall") program once (BPF_PROG_TEST_RUN) with `ctx` as its context; the kernel copies
+/// a syscall program's context back into the buffer it came from (the results of escalation_replay).
+/// Returns the program's return value.
+fn run_syscall_prog<T: Copy>(prog: &libbpf_rs::ProgramMut<'_>, ctx: &mut T) -> Result<u32> {
+    // SAFETY: a plain C struct viewed as its bytes for the duration of the call.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((ctx as *mut T).cast::<u8>(), size_of::<T>()) };
+    let input = ProgramInput { context_in: Some(bytes), ..Default::default() };
+    Ok(prog.test_run(input)?.return_value)
 }
 
 /// A worker whose cgroup is capped.

@@ -60,6 +60,18 @@ pub unsafe fn effect_may_hold(scb: *const Scb) -> bool {
 }
 
 impl EscalationStep {
+    /// Every step, in the order of the enum (index = value).
+    pub const ALL: [EscalationStep; EscalationStep::MORPHEUS_NR_STEPS as usize] = [
+        EscalationStep::MORPHEUS_STEP_NONE,
+        EscalationStep::MORPHEUS_STEP_KICK,
+        EscalationStep::MORPHEUS_STEP_THROTTLE,
+        EscalationStep::MORPHEUS_STEP_LIFT_ACKNOWLEDGED,
+        EscalationStep::MORPHEUS_STEP_LIFT_NOT_RUNNING,
+        EscalationStep::MORPHEUS_STEP_LIFT_CRITICAL,
+        EscalationStep::MORPHEUS_STEP_LIFT_REVOKED,
+        EscalationStep::MORPHEUS_STEP_LIFT_EXPIRED,
+    ];
+
     /// The escalation_action value this step takes, if it is an action.
     pub fn action(self) -> Option<u32> {
         // SAFETY: pure function of its argument.
