@@ -592,11 +592,16 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 			if (w && w->cpu == (s32)cpu)
 				check_worker(r, slot, w, cpu, now);
 		}
-		/* Open episodes of workers off CPU still end (acknowledged, gone, or their bound). */
-		if (READ_ONCE(nr_open_episodes) > 0) {
-			u32 slot;
+		/*
+		 * Open episodes of workers off CPU still end (acknowledged, gone, or their bound): swept
+		 * every 16th run, over the SCBs the region has, and only while an episode is open.
+		 */
+		if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
+			u32 slot, nr_slots = READ_ONCE(r->hdr.scb_count);
 
-			bpf_for(slot, 0, MORPHEUS_MAX_WORKERS) {
+			if (nr_slots > MORPHEUS_MAX_WORKERS)
+				nr_slots = MORPHEUS_MAX_WORKERS;
+			bpf_for(slot, 0, nr_slots) {
 				struct morpheus_scb *scb = scb_of(r, slot);
 				struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
 
