@@ -36,9 +36,31 @@
 #define MORPHEUS_LOAD_ACQUIRE(p) load_acquire(p)
 #define MORPHEUS_LOAD_RELAXED(p) READ_ONCE(*(p))
 
+/* A full barrier for the policy header (defined below, once the CPU bound is known). */
+static __always_inline void full_barrier(void);
+#define MORPHEUS_FULL_BARRIER() full_barrier()
+
 #include "intf.h"
 
 char _license[] SEC("license") = "GPL";
+
+/*
+ * BPF has no fence instruction, but a fetching atomic (its result used, so clang cannot emit the
+ * non-fetching form; adding 0 would be folded into a load) is fully ordered in every JIT. Each CPU
+ * uses its own cache line.
+ */
+struct barrier_line {
+	u64 v;
+	u64 _pad[7];
+};
+struct barrier_line barrier_lines[MORPHEUS_BPF_MAX_CPUS];
+
+static __always_inline void full_barrier(void)
+{
+	u64 v = __sync_fetch_and_add(&barrier_lines[bpf_get_smp_processor_id() % MORPHEUS_BPF_MAX_CPUS].v, 1);
+
+	barrier_var(v);
+}
 
 UEI_DEFINE(uei);
 

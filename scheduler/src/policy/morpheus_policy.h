@@ -6,9 +6,10 @@
  * policy_test.cc. Normative text: spec/SCB.md §5.2 (hints) and §5.6 (escalation gate and its state
  * machine).
  *
- * Shared memory is touched in one place only, morpheus_gate_load(), through two accessors each build
- * defines before including this header: MORPHEUS_LOAD_ACQUIRE(p) and MORPHEUS_LOAD_RELAXED(p). The
- * defaults below are the C11 builtins (userspace C and C++); the BPF program defines its own.
+ * Shared memory is touched in two places only, morpheus_gate_load() and morpheus_effect_may_hold(),
+ * through accessors each build defines before including this header: MORPHEUS_LOAD_ACQUIRE(p),
+ * MORPHEUS_LOAD_RELAXED(p) and MORPHEUS_FULL_BARRIER(). The defaults below are the C11 builtins
+ * (userspace C and C++); the BPF program defines its own.
  */
 #ifndef MORPHEUS_POLICY_H
 #define MORPHEUS_POLICY_H
@@ -20,6 +21,10 @@
 #endif
 #ifndef MORPHEUS_LOAD_RELAXED
 #define MORPHEUS_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#endif
+/* Orders everything the scheduler did before (its effect) against the in_critical load after it. */
+#ifndef MORPHEUS_FULL_BARRIER
+#define MORPHEUS_FULL_BARRIER() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 #endif
 
 /* Inlined everywhere: the BPF verifier then sees the loads where the caller's pointers come from. */
@@ -111,9 +116,10 @@ MORPHEUS_POLICY_FN morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, 
 }
 
 /*
- * The gate's inputs, loaded at decision time with SCB.md §5.6's orders: worker_state first (acquire:
- * it pairs with the runtime's store-release of RUNNING, which follows its stores of escapable and
- * in_critical, so a worker is judged with the values it registered with), then escapable, in_critical
+ * The gate's inputs, loaded at decision time with SCB.md §5.6's orders: a full barrier, worker_state
+ * first (acquire: it pairs with the store-release of RUNNING, which follows the registrar's store of
+ * escapable and the runtime's of in_critical, so a worker is judged with the values it registered
+ * with), then escapable, in_critical
  * and last_ack_seq (acquire, each pairing with the runtime's release store or CAS), preempt_seq, and
  * the header's fields, which only the agent writes (relaxed). `runtime_ns` is the scheduler's own
  * measurement. Every backend calls this; none loads the gate's inputs itself.
@@ -121,6 +127,8 @@ MORPHEUS_POLICY_FN morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, 
 MORPHEUS_POLICY_FN void morpheus_gate_load(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb,
 					   morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
 {
+	/* The scheduler's half of the in_critical pairing (SCB.md §3.1), as in morpheus_effect_may_hold. */
+	MORPHEUS_FULL_BARRIER();
 	in->worker_state = MORPHEUS_LOAD_ACQUIRE(&scb->worker_state);
 	in->escapable = MORPHEUS_LOAD_ACQUIRE(&scb->escapable);
 	in->in_critical = MORPHEUS_LOAD_ACQUIRE(&scb->in_critical);
@@ -266,21 +274,24 @@ MORPHEUS_POLICY_FN void morpheus_escalation_commit(struct morpheus_escalation *e
 /*
  * Where an escalation's effect takes hold (the kernel backend holding a worker back in enqueue, the
  * requeue after a kick; the simulation backend right after demoting or capping), the scheduler loads
- * in_critical again: an effect never holds a worker whose section began after the decision.
+ * in_critical again: an effect never holds a worker whose section began after the decision. The full
+ * barrier pairs Dekker-style with the runtime's store of in_critical := 1 and its seq_cst fence
+ * (SCB.md §3.1): either this load sees 1, or the section begins after the effect is in force.
  */
 MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
 {
+	MORPHEUS_FULL_BARRIER();
 	return MORPHEUS_LOAD_ACQUIRE(&scb->in_critical) == 0;
 }
 
-/* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: pressure_level docs). */
+/* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: abi.toml PRESSURE_*_CENTI). */
 MORPHEUS_POLICY_FN morpheus_u32 morpheus_pressure_level(morpheus_u32 cpu_some_avg10_centi)
 {
-	if (cpu_some_avg10_centi >= 5000)
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_HIGH_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_HIGH;
-	if (cpu_some_avg10_centi >= 2000)
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_MEDIUM_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_MEDIUM;
-	if (cpu_some_avg10_centi >= 500)
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_LOW_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_LOW;
 	return MORPHEUS_PRESSURE_LEVEL_NONE;
 }
