@@ -704,6 +704,13 @@ impl Backend for KernelBackend {
                 .map(|i| unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) })
                 .collect::<Vec<_>>()
         );
+        let lifts: Vec<String> = morpheus_policy_ffi::EscalationStep::ALL
+            .iter()
+            .filter_map(|step| step.lift_reason().map(|why| (*step as usize, why)))
+            // SAFETY: as in `counter`.
+            .map(|(i, why)| format!("{why}={}", unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[i]) }))
+            .collect();
+        log::info!("escalation lifts: {}", lifts.join(" "));
         log::info!("reaction overrun->hint: {}", self.hint_reaction.summary());
         log::info!("reaction grace expiry->escalation: {}", self.escalation_reaction.summary());
         log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);
