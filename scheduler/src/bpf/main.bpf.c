@@ -740,7 +740,7 @@ void BPF_STRUCT_OPS(morpheus_tick, struct task_struct *p)
 		return;
 	}
 	if (bw->used_ns + (now - run->start_ns) >= bw->quota_ns && hold_allowed(p))
-		p->scx.slice = 0;
+		scx_bpf_task_set_slice(p, 0);
 }
 
 void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us,
