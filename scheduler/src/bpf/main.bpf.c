@@ -107,7 +107,7 @@ struct {
 	__type(value, u32);
 } worker_slots SEC(".maps");
 
-/* Hint records for runtimes and the agent (pinned as PIN_DIR/hints). */
+/* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
