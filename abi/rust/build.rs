@@ -6,7 +6,7 @@ use std::{env, path::PathBuf};
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let header = manifest.join("../c/morpheus_abi.h");
+    let header = manifest.join("morpheus_abi.h");
     println!("cargo:rerun-if-changed={}", header.display());
     // Lets dependents (e.g. sdk-c's build) find the header: DEP_MORPHEUS_ABI_INCLUDE.
     println!("cargo:include={}", header.parent().unwrap().display());

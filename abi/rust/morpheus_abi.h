@@ -1,0 +1,1 @@
+../c/morpheus_abi.h
