@@ -36,6 +36,10 @@ done
 # scx_utils' and our build scripts run $BPF_CLANG (the workspace's .cargo/config.toml: clang-19).
 command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
 
+# The column names the commit it was produced at, read before the build (the release gate accepts only its own commit's);
+# a tree with uncommitted changes is marked so no commit can claim it.
+commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+[[ -z $(git -C "$root" status --porcelain --untracked-files=normal 2>/dev/null) ]] || commit="$commit+uncommitted-changes"
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 # Default features (they include `kernel`); scheduler/starvation/run.sh builds with the same command.
 echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
@@ -70,6 +74,14 @@ if ! python3 "$root/conformance/harness/cli.py" import-answers --cases "$cases" 
 	[[ $code -ne 0 ]] || code=1
 fi
 sed "s/^/$PROG: /" "$work/import.out" >&2
+if [[ -f $results/kernel.results.json ]]; then
+	python3 - "$results/kernel.results.json" "$commit" <<-'EOF'
+	import json, sys
+	column = json.load(open(sys.argv[1]))
+	column["commit"] = sys.argv[2]
+	open(sys.argv[1], "w").write(json.dumps(column, indent=2) + "\n")
+	EOF
+fi
 
 # The figures the guest printed, in one place.
 echo "$PROG: --- summary ---" >&2

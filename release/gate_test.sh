@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+#
+# The release gate refuses, and says why, in a scratch copy of this tree committed as its own repository:
+#   * an SDK that does not exist yet (node, java), a dirty tree, a kernel column that is missing, from
+#     another commit or red;
+#   * sdk-rust with its conformance agent broken on purpose (MORPHEUS_CONFORMANCE_BREAK=ack_before_yield):
+#     the refusal names a red scenario and dist/ holds no rust artifact, not even a partial one;
+# while sdk-c, gated at the same commit, still releases; its tarball carries RELEASE.json (gated, the
+# commit, both conformance columns) and is then installed and used (install_test.sh c).
+#
+# The kernel column here is a fixture written for the scratch commit (every gate scenario passing, or
+# one failing): this tests the gate's judgement of that file, not the kernel (//scheduler:e2e_kernel does).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# A fixed scratch path, so cargo's fingerprints (paths included) are reused from one run to the next.
+scratch=${TMPDIR:-/tmp}/morpheus-release-gate-test
+repo=$scratch/repo
+fail() { echo "gate-test: FAIL: $*" >&2; exit 1; }
+
+# The tree as it is (tracked and new files, ignored ones left out), mtimes kept.
+rm -rf "$repo"
+mkdir -p "$repo"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 -r ls -d 2>/dev/null | tr '\n' '\0' |
+	tar --null -T - -cf -) | tar -xf - -C "$repo"
+rm -rf "$repo/.git" "$repo/dist" "$repo/conformance/results"
+git -C "$repo" init --quiet
+git -C "$repo" add -A
+git -C "$repo" -c user.name=gate-test -c user.email=gate-test@localhost commit --quiet -m scratch
+commit=$(git -C "$repo" rev-parse HEAD)
+gate() { python3 "$repo/release/release.py" gate "$@" 2>&1; }
+
+# expect_refusal TEXT SDK [ARGS...]: the gate exits 1 and its message contains TEXT.
+expect_refusal() {
+	local text=$1 out code=0
+	shift
+	out=$(gate "$@") || code=$?
+	[[ $code -eq 1 ]] || fail "release $* exited $code, expected a refusal:\n$out"
+	grep -qF -- "$text" <<<"$out" || fail "release $*: refusal does not say '$text':\n$out"
+	[[ ! -e $repo/dist/$1 ]] || fail "release $* refused but left dist/$1"
+	echo "gate-test: refused as expected ($*): $(grep -m1 'refused' <<<"$out")"
+}
+
+kernel_column() { # COMMIT [RED_SCENARIO]
+	mkdir -p "$repo/conformance/results"
+	python3 "$repo/conformance/harness/cli.py" export-gate-cases --cases "$scratch/cases.jsonl" >/dev/null
+	python3 - "$scratch/cases.jsonl" "$1" "${2:-}" >"$repo/conformance/results/kernel.results.json" <<-'EOF'
+	import json, sys
+	names = sorted({json.loads(l)["scenario"] for l in open(sys.argv[1]) if l.strip()})
+	rows = {n: {"status": "pass"} for n in names}
+	if sys.argv[3]:
+	    rows[sys.argv[3]] = {"status": "fail", "message": "fixture: answered wrongly"}
+	print(json.dumps({"column": "kernel", "commit": sys.argv[2], "rows": rows}, indent=2))
+	EOF
+}
+
+expect_refusal "does not exist on this commit" node
+expect_refusal "does not exist on this commit" java
+expect_refusal "no SDK named 'cobol'" cobol
+
+touch "$repo/stray-file"
+expect_refusal "the tree is not clean" c
+rm "$repo/stray-file"
+
+expect_refusal "kernel.results.json is missing" c
+kernel_column 0123456789abcdef0123456789abcdef01234567
+expect_refusal "is from commit 0123456789ab" c
+kernel_column "$commit" gate_critical_blocks
+expect_refusal "gate_critical_blocks: fixture: answered wrongly" c
+kernel_column "$commit"
+
+# One SDK broken: its release is refused, naming a scenario, with nothing in dist/.
+MORPHEUS_CONFORMANCE_BREAK=ack_before_yield expect_refusal "async_yield_before_ack[async]" rust
+leftover=$(find "$repo/dist" -mindepth 1 -maxdepth 1 2>/dev/null || true)
+[[ -z $leftover ]] || fail "a refused release left $leftover"
+
+# Another SDK at the same commit releases.
+out=$(gate c) || fail "sdk-c did not release:\n$out"
+tarball=$(ls "$repo"/dist/c/morpheus-c-*.tar.gz) || fail "no tarball in dist/c"
+python3 - "$repo/dist/c/RELEASE.json" "$commit" <<-'EOF' || fail "dist/c/RELEASE.json"
+import json, sys
+stamp = json.load(open(sys.argv[1]))
+assert stamp["gated"] is True and stamp["commit"] == sys.argv[2], stamp
+assert stamp["conformance"]["sdk"]["rows"] and stamp["conformance"]["kernel"]["rows"]
+assert all(c["status"] == "pass" for c in stamp["conformance"]["sdk"]["rows"].values())
+print(f"gate-test: sdk-c {stamp['version']} released at {sys.argv[2][:12]} "
+      f"({len(stamp['conformance']['sdk']['rows'])} conformance cells, {len(stamp['conformance']['kernel']['rows'])} kernel scenarios)")
+EOF
+tar -xzOf "$tarball" --wildcards '*/share/morpheus-c/RELEASE.json' | grep -q "\"commit\": \"$commit\"" ||
+	fail "the tarball's RELEASE.json does not name commit $commit"
+[[ -z $(find "$repo/dist" -name '.staging-*' -o -name '.old-*') ]] || fail "staging directories left in dist/"
+DIST_DIR=$repo/dist bash "$root/release/install_test.sh" c
+echo "gate-test: every refusal named its cause; sdk-c released and installed"

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""The release gate: an SDK's artifacts are built only from a clean commit whose tests and
+conformance columns (the SDK's own and the kernel's) are green.
+
+    release.py check-versions          every SDK's version, declared ABI and changelog against spec/abi.toml
+    release.py gate SDK [--run-vm]     gate one SDK, then build its artifacts into dist/SDK/
+    release.py build SDK --out DIR     build the artifacts alone (stamped "gated": false; install tests)
+
+SDKs and their commands: release/sdks.toml. Each artifact carries RELEASE.json: the SDK, its version,
+the ABI it speaks, the commit, and the conformance results of its column and of the kernel column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = Path(__file__).resolve().parent / "sdks.toml"
+KERNEL_COLUMN = Path("conformance/results/kernel.results.json")
+
+
+class Refused(Exception):
+    """The gate says no; the message names why."""
+
+
+def run(cmd: list[str], what: str, env: dict | None = None, capture: bool = False) -> str:
+    print(f"release: {what}: {' '.join(cmd)}", file=sys.stderr)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True,
+                          stdout=subprocess.PIPE if capture else sys.stderr, stderr=subprocess.STDOUT if capture else None)
+    if proc.returncode != 0:
+        tail = (proc.stdout or "")[-2000:] if capture else ""
+        raise Refused(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}".rstrip())
+    return proc.stdout or ""
+
+
+def dotted(data: dict, key: str, where: str):
+    value = data
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise Refused(f"{where} has no `{key}`")
+        value = value[part]
+    return value
+
+
+def spec_abi() -> tuple[int, int]:
+    abi = tomllib.loads((ROOT / "spec/abi.toml").read_text())["abi"]
+    return int(abi["major"]), int(abi["minor"])
+
+
+def parse_abi(text: str, where: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(p) for p in str(text).split("."))
+    except ValueError:
+        raise Refused(f"{where}: ABI {text!r} is not \"major.minor\"") from None
+    return major, minor
+
+
+def load_table() -> dict:
+    return tomllib.loads(TABLE.read_text())
+
+
+def sdk_entry(name: str) -> dict:
+    table = load_table()["sdk"]
+    if name not in table:
+        raise Refused(f"no SDK named {name!r} in release/sdks.toml; known: {', '.join(sorted(table))}")
+    entry = table[name]
+    if not (ROOT / entry["dir"]).is_dir():
+        raise Refused(f"SDK {name!r} does not exist on this commit ({entry['dir']}/ is missing): "
+                      f"it joins the release gate when its branch lands")
+    if entry["artifact"] not in BUILDERS or "version" not in entry:
+        raise Refused(f"SDK {name!r}: release/sdks.toml has no version key or release.py no builder for "
+                      f"its artifact {entry['artifact']!r} yet")
+    return entry
+
+
+def version_info(name: str, entry: dict) -> dict:
+    """The SDK's version and declared ABI, checked against the spec and its changelog."""
+    manifest = ROOT / entry["manifest"]
+    data = tomllib.loads(manifest.read_text())
+    version = str(dotted(data, entry["version"], entry["manifest"]))
+    declared = str(dotted(data, entry["abi"], entry["manifest"]))
+    major, minor = parse_abi(declared, entry["manifest"])
+    spec_major, spec_minor = spec_abi()
+    if major != spec_major:
+        raise Refused(f"{entry['manifest']}: declares ABI {declared}, but spec/abi.toml is {spec_major}.{spec_minor} "
+                      f"(ABI_MAJOR_MISMATCH)")
+    if minor > spec_minor:
+        raise Refused(f"{entry['manifest']}: declares ABI {declared}, newer than spec/abi.toml's {spec_major}.{spec_minor}")
+    changelog = ROOT / entry["changelog"]
+    if not changelog.is_file():
+        raise Refused(f"{name}: {entry['changelog']} is missing")
+    if f"## [{version}]" not in changelog.read_text():
+        raise Refused(f"{name}: {entry['changelog']} has no entry `## [{version}]` for version {version}")
+    return {"sdk": name, "version": version, "abi": declared, "spec_abi": f"{spec_major}.{spec_minor}"}
+
+
+def check_versions() -> list[str]:
+    problems = []
+    table = load_table()
+    for name, entry in table["sdk"].items():
+        if not (ROOT / entry["dir"]).is_dir() or "version" not in entry:
+            continue
+        try:
+            info = version_info(name, entry)
+            print(f"{name:8} {info['version']:10} ABI {info['abi']} (spec {info['spec_abi']})")
+        except Refused as e:
+            problems.append(str(e))
+    for name, entry in table.get("publisher", {}).items():
+        declared = str(dotted(tomllib.loads((ROOT / entry["manifest"]).read_text()), entry["abi"], entry["manifest"]))
+        spec = "%d.%d" % spec_abi()
+        if declared != spec:
+            problems.append(f"{entry['manifest']}: publishes ABI {declared}, spec/abi.toml is {spec}")
+        if not (ROOT / entry["changelog"]).is_file():
+            problems.append(f"{name}: {entry['changelog']} is missing")
+        print(f"{name:8} publishes ABI {declared} (spec {spec})")
+    return problems
+
+
+def clean_commit() -> str:
+    status = run(["git", "status", "--porcelain", "--untracked-files=normal"], "tree status", capture=True)
+    if status.strip():
+        raise Refused("the tree is not clean (commit or remove these first):\n" + status.rstrip())
+    return run(["git", "rev-parse", "HEAD"], "commit", capture=True).strip()
+
+
+def red_rows(column: dict) -> list[str]:
+    """One line per red cell, naming its scenario; cells failing for one reason (a build error) share it."""
+    by_message: dict[str, list[str]] = {}
+    for row, cell in sorted(column["rows"].items()):
+        if cell["status"] != "pass":
+            by_message.setdefault(str(cell.get("message") or cell["status"]).strip(), []).append(row)
+    lines = []
+    for message, rows in by_message.items():
+        lines.append(f"{', '.join(rows)}: {message[:600]}")
+    return lines
+
+
+def kernel_column(commit: str, run_vm: bool) -> dict:
+    """The kernel column of this very commit, green; runs the VM test first if asked."""
+    path = ROOT / KERNEL_COLUMN
+    why = None
+    if not path.is_file():
+        why = f"{KERNEL_COLUMN} is missing"
+    else:
+        column = json.loads(path.read_text())
+        if column.get("commit") != commit:
+            why = (f"{KERNEL_COLUMN} is from commit {column.get('commit') or '(unrecorded)'}, "
+                   f"not {commit}")
+    if why and run_vm:
+        run(["bash", "scheduler/e2e/run.sh"], f"kernel column ({why}): the VM test")
+        return kernel_column(commit, run_vm=False)
+    if why:
+        raise Refused(f"{why}: run `bazel test //scheduler:e2e_kernel` at this commit, or pass --run-vm")
+    if not column.get("rows"):
+        raise Refused(f"{KERNEL_COLUMN} has no rows")
+    red = red_rows(column)
+    if red:
+        raise Refused("the kernel column is red:\n  " + "\n  ".join(red))
+    return column
+
+
+def conformance_column(entry: dict, scratch: Path) -> dict:
+    out = scratch / "column.json"
+    # The agents' manifests name their builds under the tree's own target/ (target/debug/..., target/sdk-c/):
+    # with a CARGO_TARGET_DIR elsewhere they would run a stale binary of another tree, or none.
+    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
+    print(f"release: conformance column {entry['conformance']} (builds under {ROOT}/target)", file=sys.stderr)
+    proc = subprocess.run([sys.executable, "conformance/harness/cli.py", "gate", entry["conformance"],
+                           "--export", str(out)], cwd=ROOT, text=True, capture_output=True, env=env)
+    if not out.is_file():
+        raise Refused(f"conformance column {entry['conformance']} did not run (exit {proc.returncode}):\n"
+                      + (proc.stderr or proc.stdout)[-2000:])
+    column = json.loads(out.read_text())
+    red = red_rows(column)
+    if red or proc.returncode != 0:
+        raise Refused(f"conformance column {entry['conformance']} is red:\n  "
+                      + "\n  ".join(red or [(proc.stderr or proc.stdout)[-1500:]]))
+    return column
+
+
+# ---- artifacts -------------------------------------------------------------------------------------------
+
+def release_json(stamp: dict) -> bytes:
+    return (json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode()
+
+
+def add_to_tar_gz(archive: Path, members: dict[str, bytes]) -> None:
+    """Rewrite a .tar.gz with extra members (cargo's .crate is one)."""
+    with tarfile.open(archive, "r:gz") as src:
+        items = [(m, src.extractfile(m).read() if m.isfile() else None) for m in src.getmembers()]
+    with tarfile.open(archive, "w:gz") as dst:
+        for member, data in items:
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            dst.addfile(info, io.BytesIO(data))
+
+
+def build_crate(info: dict, stamp: dict, out: Path) -> list[Path]:
+    # morpheus-abi is packaged with it (the crate depends on that exact version); a library crate ships
+    # no lockfile, and without one cargo does not look the unpublished morpheus-abi up in the registry.
+    run(["cargo", "package", "--quiet", "--offline", "--no-verify", "--exclude-lockfile", "-p", "morpheus-abi", "-p", "morpheus"],
+        "cargo package")
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "package"
+    abi_version = json.loads(run(["cargo", "metadata", "--quiet", "--offline", "--no-deps", "--format-version", "1"],
+                                 "cargo metadata", capture=True))
+    versions = {p["name"]: p["version"] for p in abi_version["packages"]}
+    made = []
+    for crate in ("morpheus-abi", "morpheus"):
+        base = f"{crate}-{versions[crate]}"
+        dest = out / f"{base}.crate"
+        shutil.copy2(target / f"{base}.crate", dest)
+        add_to_tar_gz(dest, {f"{base}/RELEASE.json": release_json(stamp)})
+        made.append(dest)
+    return made
+
+
+def build_c_tarball(info: dict, stamp: dict, out: Path) -> list[Path]:
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / f"morpheus-c-{info['version']}"
+        # The .pc names /usr/local; a user unpacking elsewhere sets pkg-config's prefix variable.
+        run(["make", "-s", "-C", "sdk-c", "install", "PREFIX=/usr/local", f"DESTDIR={stage}"], "C install")
+        tree = stage / "usr/local"
+        share = tree / "share/morpheus-c"
+        share.mkdir(parents=True)
+        (share / "RELEASE.json").write_bytes(release_json(stamp))
+        shutil.copy2(ROOT / "sdk-c/CHANGELOG.md", share / "CHANGELOG.md")
+        machine = os.uname().machine
+        dest = out / f"morpheus-c-{info['version']}-linux-{machine}.tar.gz"
+        with tarfile.open(dest, "w:gz") as tar:
+            tar.add(tree, arcname=f"morpheus-c-{info['version']}")
+    return [dest]
+
+
+def add_to_wheel(wheel: Path, path: str, data: bytes) -> None:
+    """Add one file to a wheel and its RECORD (sha256, size), keeping everything else."""
+    with zipfile.ZipFile(wheel) as src:
+        items = [(i, src.read(i.filename)) for i in src.infolist()]
+    record = next(i.filename for i, _ in items if i.filename.endswith(".dist-info/RECORD"))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item, content in items:
+            if item.filename == record:
+                content = content.rstrip(b"\n") + f"\n{path},sha256={digest},{len(data)}\n".encode()
+            dst.writestr(item, content)
+        dst.writestr(path, data)
+    tmp.replace(wheel)
+
+
+def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
+    run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "-o", str(out)], "maturin")
+    wheels = list(out.glob("morpheus-*.whl"))
+    if len(wheels) != 1 or "abi3" not in wheels[0].name:
+        raise Refused(f"maturin made {[w.name for w in wheels]}, expected one abi3 wheel")
+    if f"morpheus-{info['version']}-" not in wheels[0].name:
+        raise Refused(f"wheel {wheels[0].name} does not carry version {info['version']}")
+    add_to_wheel(wheels[0], "morpheus/RELEASE.json", release_json(stamp))
+    return wheels
+
+
+BUILDERS = {"crate": build_crate, "c-tarball": build_c_tarball, "wheel": build_wheel}
+
+
+def build_into(name: str, entry: dict, info: dict, stamp: dict, final: Path) -> list[Path]:
+    """Build into a staging directory beside `final`, then move it in place: no partial artifact."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{name}-", dir=final.parent))
+    try:
+        made = BUILDERS[entry["artifact"]](info, stamp, staging)
+        (staging / "RELEASE.json").write_bytes(release_json(stamp))
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=final.parent))
+            final.rename(old / "previous")
+        staging.rename(final)
+        if old:
+            shutil.rmtree(old)
+        return [final / m.name for m in made]
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def gate(name: str, run_vm: bool, dist: Path) -> int:
+    entry = sdk_entry(name)
+    info = version_info(name, entry)
+    commit = clean_commit()
+    kernel = kernel_column(commit, run_vm)
+    print(f"release: {name}: kernel column of {commit[:12]}: {len(kernel['rows'])} scenarios pass", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        column = conformance_column(entry, Path(tmp))
+    print(f"release: {name}: conformance column {entry['conformance']}: {len(column['rows'])} cells pass", file=sys.stderr)
+    for cmd in entry.get("unit_tests", []):
+        run(cmd, f"{name} unit tests")
+    if clean_commit() != commit:
+        raise Refused("the tree changed while the gate ran")
+    stamp = dict(info, commit=commit, gated=True,
+                 conformance={"sdk": column, "kernel": kernel})
+    made = build_into(name, entry, info, stamp, dist / name)
+    for path in made:
+        print(f"release: {name} {info['version']} (ABI {info['abi']}, {commit[:12]}): {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["gate", "build", "check-versions"])
+    parser.add_argument("sdk", nargs="?")
+    parser.add_argument("--run-vm", action="store_true",
+                        help="gate: run the VM test when the kernel column is missing or from another commit")
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="gate: where dist/<sdk>/ goes")
+    parser.add_argument("--out", type=Path, help="build: the directory the artifacts go to")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check-versions":
+            problems = check_versions()
+            for p in problems:
+                print(f"release: {p}", file=sys.stderr)
+            return 1 if problems else 0
+        if not args.sdk:
+            parser.error(f"{args.command} needs an SDK name")
+        if args.command == "gate":
+            return gate(args.sdk, args.run_vm, args.dist.resolve())
+        if not args.out:
+            parser.error("build needs --out DIR")
+        entry = sdk_entry(args.sdk)
+        info = version_info(args.sdk, entry)
+        commit = run(["git", "rev-parse", "HEAD"], "commit", capture=True).strip()
+        made = build_into(args.sdk, entry, info, dict(info, commit=commit, gated=False), args.out.resolve())
+        for path in made:
+            print(path)
+        return 0
+    except Refused as e:
+        print(f"release {args.sdk or ''}: refused: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
