@@ -20,7 +20,9 @@
 #      the verdicts are counts, not timings;
 #   7. every stop unpins the region, the hint ring is never pinned (its one consumer is the agent,
 #      which drained its records), and the kernel returns to its default scheduler;
-#   8. first of all, with no scheduler attached: the BPF program's escalation gate answers the
+#   8. every SDK's own workers (Rust, C, Python) through the observer and enforced (kick) phases: each
+#      check is a row of that SDK's live-kernel column (`e2e-live:` lines, judged in e2e/run.sh);
+#   9. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
 #      each, judged on the host into the matrix's "kernel" column.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
@@ -257,6 +259,76 @@ if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; 
 else
 	bad "scx_morpheus (stress) did not start, or $CG is missing"
 fi
+
+# --- every SDK's own workers, live ----------------------------------------------------------------
+# The observer and enforced (kick) phases once per SDK, with that SDK's own worker: Rust
+# (morpheus-e2e-worker), C (morpheus-e2e-worker-c on libmorpheus), Python (worker_py.py on the morpheus
+# wheel; the interpreter and its standard library come from the host's root, shared read-only over
+# virtio-9p). Each check prints an `e2e-live: SDK ROW pass|fail` line; e2e/run.sh turns them into each
+# SDK's live-kernel column of the conformance matrix.
+live() { # live SDK ROW DESCRIPTION COMMAND...
+	l_sdk=$1
+	l_row=$2
+	l_desc=$3
+	shift 3
+	if "$@"; then ok "$l_sdk: $l_desc"; echo "e2e-live: $l_sdk $l_row pass"; else bad "$l_sdk: $l_desc"; echo "e2e-live: $l_sdk $l_row fail"; fi
+}
+run_rust() { morpheus-e2e-worker --seconds "$WORKER_SECONDS" "$@"; }
+run_c() { morpheus-e2e-worker-c --seconds "$WORKER_SECONDS" "$@"; }
+run_python() { # one process per role (threads of one interpreter would take turns on the GIL)
+	[ -n "${PY_BIN:-}" ] || { echo "no Python: /hostroot is not mounted"; return 1; }
+	py_pids=""
+	for role in "$@"; do
+		env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH=/morpheus/py PYTHONDONTWRITEBYTECODE=1 \
+			"$PY_BIN" /morpheus/py/worker_py.py --seconds "$WORKER_SECONDS" "$role" >"/tmp/py-$role.out" 2>&1 &
+		py_pids="$py_pids $!"
+	done
+	py_rc=0
+	for p in $py_pids; do wait "$p" || py_rc=1; done
+	for role in "$@"; do cat "/tmp/py-$role.out"; done
+	return $py_rc
+}
+if [ -f /morpheus/python.env ]; then
+	mkdir -p /hostroot
+	if mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /hostroot; then
+		. /morpheus/python.env
+	else
+		echo "e2e: could not mount the host's root over virtio-9p: no Python in this guest"
+	fi
+fi
+for sdk in rust c python; do
+	out=/tmp/live-$sdk-observer.out
+	if start_agent /tmp/live-$sdk-observer.log --mode observer; then
+		run_$sdk spin cooperative >"$out" 2>&1
+		rc=$?
+		cat "$out"
+		stop_agent /tmp/live-$sdk-observer.log
+		live $sdk observer_workers_ran "observer workers ran (exit $rc)" test $rc -eq 0
+		s0=$(field spin preempt_seq_start "$out")
+		s1=$(field spin preempt_seq "$out")
+		live $sdk observer_hints_advance_preempt_seq "spinning worker saw preempt_seq advance ($s0 -> $s1)" test "${s1:-0}" -gt "${s0:-0}"
+		y=$(field cooperative yields "$out")
+		live $sdk observer_cooperative_acknowledges "cooperative worker was asked and acknowledged (yields=$y)" test "${y:-0}" -gt 0
+		live $sdk observer_never_escalates "nobody escalated in observer mode (spin=$(field spin escalations "$out") cooperative=$(field cooperative escalations "$out"))" \
+			test "$(field spin escalations "$out")" = 0 -a "$(field cooperative escalations "$out")" = 0
+	else
+		live $sdk observer_workers_ran "scx_morpheus (observer) started" false
+	fi
+	out=/tmp/live-$sdk-enforced.out
+	if start_agent /tmp/live-$sdk-enforced.log --mode enforced --policy kick; then
+		run_$sdk spin critical unescapable >"$out" 2>&1
+		rc=$?
+		cat "$out"
+		stop_agent /tmp/live-$sdk-enforced.log
+		live $sdk enforced_workers_ran "enforced workers ran (exit $rc)" test $rc -eq 0
+		e=$(field spin escalations "$out")
+		live $sdk enforced_escapable_spinner_escalated "non-acknowledging escapable worker was escalated (escalations=$e)" test "${e:-0}" -gt 0
+		live $sdk enforced_critical_never_escalated "worker in a critical section was never escalated" test "$(field critical escalations "$out")" = 0
+		live $sdk enforced_unescapable_never_escalated "worker with escapable=0 was never escalated" test "$(field unescapable escalations "$out")" = 0
+	else
+		live $sdk enforced_workers_ran "scx_morpheus (enforced, kick) started" false
+	fi
+done
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------
 # Fixed CPU-bound work on 2 threads (one per vCPU), no worker registered; default scheduler and

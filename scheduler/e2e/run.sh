@@ -22,7 +22,7 @@ die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
 
 kernel_args=()
 log=""
-timeout=900
+timeout=1500
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
@@ -45,12 +45,34 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
 (cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
 
+# The other SDKs' workers (guest.sh's live phases): C linked statically against libmorpheus.a; Python's
+# wheel installed into a directory shipped in the initramfs, its interpreter taken from the host's root
+# (shared read-only over virtio-9p: /morpheus/python.env says where it is).
+echo "$PROG: building the C worker (libmorpheus.a) and the Python wheel" >&2
+make -s -C "$root/sdk-c" lib >&2
+static_libs=$(sed -n 's/^STATIC_LIBS *:= *//p' "$root/sdk-c/Makefile")
+
 # The gate scenarios as flat cases (one JSON line each, with the region image) for the guest.
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cases=$work/gate-cases.jsonl
 answers=$work/gate-answers.jsonl
 python3 "$root/conformance/harness/cli.py" export-gate-cases --cases "$cases" >&2
+# shellcheck disable=SC2086
+cc -std=c11 -O2 -Wall -Wextra -Werror -I"$root/sdk-c/include" -I"$root/abi/c" -o "$work/morpheus-e2e-worker-c" \
+	"$here/worker_c.c" "$target_dir/sdk-c/lib/libmorpheus.a" $static_libs
+mkdir -p "$work/py" "$work/wheel"
+wheel=$("$root/sdk-python/tools/build.sh" "$work/wheel")
+python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$work/py" "$wheel" >&2
+cp -r "$root/abi/python/morpheus_abi" "$here/worker_py.py" "$work/py/"
+py_home=$(python3 -c 'import sys; print(sys.base_prefix)')
+py_bin=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+py_libdir=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
+cat >"$work/python.env" <<EOF
+PY_HOME=/hostroot$py_home
+PY_BIN=/hostroot$py_bin
+PY_LIBS=/hostroot$py_libdir:/hostroot/lib/x86_64-linux-gnu:/hostroot/usr/lib/x86_64-linux-gnu
+EOF
 
 if [[ -z "$log" ]]; then
 	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")
@@ -62,6 +84,9 @@ code=0
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/morpheus-e2e-worker" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
+	--bin "$work/morpheus-e2e-worker-c" \
+	--file "$work/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
+	--module 9p --module 9pnet_virtio --share-host-root \
 	--timeout "$timeout" --log "$log" || code=$?
 
 # The kernel column: judge the BPF gate's answers (a case without one fails its scenario, so a guest
@@ -83,8 +108,13 @@ if [[ -f $results/kernel.results.json ]]; then
 	EOF
 fi
 
+# Each SDK's live-kernel column (guest.sh's `e2e-live: SDK ROW pass|fail` lines); a row the guest never
+# reported is red, so a guest that died early leaves red columns, not old ones.
+tr -d '\r' <"$log" | sed -n 's/^e2e-live: //p' >"$work/live.txt"
+python3 "$here/live_columns.py" "$work/live.txt" "$results" "$commit" || code=1
+
 # The figures the guest printed, in one place.
 echo "$PROG: --- summary ---" >&2
-tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-stress|e2e-veristat): |BPF counters|gate verdicts|escalation lifts|reaction ' >&2 || true
+tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-stress|e2e-veristat|e2e-live): |BPF counters|gate verdicts|escalation lifts|reaction ' >&2 || true
 echo "$PROG: guest exit code $code" >&2
 exit "$code"

@@ -30,7 +30,7 @@ kernel:
                          cached under \${MORPHEUS_CACHE:-\$HOME/.cache/morpheus})
 VM (passed to run-vm.sh):
   --timeout SECS  --smp N  --mem SIZE  --log FILE  --append ARGS  --cpu MODEL
-  --tcg-threads single|multi  --quiet
+  --tcg-threads single|multi  --quiet  --share-host-root
   --keep-initrd FILE     also keep the built initramfs at FILE
 EOF
 }
@@ -55,7 +55,7 @@ while [[ $# -gt 0 ]]; do
 		vm_args+=("$1" "$2")
 		shift 2
 		;;
-	--quiet) vm_args+=("$1"); shift ;;
+	--quiet | --share-host-root) vm_args+=("$1"); shift ;;
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel=$2; shift 2 ;;
 	--keep-initrd) [[ $# -ge 2 ]] || die "--keep-initrd needs a file"; keep_initrd=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;

@@ -27,6 +27,8 @@ options:
   --log FILE         also write the console output here (truncated first)
   --append ARGS      extra kernel command line arguments
   --cpu MODEL        qemu -cpu model (default: qemu's own default)
+  --share-host-root  export the host's / read-only over virtio-9p, tag "hostroot"
+                     (the guest mounts it to run runtimes it does not carry: Python)
   --tcg-threads single|multi
                      one host thread for all vCPUs, or one each (default:
                      single; see README.md for why)
@@ -48,6 +50,7 @@ append=""
 cpu=""
 tcg_threads=single
 quiet=0
+share_root=0
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel=$2; shift 2 ;;
@@ -60,6 +63,7 @@ while [[ $# -gt 0 ]]; do
 	--cpu) [[ $# -ge 2 ]] || die "--cpu needs a model"; cpu=$2; shift 2 ;;
 	--tcg-threads) [[ $# -ge 2 ]] || die "--tcg-threads needs single or multi"; tcg_threads=$2; shift 2 ;;
 	--quiet) quiet=1; shift ;;
+	--share-host-root) share_root=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; die "unknown argument '$1'" ;;
 	esac
@@ -99,6 +103,7 @@ cmdline="console=ttyS0,115200 panic=-1 oops=panic rdinit=/init morpheus_run=$run
 qemu=(qemu-system-x86_64 -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
 	-monitor none -serial stdio -kernel "$image" -initrd "$initrd" -append "$cmdline")
 [[ -z "$cpu" ]] || qemu+=(-cpu "$cpu")
+[[ $share_root -eq 0 ]] || qemu+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on")
 
 log "booting $image with $initrd (smp $smp, mem $mem, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
 start=$(date +%s.%N)

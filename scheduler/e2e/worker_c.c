@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The C SDK's test worker for the real-kernel test (e2e/guest.sh): the same roles and the same report
+ * lines as worker.rs, but every worker is a libmorpheus worker (morpheus.h, the inline fast paths),
+ * registered through the agent's socket. Linked statically against libmorpheus.a, so the guest needs
+ * no runtime.
+ *
+ * usage: morpheus-e2e-worker-c --seconds S ROLE...
+ * roles: cooperative   morpheus_checkpoint between pieces of work, sched_yield when it says so
+ *        spin          never checkpoints, escapable
+ *        critical      never checkpoints, escapable, inside a critical section throughout
+ *        unescapable   never checkpoints, registered with escapable = 0
+ * Each role prints: role=R sdk=c slot=N preempt_seq_start=A preempt_seq=B last_ack_seq=C
+ *                   escalations=E yields=Y
+ */
+#define _GNU_SOURCE
+#include <morpheus_inline.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum role { COOPERATIVE, SPIN, CRITICAL, UNESCAPABLE };
+static const char *const ROLE_NAMES[] = { "cooperative", "spin", "critical", "unescapable" };
+
+struct job {
+	enum role role;
+	double seconds;
+	pthread_t thread;
+	char report[512];
+	int failed;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Work the optimiser cannot remove. */
+static __attribute__((noinline)) uint64_t burn(uint64_t iterations)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (uint64_t i = 0; i < iterations; i++)
+		x = ((x << 7) | (x >> 57)) ^ (i * 0x2545f4914f6cdd1dull);
+	__asm__ volatile("" : : "r"(x) : "memory");
+	return x;
+}
+
+/* The worker's SCB, found from the SDK's own pointer to its preempt_seq (read-only: we only look). */
+static const struct morpheus_scb *scb_of(const struct morpheus_worker *w)
+{
+	return (const struct morpheus_scb *)((const char *)w->preempt_seq - offsetof(struct morpheus_scb, preempt_seq));
+}
+
+static void *run_role(void *arg)
+{
+	struct job *job = arg;
+	struct morpheus_options opts;
+	struct morpheus_worker *w = NULL;
+
+	morpheus_options_init(&opts);
+	opts.escapable = job->role == UNESCAPABLE ? 0 : 1;
+	int32_t rc = morpheus_worker_register(&opts, &w);
+	if (rc != 0 || w == NULL || morpheus_worker_slot(w) < 0) {
+		snprintf(job->report, sizeof job->report, "role=%s sdk=c error=registration rc=%d: %s",
+			 ROLE_NAMES[job->role], rc, morpheus_last_error() ? morpheus_last_error() : "detached");
+		job->failed = 1;
+		return NULL;
+	}
+	const struct morpheus_scb *scb = scb_of(w);
+	uint64_t seq0 = __atomic_load_n(&scb->preempt_seq, __ATOMIC_ACQUIRE);
+	if (job->role == CRITICAL)
+		morpheus_critical_enter(w);
+	double deadline = now() + job->seconds;
+	while (now() < deadline) {
+		burn(20000);
+		if (job->role == COOPERATIVE && morpheus_checkpoint(w))
+			sched_yield();
+	}
+	if (job->role == CRITICAL)
+		morpheus_critical_exit(w);
+	snprintf(job->report, sizeof job->report,
+		 "role=%s sdk=c slot=%lld preempt_seq_start=%llu preempt_seq=%llu last_ack_seq=%llu escalations=%u yields=%llu",
+		 ROLE_NAMES[job->role], (long long)morpheus_worker_slot(w), (unsigned long long)seq0,
+		 (unsigned long long)__atomic_load_n(&scb->preempt_seq, __ATOMIC_ACQUIRE),
+		 (unsigned long long)__atomic_load_n(&scb->last_ack_seq, __ATOMIC_ACQUIRE),
+		 (unsigned)__atomic_load_n(&scb->escalations, __ATOMIC_RELAXED),
+		 (unsigned long long)morpheus_yield_count(w, MORPHEUS_YIELD_REASON_PREEMPT_REQUEST));
+	morpheus_worker_unregister(w);
+	return NULL;
+}
+
+static int usage(const char *why)
+{
+	fprintf(stderr, "morpheus-e2e-worker-c: %s\nusage: morpheus-e2e-worker-c --seconds S ROLE...\n", why);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 4 || strcmp(argv[1], "--seconds") != 0)
+		return usage("needs --seconds S and at least one role");
+	char *end;
+	double seconds = strtod(argv[2], &end);
+	if (*end != '\0' || seconds <= 0)
+		return usage("--seconds needs a positive number");
+	int count = argc - 3;
+	struct job *jobs = calloc((size_t)count, sizeof *jobs);
+	if (jobs == NULL)
+		return 1;
+	for (int i = 0; i < count; i++) {
+		int found = -1;
+		for (int r = 0; r < 4; r++)
+			if (strcmp(argv[3 + i], ROLE_NAMES[r]) == 0)
+				found = r;
+		if (found < 0)
+			return usage("unknown role (cooperative, spin, critical, unescapable)");
+		jobs[i].role = (enum role)found;
+		jobs[i].seconds = seconds;
+	}
+	for (int i = 0; i < count; i++)
+		if ((errno = pthread_create(&jobs[i].thread, NULL, run_role, &jobs[i])) != 0) {
+			perror("pthread_create");
+			return 1;
+		}
+	int failed = 0;
+	for (int i = 0; i < count; i++) {
+		pthread_join(jobs[i].thread, NULL);
+		printf("%s\n", jobs[i].report);
+		failed |= jobs[i].failed;
+	}
+	free(jobs);
+	return failed;
+}

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The Python SDK's test worker for the real-kernel test (e2e/guest.sh): one role per process (the GIL
+would make threads of one process take turns), registered through the agent by the `morpheus` wheel,
+printing the same report line as worker.rs and worker_c.c.
+
+    python3 worker_py.py --seconds S ROLE      (cooperative, spin, critical, unescapable)
+
+The SCB counters are read from the region the SDK attached to: the pinned BPF map is opened with
+BPF_OBJ_GET and mapped read-only; offsets come from the generated morpheus_abi module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import mmap
+import os
+import struct
+import sys
+import time
+
+import morpheus
+import morpheus_abi as abi
+
+BPF_OBJ_GET = 7
+SYS_BPF = 321  # x86_64
+
+
+def map_region(region) -> mmap.mmap:
+    path = region.path
+    if region.backing == "PINNED_MAP":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        name = ctypes.create_string_buffer(path.encode())
+        # union bpf_attr for BPF_OBJ_GET: pathname (u64), bpf_fd, file_flags, path_fd; rest zero.
+        attr = ctypes.create_string_buffer(struct.pack("<QIIi", ctypes.addressof(name), 0, 0, 0), 32)
+        fd = libc.syscall(SYS_BPF, BPF_OBJ_GET, attr, 32)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), f"BPF_OBJ_GET {path}")
+    else:
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, len(region), mmap.MAP_SHARED, mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+class ScbView:
+    def __init__(self, mapping: mmap.mmap, slot: int):
+        header = abi.RegionHeader
+        size = struct.unpack_from(header.HEADER_SIZE.struct_format, mapping, header.HEADER_SIZE.offset)[0]
+        stride = struct.unpack_from(header.SCB_STRIDE.struct_format, mapping, header.SCB_STRIDE.offset)[0]
+        self.mapping, self.base = mapping, size + slot * stride
+
+    def __getitem__(self, field) -> int:
+        return struct.unpack_from(field.struct_format, self.mapping, self.base + field.offset)[0]
+
+
+def burn(iterations: int) -> int:
+    x = 0x9E3779B9
+    for i in range(iterations):
+        x = (x * 31 + i) & 0xFFFFFFFF
+    return x
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("role", choices=["cooperative", "spin", "critical", "unescapable"])
+    args = parser.parse_args()
+    worker = morpheus.init_worker(escapable=args.role != "unescapable")
+    if not worker.attached or worker.slot is None:
+        print(f"role={args.role} sdk=python error=registered but detached ({worker.detach_reason})")
+        return 1
+    scb = ScbView(map_region(worker.region), worker.slot)
+    seq0 = scb[abi.Scb.PREEMPT_SEQ]
+    deadline = time.monotonic() + args.seconds
+    section = morpheus.critical() if args.role == "critical" else None
+    if section:
+        section.__enter__()
+    yields = 0
+    while time.monotonic() < deadline:
+        burn(2000)
+        if args.role == "cooperative" and morpheus.checkpoint():
+            yields += 1
+            os.sched_yield()
+    if section:
+        section.__exit__(None, None, None)
+    print(f"role={args.role} sdk=python slot={worker.slot} preempt_seq_start={seq0} "
+          f"preempt_seq={scb[abi.Scb.PREEMPT_SEQ]} last_ack_seq={scb[abi.Scb.LAST_ACK_SEQ]} "
+          f"escalations={scb[abi.Scb.ESCALATIONS]} yields={yields}", flush=True)
+    worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
