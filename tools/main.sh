@@ -43,6 +43,13 @@ step_starvation_vm() {
   bash scheduler/e2e/starvation-vm.sh -- --seconds "${MORPHEUS_STARVATION_VM_SECONDS:-12}" --rounds 3
 }
 
+# sdk-python's asyncio table (blocking / naive / morpheus, latency probe) against the real BPF scheduler
+# in the VM: off (kernel default scheduler) and scx_morpheus on sched_ext in one boot, probe p99 beside
+# slice + grace and its ratio to off (sdk-python/BENCHMARKS.md).
+step_python_bench_vm() {
+  bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
@@ -50,6 +57,7 @@ STEPS=(
   abi_report
   starvation
   starvation_vm
+  python_bench_vm
 )
 
 # ---------------------------------------------------------------------------

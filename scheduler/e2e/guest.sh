@@ -279,13 +279,20 @@ run_python() { # one process per role (threads of one interpreter would take tur
 	[ -n "${PY_BIN:-}" ] || { echo "no Python: /hostroot is not mounted"; return 1; }
 	py_pids=""
 	for role in "$@"; do
-		env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH=/morpheus/py PYTHONDONTWRITEBYTECODE=1 \
-			"$PY_BIN" /morpheus/py/worker_py.py --seconds "$WORKER_SECONDS" "$role" >"/tmp/py-$role.out" 2>&1 &
+		rm -f "/tmp/py-$role.rc"
+		(
+			env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH=/morpheus/py PYTHONDONTWRITEBYTECODE=1 \
+				"$PY_BIN" /morpheus/py/worker_py.py --seconds "$WORKER_SECONDS" "$role" >"/tmp/py-$role.out" 2>&1
+			echo $? >"/tmp/py-$role.rc"
+		) &
 		py_pids="$py_pids $!"
 	done
+	for p in $py_pids; do wait "$p"; done
 	py_rc=0
-	for p in $py_pids; do wait "$p" || py_rc=1; done
-	for role in "$@"; do cat "/tmp/py-$role.out"; done
+	for role in "$@"; do
+		cat "/tmp/py-$role.out"
+		[ "$(cat "/tmp/py-$role.rc" 2>/dev/null)" = 0 ] || py_rc=1
+	done
 	return $py_rc
 }
 if [ -f /morpheus/python.env ]; then

@@ -27,11 +27,11 @@ SYS_BPF = 321  # x86_64
 
 
 def map_region(region) -> mmap.mmap:
-    path = region.path
+    path = os.fspath(region.path)
     if region.backing == "PINNED_MAP":
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
-        name = ctypes.create_string_buffer(path.encode())
+        name = ctypes.create_string_buffer(os.fsencode(path))
         # union bpf_attr for BPF_OBJ_GET: pathname (u64), bpf_fd, file_flags, path_fd; rest zero.
         attr = ctypes.create_string_buffer(struct.pack("<QIIi", ctypes.addressof(name), 0, 0, 0), 32)
         fd = libc.syscall(SYS_BPF, BPF_OBJ_GET, attr, 32)
