@@ -3,13 +3,13 @@
 #
 # The release gate refuses, and says why, in a scratch copy of this tree committed as its own repository:
 #   * an SDK that does not exist yet (node, java), a dirty tree, a kernel column that is missing, from
-#     another commit or red;
+#     another commit or red, a red live-kernel column of the SDK;
 #   * sdk-rust with its conformance agent broken on purpose (MORPHEUS_CONFORMANCE_BREAK=ack_before_yield):
 #     the refusal names a red scenario and dist/ holds no rust artifact, not even a partial one;
 # while sdk-c, gated at the same commit, still releases; its tarball carries RELEASE.json (gated, the
 # commit, both conformance columns) and is then installed and used (install_test.sh c).
 #
-# The kernel column here is a fixture written for the scratch commit (every gate scenario passing, or
+# The kernel and live columns here are fixtures written for the scratch commit (every gate scenario passing, or
 # one failing): this tests the gate's judgement of that file, not the kernel (//scheduler:e2e_kernel does).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -41,8 +41,15 @@ expect_refusal() {
 	echo "gate-test: refused as expected ($*): $(grep -m1 'refused' <<<"$out")"
 }
 
-kernel_column() { # COMMIT [RED_SCENARIO]
+kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and sdk-c's and sdk-rust's live columns
 	mkdir -p "$repo/conformance/results"
+	for sdk in c rust; do
+		python3 - "$1" "$sdk" >"$repo/conformance/results/live-$sdk.results.json" <<-'EOF'
+		import json, sys
+		rows = {r: {"status": "pass"} for r in ("observer_hints_advance_preempt_seq", "enforced_escapable_spinner_escalated")}
+		print(json.dumps({"column": f"live-{sys.argv[2]}", "commit": sys.argv[1], "rows": rows}))
+		EOF
+	done
 	python3 "$repo/conformance/harness/cli.py" export-gate-cases --cases "$scratch/cases.jsonl" >/dev/null
 	python3 - "$scratch/cases.jsonl" "$1" "${2:-}" >"$repo/conformance/results/kernel.results.json" <<-'EOF'
 	import json, sys
@@ -68,6 +75,14 @@ expect_refusal "is from commit 0123456789ab" c
 kernel_column "$commit" gate_critical_blocks
 expect_refusal "gate_critical_blocks: fixture: answered wrongly" c
 kernel_column "$commit"
+python3 - "$repo/conformance/results/live-c.results.json" <<-'EOF'
+import json, sys
+column = json.load(open(sys.argv[1]))
+column["rows"]["enforced_critical_never_escalated"] = {"status": "fail", "message": "fixture: escalated in a section"}
+open(sys.argv[1], "w").write(json.dumps(column))
+EOF
+expect_refusal "live-c column is red" c
+kernel_column "$commit"
 
 # One SDK broken: its release is refused, naming a scenario, with nothing in dist/.
 MORPHEUS_CONFORMANCE_BREAK=ack_before_yield expect_refusal "async_yield_before_ack[async]" rust
@@ -81,7 +96,7 @@ python3 - "$repo/dist/c/RELEASE.json" "$commit" <<-'EOF' || fail "dist/c/RELEASE
 import json, sys
 stamp = json.load(open(sys.argv[1]))
 assert stamp["gated"] is True and stamp["commit"] == sys.argv[2], stamp
-assert stamp["conformance"]["sdk"]["rows"] and stamp["conformance"]["kernel"]["rows"]
+assert stamp["conformance"]["sdk"]["rows"] and stamp["conformance"]["kernel"]["rows"] and stamp["conformance"]["live"]["rows"]
 assert all(c["status"] in ("pass", "n/a") for c in stamp["conformance"]["sdk"]["rows"].values())
 print(f"gate-test: sdk-c {stamp['version']} released at {sys.argv[2][:12]} "
       f"({len(stamp['conformance']['sdk']['rows'])} conformance cells, {len(stamp['conformance']['kernel']['rows'])} kernel scenarios)")

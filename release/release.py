@@ -149,27 +149,28 @@ def red_rows(column: dict) -> list[str]:
     return lines
 
 
-def kernel_column(commit: str, run_vm: bool) -> dict:
-    """The kernel column of this very commit, green; runs the VM test first if asked."""
-    path = ROOT / KERNEL_COLUMN
+def vm_column(relpath: Path, commit: str, run_vm: bool) -> dict:
+    """A column the VM test writes (the kernel's, an SDK's live one) of this very commit, green; runs
+    the VM test first if asked."""
+    path = ROOT / relpath
     why = None
     if not path.is_file():
-        why = f"{KERNEL_COLUMN} is missing"
+        why = f"{relpath} is missing"
     else:
         column = json.loads(path.read_text())
         if column.get("commit") != commit:
-            why = (f"{KERNEL_COLUMN} is from commit {column.get('commit') or '(unrecorded)'}, "
+            why = (f"{relpath} is from commit {column.get('commit') or '(unrecorded)'}, "
                    f"not {commit}")
     if why and run_vm:
-        run(["bash", "scheduler/e2e/run.sh"], f"kernel column ({why}): the VM test")
-        return kernel_column(commit, run_vm=False)
+        run(["bash", "scheduler/e2e/run.sh"], f"VM test ({why})")
+        return vm_column(relpath, commit, run_vm=False)
     if why:
         raise Refused(f"{why}: run `bazel test //scheduler:e2e_kernel` at this commit, or pass --run-vm")
     if not column.get("rows"):
-        raise Refused(f"{KERNEL_COLUMN} has no rows")
+        raise Refused(f"{relpath} has no rows")
     red = red_rows(column)
     if red:
-        raise Refused("the kernel column is red:\n  " + "\n  ".join(red))
+        raise Refused(f"the {column.get('column', relpath)} column is red:\n  " + "\n  ".join(red))
     return column
 
 
@@ -301,8 +302,10 @@ def gate(name: str, run_vm: bool, dist: Path) -> int:
     entry = sdk_entry(name)
     info = version_info(name, entry)
     commit = clean_commit()
-    kernel = kernel_column(commit, run_vm)
+    kernel = vm_column(KERNEL_COLUMN, commit, run_vm)
     print(f"release: {name}: kernel column of {commit[:12]}: {len(kernel['rows'])} scenarios pass", file=sys.stderr)
+    live = vm_column(Path(f"conformance/results/{entry['live']}.results.json"), commit, run_vm)
+    print(f"release: {name}: {entry['live']} column of {commit[:12]}: {len(live['rows'])} live checks pass", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         column = conformance_column(entry, Path(tmp))
     passed = sum(c["status"] == "pass" for c in column["rows"].values())
@@ -313,7 +316,7 @@ def gate(name: str, run_vm: bool, dist: Path) -> int:
     if clean_commit() != commit:
         raise Refused("the tree changed while the gate ran")
     stamp = dict(info, commit=commit, gated=True,
-                 conformance={"sdk": column, "kernel": kernel})
+                 conformance={"sdk": column, "kernel": kernel, "live": live})
     made = build_into(name, entry, info, stamp, dist / name)
     for path in made:
         print(f"release: {name} {info['version']} (ABI {info['abi']}, {commit[:12]}): {path}")
