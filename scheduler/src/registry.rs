@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::mem::size_of;
+use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -294,8 +294,8 @@ fn reply_bytes(reply: &RegReply) -> &[u8] {
 }
 
 /// Sends the reply, with `fd` attached (SCM_RIGHTS) if given. Returns false if the client is gone.
-fn send_reply(stream: &UnixStream, reply: &RegReply, fd: Option<BorrowedFd<'_>>) -> bool {
-    let bytes = reply_bytes(reply);
+fn send_reply(stream: &UnixStream, reply: &RegReply, len: usize, fd: Option<BorrowedFd<'_>>) -> bool {
+    let bytes = &reply_bytes(reply)[..len];
     let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
     // SAFETY: CMSG_SPACE of one int.
     let space = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as usize;
@@ -331,6 +331,9 @@ fn send_reply(stream: &UnixStream, reply: &RegReply, fd: Option<BorrowedFd<'_>>)
     std::io::Write::write_all(&mut s, &mut rest).is_ok()
 }
 
+/// Bytes of a 1.0-1.2 reply: all a client that sent `size` 0 reads.
+const REPLY_V1_2: usize = offset_of!(RegReply, region_path) + abi::REGION_PATH_MAX as usize;
+
 fn refusal(status: RegStatus) -> RegReply {
     RegReply {
         magic: abi::REG_MAGIC,
@@ -341,54 +344,119 @@ fn refusal(status: RegStatus) -> RegReply {
     }
 }
 
+/// Bytes of a 1.0-1.2 request (size 0): everything before the first 1.3 field.
+pub const REQUEST_PREFIX: usize = offset_of!(RegRequest, escapable);
+
+/// Reads one whole request: the 1.2 prefix, then the rest its `size` announces (bounded by
+/// REG_MESSAGE_MAX). Ok(None): the client closed or stayed idle. Err: a refusal, after which the
+/// connection is closed (the stream cannot be resynchronised).
+fn read_request(stream: &mut UnixStream) -> std::result::Result<Option<Vec<u8>>, (RegStatus, String)> {
+    let mut deadline = None;
+    let mut buf = vec![0u8; REQUEST_PREFIX];
+    match read_message(stream, &mut buf, &mut deadline) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err((RegStatus::Malformed, e.to_string())),
+    }
+    let size = request_size(&buf).map_err(|why| (RegStatus::Malformed, why))?;
+    if size > REQUEST_PREFIX {
+        buf.resize(size, 0);
+        if let Err(e) = read_message(stream, &mut buf[REQUEST_PREFIX..], &mut deadline) {
+            return Err((RegStatus::Malformed, e.to_string()));
+        }
+    }
+    Ok(Some(buf))
+}
+
+/// The whole request's length from its prefix's `size` field (0: a 1.0-1.2 client, REQUEST_PREFIX).
+pub fn request_size(prefix: &[u8]) -> std::result::Result<usize, String> {
+    let at = offset_of!(RegRequest, size);
+    let raw = prefix.get(at..at + 4).ok_or("request shorter than its prefix")?;
+    let size = u32::from_le_bytes(raw.try_into().expect("4 bytes")) as usize;
+    match size {
+        0 => Ok(REQUEST_PREFIX),
+        s if s < REQUEST_PREFIX => Err(format!("size {s} is smaller than the {REQUEST_PREFIX}-byte prefix")),
+        s if s > abi::REG_MESSAGE_MAX as usize => Err(format!("size {s} exceeds REG_MESSAGE_MAX ({})", abi::REG_MESSAGE_MAX)),
+        s => Ok(s),
+    }
+}
+
 fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
     let _ = stream.set_nonblocking(false);
-    let mut buf = [0u8; size_of::<RegRequest>()];
     loop {
-        let mut deadline = None;
-        match read_message(&mut stream, &mut buf, &mut deadline) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                log::debug!("registration from pid {}: {e}", caller.pid);
-                send_reply(&stream, &refusal(RegStatus::Malformed), None);
+        let bytes = match read_request(&mut stream) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return,
+            Err((status, why)) => {
+                log::debug!("registration from pid {}: {why}", caller.pid);
+                send_reply(&stream, &refusal(status), REPLY_V1_2, None);
                 return;
             }
-        }
-        let (reply, domain) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(shared, caller, &buf)))
+        };
+        // A 1.0-1.2 client reads exactly the 1.2 reply; a sized client is told the reply's size.
+        let sized = bytes.len() > REQUEST_PREFIX;
+        let reply_len = if sized { size_of::<RegReply>() } else { REPLY_V1_2 };
+        let (mut reply, domain) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(shared, caller, &bytes)))
             .unwrap_or_else(|_| {
                 log::error!("registration from pid {}: internal error (panic); request had no effect", caller.pid);
                 (refusal(RegStatus::Internal), None)
             });
-        if !send_reply(&stream, &reply, domain.as_ref().map(|d| {
+        if sized {
+            reply.size = reply_len as u32;
+        }
+        let fd = domain.as_ref().map(|d| {
             use std::os::fd::AsFd;
             d.fd.as_fd()
-        })) {
+        });
+        if !send_reply(&stream, &reply, reply_len, fd) {
             return;
         }
     }
 }
 
-/// Checks a request's envelope (the parser the fuzz target drives). Any byte pattern is a value.
-pub fn parse_request(bytes: &[u8]) -> std::result::Result<RegRequest, RegStatus> {
-    if bytes.len() != size_of::<RegRequest>() {
+/// A request, checked: the 1.3 fields are zero-filled for a 1.0-1.2 client.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub fields: RegRequest,
+    pub escapable: abi::RegEscapable,
+}
+
+/// Checks a whole request (the parser the fuzz target drives): prefix, size, reserved and unknown
+/// trailing bytes zero, known op, escapable and priority in range. Any byte pattern is an input.
+pub fn parse_request(bytes: &[u8]) -> std::result::Result<Request, RegStatus> {
+    if bytes.len() < REQUEST_PREFIX {
+        return Err(RegStatus::Malformed);
+    }
+    match request_size(bytes) {
+        Ok(size) if size == bytes.len() => {}
+        _ => return Err(RegStatus::Malformed),
+    }
+    let mut known = [0u8; size_of::<RegRequest>()];
+    let n = bytes.len().min(known.len());
+    known[..n].copy_from_slice(&bytes[..n]);
+    // Bytes past the fields this agent knows must be zero: the sender asked for something we lack.
+    if bytes[n..].iter().any(|&b| b != 0) {
         return Err(RegStatus::Malformed);
     }
     // SAFETY: RegRequest is plain old data; any byte pattern is a value.
-    let request: RegRequest = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    if request.magic != abi::REG_MAGIC {
+    let fields: RegRequest = unsafe { std::ptr::read_unaligned(known.as_ptr().cast()) };
+    if fields.magic != abi::REG_MAGIC {
         return Err(RegStatus::Malformed);
     }
-    if request.abi_major != abi::ABI_MAJOR {
+    if fields.abi_major != abi::ABI_MAJOR {
         return Err(RegStatus::AbiMajorMismatch);
     }
-    if request._reserved0 != [0; 8] {
+    if fields._reserved0 != [0; 4] {
         return Err(RegStatus::Malformed);
     }
-    if abi::RegOp::try_from(request.op).is_err() {
+    if abi::RegOp::try_from(fields.op).is_err() {
         return Err(RegStatus::Malformed);
     }
-    Ok(request)
+    let escapable = abi::RegEscapable::try_from(fields.escapable).map_err(|_| RegStatus::InvalidArgument)?;
+    if !(abi::PRIORITY_MIN..=abi::PRIORITY_MAX).contains(&fields.priority) {
+        return Err(RegStatus::InvalidArgument);
+    }
+    Ok(Request { fields, escapable })
 }
 
 /// Answers one request; an OK REGISTER also names the domain whose descriptor goes with the reply.
@@ -400,15 +468,16 @@ pub fn handle(shared: &Shared, caller: Caller, bytes: &[u8]) -> (RegReply, Optio
             return (refusal(status), None);
         }
     };
-    match abi::RegOp::try_from(request.op) {
-        Ok(abi::RegOp::Register) => register(shared, caller, request.tid),
-        Ok(abi::RegOp::Unregister) => (unregister(shared, caller, request.slot), None),
+    match abi::RegOp::try_from(request.fields.op) {
+        Ok(abi::RegOp::Register) => register(shared, caller, &request),
+        Ok(abi::RegOp::Unregister) => (unregister(shared, caller, request.fields.slot), None),
         Err(_) => (refusal(RegStatus::Malformed), None),
     }
 }
 
-fn register(shared: &Shared, caller: Caller, client_tid: u32) -> (RegReply, Option<Arc<Domain>>) {
+fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Option<Arc<Domain>>) {
     let pid = caller.pid;
+    let client_tid = request.fields.tid;
     let Some(tid) = resolve_tid(pid, client_tid) else {
         log::info!("registration from pid {pid}: tid {client_tid} is not a thread of the caller");
         return (refusal(RegStatus::NotCallerTid), None);
@@ -441,26 +510,43 @@ fn register(shared: &Shared, caller: Caller, client_tid: u32) -> (RegReply, Opti
     let shared_placement = shared.domains.is_shared();
     let used_local: Vec<u32> =
         workers.iter().flatten().filter(|w| Arc::ptr_eq(&w.domain, &domain)).map(|w| w.local).collect();
-    let Some(local) = (0..domain.region.scb_count()).find(|l| !used_local.contains(l)) else {
+    let region = &domain.region;
+    // INIT -> CLAIMED by CAS (§4): a slot a direct registrant of this domain took is skipped.
+    let claim = |l: u32| {
+        region
+            .scb(l)
+            .worker_state()
+            .compare_exchange(WorkerState::Init.raw(), WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    };
+    let Some(local) = (0..region.scb_count()).find(|&l| !used_local.contains(&l) && claim(l)) else {
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots of its region are in use", domain.region.scb_count());
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     let global = if shared_placement { Some(local) } else { (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) };
     let Some(global) = global.filter(|&g| workers[g as usize].is_none()) else {
+        region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", workers.len());
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     if let Some(journal) = &shared.journal {
         if let Err(e) = journal.client(pid) {
             log::error!("registration of tid {tid} (pid {pid}): {e:#}");
+            region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
             return (refusal(RegStatus::Internal), None);
         }
     }
-    let region = &domain.region;
     let scb = region.scb(local);
-    // The agent's table says the slot is free, whatever the SCB says: a runtime of this domain may
-    // have scribbled on it. Start from a clean slot, then the INIT -> REGISTERED writes (§4).
-    clear_slot(region, local);
+    // CLAIMED -> REGISTERED (§4): everything the runtime reads is written first, including the
+    // escapable flag and priority it asked for, so it is right before the worker exists.
+    let kind = abi::RuntimeKind::try_from(request.fields.runtime_kind).ok();
+    let escapable = match request.escapable {
+        abi::RegEscapable::Default => kind.is_some_and(abi::escapable_default),
+        abi::RegEscapable::No => false,
+        abi::RegEscapable::Yes => true,
+    };
+    scb.escapable().store(escapable as u32, Ordering::Relaxed);
+    scb.priority().store(request.fields.priority, Ordering::Relaxed);
     scb.tid().store(client_tid, Ordering::Relaxed);
     scb.pid().store(pid, Ordering::Relaxed);
     let slot_generation = next_slot_generation(scb.slot_generation().load(Ordering::Relaxed));
@@ -472,7 +558,7 @@ fn register(shared: &Shared, caller: Caller, client_tid: u32) -> (RegReply, Opti
     if let Some(observer) = &shared.observer {
         if let Err(e) = observer.assigned(global, tid, pid) {
             log::error!("registration of tid {tid} (pid {pid}) in slot {global}: backend refused: {e:#}");
-            clear_slot(region, local);
+            clear_slot(region, local, WorkerState::Registered.raw());
             return (refusal(RegStatus::Internal), None);
         }
     }
@@ -519,13 +605,17 @@ fn release(shared: &Shared, workers: &mut [Option<Assigned>], global: u32) {
     if let Some(observer) = &shared.observer {
         observer.released(global, worker.tid, worker.pid);
     }
-    clear_slot(&worker.domain.region, worker.local);
+    let state = worker.domain.region.scb(worker.local).worker_state().load(Ordering::Acquire);
+    clear_slot(&worker.domain.region, worker.local, state);
 }
 
-/// DEAD -> INIT (spec/SCB.md §4): the runtime line zeroed except last_ack_seq, tid and pid cleared,
-/// then INIT with release so the next owner sees a clean slot.
-fn clear_slot(region: &Region, slot: u32) {
+/// Any state -> CLAIMED -> INIT (spec/SCB.md §4): a CAS from the state observed (`seen`; the agent's
+/// table, not the SCB, says the slot is being released), the runtime line zeroed except
+/// last_ack_seq, tid and pid cleared, then INIT with release so the next owner sees a clean slot.
+fn clear_slot(region: &Region, slot: u32, seen: u32) {
     let scb = region.scb(slot);
+    // A runtime of this domain may change the state under us; the agent owns the slot now either way.
+    let _ = scb.worker_state().compare_exchange(seen, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire);
     scb.yield_count().store(0, Ordering::Relaxed);
     scb.in_critical().store(0, Ordering::Relaxed);
     scb.escapable().store(0, Ordering::Relaxed);
@@ -579,15 +669,29 @@ mod tests {
             abi_major: abi::ABI_MAJOR,
             abi_minor: abi::ABI_MINOR,
             op: abi::RegOp::Register.raw(),
+            size: size_of::<RegRequest>() as u32,
             ..Default::default()
         };
         // SAFETY: plain old data.
         let bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
         assert!(parse_request(&bytes(&good)).is_ok());
-        assert_eq!(parse_request(&bytes(&good)[..31]).unwrap_err(), RegStatus::Malformed);
+        let v12 = RegRequest { size: 0, ..good };
+        assert!(parse_request(&bytes(&v12)[..REQUEST_PREFIX]).is_ok(), "a 1.2 request is the 32-byte prefix");
+        assert_eq!(parse_request(&bytes(&good)[..REQUEST_PREFIX]).unwrap_err(), RegStatus::Malformed, "size says 40");
         assert_eq!(parse_request(&bytes(&RegRequest { magic: 1, ..good })).unwrap_err(), RegStatus::Malformed);
         assert_eq!(parse_request(&bytes(&RegRequest { abi_major: 9, ..good })).unwrap_err(), RegStatus::AbiMajorMismatch);
         assert_eq!(parse_request(&bytes(&RegRequest { op: 77, ..good })).unwrap_err(), RegStatus::Malformed);
-        assert_eq!(parse_request(&bytes(&RegRequest { _reserved0: [1; 8], ..good })).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(parse_request(&bytes(&RegRequest { _reserved0: [1; 4], ..good })).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(parse_request(&bytes(&RegRequest { escapable: 3, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        assert_eq!(parse_request(&bytes(&RegRequest { priority: 20, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        assert_eq!(parse_request(&bytes(&RegRequest { priority: -21, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        // A longer request from a newer client: trailing zeros are fine, anything else is not.
+        let mut longer = bytes(&RegRequest { size: 48, ..good });
+        longer.extend_from_slice(&[0; 8]);
+        assert!(parse_request(&longer).is_ok());
+        longer[44] = 1;
+        assert_eq!(parse_request(&longer).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(request_size(&bytes(&RegRequest { size: 8, ..good })).is_err(), true);
+        assert_eq!(request_size(&bytes(&RegRequest { size: abi::REG_MESSAGE_MAX + 1, ..good })).is_err(), true);
     }
 }
