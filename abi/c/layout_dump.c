@@ -85,7 +85,10 @@ int main(void)
 	FIELD(reg_request, tid);
 	FIELD(reg_request, slot);
 	FIELD(reg_request, runtime_kind);
+	FIELD(reg_request, size);
 	FIELD(reg_request, _reserved0);
+	FIELD(reg_request, escapable);
+	FIELD(reg_request, priority);
 	printf("record reg_reply %zu %zu\n", sizeof(struct morpheus_reg_reply), MORPHEUS_ALIGNOF(struct morpheus_reg_reply));
 	FIELD(reg_reply, magic);
 	FIELD(reg_reply, status);
@@ -94,7 +97,7 @@ int main(void)
 	FIELD(reg_reply, abi_minor);
 	FIELD(reg_reply, generation);
 	FIELD(reg_reply, slot_generation);
-	FIELD(reg_reply, _reserved0);
+	FIELD(reg_reply, size);
 	FIELD(reg_reply, region_path);
 	printf("enum scheduler_mode OBSERVER %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_OBSERVER);
 	printf("enum scheduler_mode ENFORCED %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_ENFORCED);
@@ -103,6 +106,7 @@ int main(void)
 	printf("enum worker_state RUNNING %llu\n", (unsigned long long)MORPHEUS_WORKER_STATE_RUNNING);
 	printf("enum worker_state QUIESCING %llu\n", (unsigned long long)MORPHEUS_WORKER_STATE_QUIESCING);
 	printf("enum worker_state DEAD %llu\n", (unsigned long long)MORPHEUS_WORKER_STATE_DEAD);
+	printf("enum worker_state CLAIMED %llu\n", (unsigned long long)MORPHEUS_WORKER_STATE_CLAIMED);
 	printf("enum escalation_policy NONE %llu\n", (unsigned long long)MORPHEUS_ESCALATION_POLICY_NONE);
 	printf("enum escalation_policy THREAD_KICK %llu\n", (unsigned long long)MORPHEUS_ESCALATION_POLICY_THREAD_KICK);
 	printf("enum escalation_policy CGROUP_THROTTLE %llu\n", (unsigned long long)MORPHEUS_ESCALATION_POLICY_CGROUP_THROTTLE);
@@ -149,6 +153,10 @@ int main(void)
 	printf("enum reg_status NOT_OWNER %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_NOT_OWNER);
 	printf("enum reg_status INTERNAL %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_INTERNAL);
 	printf("enum reg_status PROCESS_LIMIT %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_PROCESS_LIMIT);
+	printf("enum reg_status INVALID_ARGUMENT %llu\n", (unsigned long long)MORPHEUS_REG_STATUS_INVALID_ARGUMENT);
+	printf("enum reg_escapable DEFAULT %llu\n", (unsigned long long)MORPHEUS_REG_ESCAPABLE_DEFAULT);
+	printf("enum reg_escapable NO %llu\n", (unsigned long long)MORPHEUS_REG_ESCAPABLE_NO);
+	printf("enum reg_escapable YES %llu\n", (unsigned long long)MORPHEUS_REG_ESCAPABLE_YES);
 	printf("enum error_code BAD_MAGIC %llu\n", (unsigned long long)MORPHEUS_E_BAD_MAGIC);
 	printf("enum error_code ABI_MAJOR_MISMATCH %llu\n", (unsigned long long)MORPHEUS_E_ABI_MAJOR_MISMATCH);
 	printf("enum error_code REGION_TRUNCATED %llu\n", (unsigned long long)MORPHEUS_E_REGION_TRUNCATED);
@@ -164,6 +172,8 @@ int main(void)
 	printf("enum error_code DETACHED %llu\n", (unsigned long long)MORPHEUS_E_DETACHED);
 	printf("enum error_code SLOT_BUSY %llu\n", (unsigned long long)MORPHEUS_E_SLOT_BUSY);
 	printf("enum error_code NOT_REGISTERED %llu\n", (unsigned long long)MORPHEUS_E_NOT_REGISTERED);
+	printf("enum error_code INVALID_ARGUMENT %llu\n", (unsigned long long)MORPHEUS_E_INVALID_ARGUMENT);
+	printf("enum error_code UNSUPPORTED_PLATFORM %llu\n", (unsigned long long)MORPHEUS_E_UNSUPPORTED_PLATFORM);
 	printf("const REGION_MAGIC %llu\n", (unsigned long long)MORPHEUS_REGION_MAGIC);
 	printf("const REG_MAGIC %llu\n", (unsigned long long)MORPHEUS_REG_MAGIC);
 	printf("const CACHE_LINE_SIZE %llu\n", (unsigned long long)MORPHEUS_CACHE_LINE_SIZE);
@@ -173,6 +183,13 @@ int main(void)
 	printf("const DEFAULT_HINT_MIN_INTERVAL_NS %llu\n", (unsigned long long)MORPHEUS_DEFAULT_HINT_MIN_INTERVAL_NS);
 	printf("const DEFAULT_THROTTLE_MAX_NS %llu\n", (unsigned long long)MORPHEUS_DEFAULT_THROTTLE_MAX_NS);
 	printf("const HINT_RING_BYTES %llu\n", (unsigned long long)MORPHEUS_HINT_RING_BYTES);
+	printf("const SEQLOCK_MAX_RETRIES %llu\n", (unsigned long long)MORPHEUS_SEQLOCK_MAX_RETRIES);
+	printf("const PRESSURE_LOW_CENTI %llu\n", (unsigned long long)MORPHEUS_PRESSURE_LOW_CENTI);
+	printf("const PRESSURE_MEDIUM_CENTI %llu\n", (unsigned long long)MORPHEUS_PRESSURE_MEDIUM_CENTI);
+	printf("const PRESSURE_HIGH_CENTI %llu\n", (unsigned long long)MORPHEUS_PRESSURE_HIGH_CENTI);
+	printf("const REG_MESSAGE_MAX %llu\n", (unsigned long long)MORPHEUS_REG_MESSAGE_MAX);
+	printf("const PRIORITY_MIN %lld\n", (long long)MORPHEUS_PRIORITY_MIN);
+	printf("const PRIORITY_MAX %lld\n", (long long)MORPHEUS_PRIORITY_MAX);
 	printf("const REGION_PATH_MAX %llu\n", (unsigned long long)MORPHEUS_REGION_PATH_MAX);
 	printf("const ENV_REGION %s\n", MORPHEUS_ENV_REGION);
 	printf("const ENV_SOCKET %s\n", MORPHEUS_ENV_SOCKET);

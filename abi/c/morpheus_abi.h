@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #endif
 
 #define MORPHEUS_ABI_MAJOR 1u
-#define MORPHEUS_ABI_MINOR 2u
+#define MORPHEUS_ABI_MINOR 3u
 
 /* First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 #define MORPHEUS_REGION_MAGIC 0x5355454850524f4dULL
@@ -45,6 +45,20 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_DEFAULT_THROTTLE_MAX_NS 200000000ULL
 /* Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require). */
 #define MORPHEUS_HINT_RING_BYTES 262144u
+/* Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader. */
+#define MORPHEUS_SEQLOCK_MAX_RETRIES 16u
+/* cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3). */
+#define MORPHEUS_PRESSURE_LOW_CENTI 500u
+/* cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3). */
+#define MORPHEUS_PRESSURE_MEDIUM_CENTI 2000u
+/* cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3). */
+#define MORPHEUS_PRESSURE_HIGH_CENTI 5000u
+/* Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3). */
+#define MORPHEUS_REG_MESSAGE_MAX 4096u
+/* Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped. */
+#define MORPHEUS_PRIORITY_MIN (-20)
+/* Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped. */
+#define MORPHEUS_PRIORITY_MAX 19
 /* Bytes reserved for a NUL-terminated region path in a registration reply. */
 #define MORPHEUS_REGION_PATH_MAX 96u
 /* Environment variable naming a region file or pinned map to attach to; the empty string forces detached mode. */
@@ -72,6 +86,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_WORKER_STATE_RUNNING 2u /* The runtime drives the worker and calls checkpoints. Written by the runtime. */
 #define MORPHEUS_WORKER_STATE_QUIESCING 3u /* The runtime is shutting the worker down. Written by the runtime. */
 #define MORPHEUS_WORKER_STATE_DEAD 4u /* The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */
+#define MORPHEUS_WORKER_STATE_CLAIMED 5u /* A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */
 
 /* enum escalation_policy: How an escalation is carried out. Global: stored in the region header. */
 #define MORPHEUS_ESCALATION_POLICY_NONE 0u /* Never escalate, even in enforced mode. */
@@ -122,7 +137,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_RUNTIME_KIND_NODE 4u /* sdk-node. */
 #define MORPHEUS_RUNTIME_KIND_JAVA 5u /* sdk-java. */
 
-/* enum feature: Feature bits of the region header. Bits 0-31 are optional (a reader may ignore them); bits 32-63 are required (a reader must refuse a region with a required bit it does not know). */
+/* enum feature: Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 #define MORPHEUS_FEATURE_PRESSURE_RECORD 1ULL /* Optional: the header's pressure record is kept current. */
 #define MORPHEUS_FEATURE_HINT_RING 2ULL /* Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */
 
@@ -140,6 +155,12 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_REG_STATUS_NOT_OWNER 6u /* UNREGISTER of a slot the caller does not hold. */
 #define MORPHEUS_REG_STATUS_INTERNAL 7u /* The agent failed; the request had no effect. */
 #define MORPHEUS_REG_STATUS_PROCESS_LIMIT 8u /* The calling process already holds as many slots as the agent allows one process (since 1.1). */
+#define MORPHEUS_REG_STATUS_INVALID_ARGUMENT 9u /* A field is outside its range (priority, escapable) (since 1.3). */
+
+/* enum reg_escapable: What a registration request asks for the worker's escapable flag, written into the SCB before REGISTERED (since 1.3). 0 means absent: the default of the request's runtime_kind. */
+#define MORPHEUS_REG_ESCAPABLE_DEFAULT 0u /* The runtime_kind's default from [escapable_default]. */
+#define MORPHEUS_REG_ESCAPABLE_NO 1u /* escapable = 0: never escalate this worker. */
+#define MORPHEUS_REG_ESCAPABLE_YES 2u /* escapable = 1. */
 
 /* enum error_code: Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */
 #define MORPHEUS_E_BAD_MAGIC 1u /* The region does not start with REGION_MAGIC. */
@@ -157,6 +178,8 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_E_DETACHED 13u /* The operation needs a region and none is attached. */
 #define MORPHEUS_E_SLOT_BUSY 14u /* Direct registration found the slot not in state INIT. */
 #define MORPHEUS_E_NOT_REGISTERED 15u /* The calling thread holds no worker. */
+#define MORPHEUS_E_INVALID_ARGUMENT 16u /* An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped). */
+#define MORPHEUS_E_UNSUPPORTED_PLATFORM 17u /* The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3). */
 
 /* Whether a worker may be escalated unless the application says otherwise, per SDK. */
 #define MORPHEUS_ESCAPABLE_DEFAULT_RUST 1u
@@ -167,13 +190,13 @@ typedef __INT64_TYPE__ morpheus_s64;
 
 /* Global machine pressure, published by the scheduler's agent inside the region header. */
 struct morpheus_pressure {
-	morpheus_u32 seq; /* @0 atomic, agent: seqlock: odd while the agent writes; readers retry until it is even and unchanged. Sequence counter of the seqlock protecting this record. */
-	morpheus_u32 level; /* @4 plain, agent: under seq. pressure_level. */
-	morpheus_u32 cpu_some_avg10; /* @8 plain, agent: under seq. /proc/pressure/cpu some avg10, in hundredths of a percent. */
-	morpheus_u32 io_some_avg10; /* @12 plain, agent: under seq. /proc/pressure/io some avg10, in hundredths of a percent. */
-	morpheus_u32 memory_some_avg10; /* @16 plain, agent: under seq. /proc/pressure/memory some avg10, in hundredths of a percent. */
-	morpheus_u32 runqueue_depth; /* @20 plain, agent: under seq. Runnable tasks beyond one per CPU (procs_running - nr_cpus, floored at 0). */
-	morpheus_u64 updated_ns; /* @24 plain, agent: under seq. CLOCK_MONOTONIC time of the last update. */
+	morpheus_u32 seq; /* @0 atomic, agent: seqlock (SCB.md 2.1): writer stores odd (relaxed), release fence, data, even (release); reader acquire-loads, reads data, acquire fence, re-loads; at most SEQLOCK_MAX_RETRIES attempts. Sequence counter of the seqlock protecting this record. */
+	morpheus_u32 level; /* @4 atomic, agent: relaxed, inside the seqlock. pressure_level. */
+	morpheus_u32 cpu_some_avg10; /* @8 atomic, agent: relaxed, inside the seqlock. /proc/pressure/cpu some avg10, in hundredths of a percent. */
+	morpheus_u32 io_some_avg10; /* @12 atomic, agent: relaxed, inside the seqlock. /proc/pressure/io some avg10, in hundredths of a percent. */
+	morpheus_u32 memory_some_avg10; /* @16 atomic, agent: relaxed, inside the seqlock. /proc/pressure/memory some avg10, in hundredths of a percent. */
+	morpheus_u32 runqueue_depth; /* @20 atomic, agent: relaxed, inside the seqlock. Runnable tasks beyond one per CPU (procs_running - nr_cpus, floored at 0). */
+	morpheus_u64 updated_ns; /* @24 atomic, agent: relaxed, inside the seqlock. CLOCK_MONOTONIC time of the last update. */
 };
 
 MORPHEUS_STATIC_ASSERT(sizeof(struct morpheus_pressure) == 32, "struct morpheus_pressure must be 32 bytes");
@@ -232,24 +255,24 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_region_header, pressur
 /* Shared Control Block: one per worker thread. Bytes 0-63 are written by the scheduler, bytes 64-127 by the runtime, so neither side's stores invalidate the other's line. */
 struct morpheus_scb {
 	/* Cache line 0: scheduler -> runtime. */
-	morpheus_u64 preempt_seq; /* @0 atomic, scheduler: scheduler: atomic increment (release); runtime: acquire load. Count of yield requests; monotonic. A request is pending while preempt_seq > last_ack_seq. */
+	morpheus_u64 preempt_seq; /* @0 atomic, scheduler: scheduler: hint fields first, then atomic increment (release or fully ordered); runtime: acquire load. Count of yield requests; monotonic. A request is pending while preempt_seq > last_ack_seq. */
 	morpheus_u64 budget_remaining_ns; /* @8 atomic, scheduler: relaxed (advisory). CPU time left in the worker's current slice; 0 when exhausted. */
 	morpheus_u64 last_hint_ns; /* @16 atomic, scheduler: relaxed (advisory). CLOCK_MONOTONIC time of the last preempt_seq increment. */
-	morpheus_u32 slot_generation; /* @24 atomic, scheduler: release store before worker_state = REGISTERED. Incremented each time the slot is assigned, so a stale handle can tell the slot was reused. */
-	morpheus_u32 tid; /* @28 plain, scheduler: written before worker_state = REGISTERED. Kernel thread id the slot is assigned to (0 when free). */
-	morpheus_u32 pid; /* @32 plain, scheduler: written before worker_state = REGISTERED. Process id (thread group id) owning the slot (0 when free). */
+	morpheus_u32 slot_generation; /* @24 atomic, scheduler: relaxed, written while CLAIMED, published by the release store of REGISTERED. Incremented (wrapping, skipping 0) each time the slot is assigned, so a stale handle can tell the slot was reused. */
+	morpheus_u32 tid; /* @28 atomic, scheduler: relaxed, written while CLAIMED, published by the release store of REGISTERED. Kernel thread id the slot is assigned to (0 when free). */
+	morpheus_u32 pid; /* @32 atomic, scheduler: relaxed, written while CLAIMED, published by the release store of REGISTERED. Process id (thread group id) owning the slot (0 when free). */
 	morpheus_u32 kernel_pressure_level; /* @36 atomic, scheduler: relaxed (advisory). pressure_level as the scheduler sees it for this worker's CPU. */
 	morpheus_u32 hints_dropped; /* @40 atomic, scheduler: relaxed; a runtime that sees it grow enters DEFENSIVE mode. Hints for this worker that were rate limited or did not fit the ring buffer. */
 	morpheus_u32 escalations; /* @44 atomic, scheduler: relaxed. Escalations applied to this worker. */
 	morpheus_u32 escalated; /* @48 atomic, scheduler: relaxed. 1 while an escalation (throttle or demotion) is in force, else 0. */
 	morpheus_u8 _reserved0[12]; /* @52 plain. Zero. */
 	/* Cache line 1: runtime -> scheduler. */
-	morpheus_u64 last_ack_seq; /* @64 atomic, runtime: runtime: compare-and-swap (release on success, acquire on failure); scheduler: acquire load. Highest preempt_seq the runtime has honoured by yielding; never ahead of preempt_seq, never decreases. */
+	morpheus_u64 last_ack_seq; /* @64 atomic, runtime: runtime: acquire load, then compare-and-swap (acq_rel on success, acquire on failure); scheduler: acquire load. Highest preempt_seq the runtime has honoured by yielding; never ahead of preempt_seq, never decreases. */
 	morpheus_u64 yield_count; /* @72 atomic, runtime: relaxed. Yields the runtime has performed for any reason. */
-	morpheus_u32 worker_state; /* @80 atomic, runtime, and the scheduler for INIT/REGISTERED/DEAD hand-offs: release store; acquire load. worker_state. */
-	morpheus_u32 in_critical; /* @84 atomic, runtime: enter: store 1 then seq_cst fence; exit: release store 0; scheduler: acquire load at decision time. 1 while the worker is inside a critical section (outermost enter to outermost exit). */
-	morpheus_u32 escapable; /* @88 atomic, runtime: release store; acquire load. 1 if the worker opted in to escalation. */
-	morpheus_s32 priority; /* @92 atomic, runtime: relaxed (advisory). Advisory priority, -20 (most important) to 19, like nice; 0 by default. */
+	morpheus_u32 worker_state; /* @80 atomic, runtime, and the registrar for hand-offs: hand-offs INIT->CLAIMED and DEAD/stale->CLAIMED by CAS (acq_rel); CLAIMED->REGISTERED/INIT and the runtime's transitions by release store; acquire load. worker_state. */
+	morpheus_u32 in_critical; /* @84 atomic, runtime: enter: relaxed store 1 then seq_cst fence; exit: release store 0; scheduler: acquire load at decision time and again where the effect takes hold. 1 while the worker is inside a critical section (outermost enter to outermost exit). */
+	morpheus_u32 escapable; /* @88 atomic, runtime: written by the registrar while CLAIMED (from the request), then by the runtime with release; acquire load. 1 if the worker opted in to escalation. */
+	morpheus_s32 priority; /* @92 atomic, runtime: written by the registrar while CLAIMED (from the request), then by the runtime, relaxed (advisory). Advisory priority, -20 (most important) to 19, like nice; 0 by default. */
 	morpheus_u32 last_yield_reason; /* @96 atomic, runtime: relaxed, stored before the acknowledging CAS. yield_reason of the most recent yield. */
 	morpheus_u32 runtime_mode; /* @100 atomic, runtime: relaxed. runtime_mode. */
 	morpheus_u32 runtime_kind; /* @104 plain, runtime: written before worker_state = RUNNING. runtime_kind of the SDK driving the worker. */
@@ -335,10 +358,13 @@ struct morpheus_reg_request {
 	morpheus_u32 tid; /* @12 plain, runtime: none. Thread to register (REGISTER). */
 	morpheus_u32 slot; /* @16 plain, runtime: none. Slot to release (UNREGISTER). */
 	morpheus_u32 runtime_kind; /* @20 plain, runtime: none. runtime_kind of the client. */
-	morpheus_u8 _reserved0[8]; /* @24 plain. Zero. */
+	morpheus_u32 size; /* @24 plain, runtime: none. Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. */
+	morpheus_u8 _reserved0[4]; /* @28 plain. Zero. */
+	morpheus_u32 escapable; /* @32 plain, runtime: none. reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). */
+	morpheus_s32 priority; /* @36 plain, runtime: none. Priority the registrar writes before REGISTERED, -20..19 (since 1.3). */
 };
 
-MORPHEUS_STATIC_ASSERT(sizeof(struct morpheus_reg_request) == 32, "struct morpheus_reg_request must be 32 bytes");
+MORPHEUS_STATIC_ASSERT(sizeof(struct morpheus_reg_request) == 40, "struct morpheus_reg_request must be 40 bytes");
 MORPHEUS_STATIC_ASSERT(MORPHEUS_ALIGNOF(struct morpheus_reg_request) == 4, "struct morpheus_reg_request must be 4-byte aligned");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, magic) == 0, "morpheus_reg_request.magic must be at offset 0");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, abi_major) == 4, "morpheus_reg_request.abi_major must be at offset 4");
@@ -347,7 +373,10 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, op) == 8,
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, tid) == 12, "morpheus_reg_request.tid must be at offset 12");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, slot) == 16, "morpheus_reg_request.slot must be at offset 16");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, runtime_kind) == 20, "morpheus_reg_request.runtime_kind must be at offset 20");
-MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, _reserved0) == 24, "morpheus_reg_request._reserved0 must be at offset 24");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, size) == 24, "morpheus_reg_request.size must be at offset 24");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, _reserved0) == 28, "morpheus_reg_request._reserved0 must be at offset 28");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, escapable) == 32, "morpheus_reg_request.escapable must be at offset 32");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, priority) == 36, "morpheus_reg_request.priority must be at offset 36");
 
 /* Registration reply, one message per request. */
 struct morpheus_reg_reply {
@@ -358,7 +387,7 @@ struct morpheus_reg_reply {
 	morpheus_u16 abi_minor; /* @14 plain, scheduler: none. The scheduler's ABI minor. */
 	morpheus_u64 generation; /* @16 plain, scheduler: none. The region's generation at assignment. */
 	morpheus_u32 slot_generation; /* @24 plain, scheduler: none. The slot's slot_generation after assignment. */
-	morpheus_u8 _reserved0[4]; /* @28 plain. Zero. */
+	morpheus_u32 size; /* @28 plain, scheduler: none. Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. */
 	morpheus_u8 region_path[96]; /* @32 plain, scheduler: none. NUL-terminated path of the region to map (REGION_PATH_MAX bytes). */
 };
 
@@ -371,7 +400,7 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, abi_major) 
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, abi_minor) == 14, "morpheus_reg_reply.abi_minor must be at offset 14");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, generation) == 16, "morpheus_reg_reply.generation must be at offset 16");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, slot_generation) == 24, "morpheus_reg_reply.slot_generation must be at offset 24");
-MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, _reserved0) == 28, "morpheus_reg_reply._reserved0 must be at offset 28");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, size) == 28, "morpheus_reg_reply.size must be at offset 28");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, region_path) == 32, "morpheus_reg_reply.region_path must be at offset 32");
 
 /* The spec's name of a scheduler_mode value, or 0 if unknown. */
@@ -393,6 +422,7 @@ static inline const char *morpheus_worker_state_name(morpheus_u32 value)
 	case 2: return "RUNNING";
 	case 3: return "QUIESCING";
 	case 4: return "DEAD";
+	case 5: return "CLAIMED";
 	default: return 0;
 	}
 }
@@ -517,6 +547,18 @@ static inline const char *morpheus_reg_status_name(morpheus_u32 value)
 	case 6: return "NOT_OWNER";
 	case 7: return "INTERNAL";
 	case 8: return "PROCESS_LIMIT";
+	case 9: return "INVALID_ARGUMENT";
+	default: return 0;
+	}
+}
+
+/* The spec's name of a reg_escapable value, or 0 if unknown. */
+static inline const char *morpheus_reg_escapable_name(morpheus_u32 value)
+{
+	switch (value) {
+	case 0: return "DEFAULT";
+	case 1: return "NO";
+	case 2: return "YES";
 	default: return 0;
 	}
 }
@@ -540,6 +582,8 @@ static inline const char *morpheus_error_code_name(morpheus_u32 value)
 	case 13: return "DETACHED";
 	case 14: return "SLOT_BUSY";
 	case 15: return "NOT_REGISTERED";
+	case 16: return "INVALID_ARGUMENT";
+	case 17: return "UNSUPPORTED_PLATFORM";
 	default: return 0;
 	}
 }

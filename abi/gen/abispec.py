@@ -15,7 +15,7 @@ from pathlib import Path
 PRIMITIVES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8}
 DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message"}
 ACCESS = {"atomic", "plain"}
-CONSTANT_TYPES = {"u32", "u64", "str"}
+CONSTANT_TYPES = {"u32", "u64", "i32", "str"}
 CACHE_LINE = 64
 _BYTES = re.compile(r"u8\[(\d+)\]")
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
@@ -158,7 +158,8 @@ def parse(raw: dict) -> Spec:
         if ctype not in CONSTANT_TYPES:
             raise SpecError(f"{where}: unknown type '{ctype}' (expected one of {sorted(CONSTANT_TYPES)})")
         value = _need(c, "value", where, str if ctype == "str" else int)
-        if ctype != "str" and not 0 <= value < 1 << (8 * PRIMITIVES[ctype]):
+        lo, hi = (-(1 << 31), 1 << 31) if ctype == "i32" else (0, 1 << (8 * PRIMITIVES.get(ctype, 0)))
+        if ctype != "str" and not lo <= value < hi:
             raise SpecError(f"{where}: value {value} does not fit {ctype}")
         spec.constants.append(Constant(name, ctype, value, bool(c.get("stable", False)), _need(c, "doc", where, str)))
     _unique([c.name for c in spec.constants], "constants", "constant")

@@ -57,6 +57,8 @@ def num(value: int) -> str:
 def c_literal(ctype: str, value: int | str) -> str:
     if ctype == "str":
         return json.dumps(value)
+    if ctype == "i32":
+        return f"({value})" if value < 0 else str(value)
     return f"{num(value)}ULL" if ctype == "u64" else f"{num(value)}u"
 
 
@@ -167,8 +169,7 @@ def emit_c_layout_dump(spec: Spec) -> str:
         for name, value, _ in enum_consts(e):
             out.append(f"\tprintf(\"enum {e.name} {name[len(e.prefix) + 1:]} %llu\\n\", (unsigned long long){name});")
     for c in spec.constants:
-        fmt = "%s" if c.type == "str" else "%llu"
-        cast = "" if c.type == "str" else "(unsigned long long)"
+        fmt, cast = {"str": ("%s", ""), "i32": ("%lld", "(long long)")}.get(c.type, ("%llu", "(unsigned long long)"))
         out.append(f"\tprintf(\"const {c.name} {fmt}\\n\", {cast}MORPHEUS_{c.name});")
     for lang in spec.escapable_default:
         out.append(f"\tprintf(\"escapable {lang} %u\\n\", MORPHEUS_ESCAPABLE_DEFAULT_{lang});")
@@ -200,7 +201,7 @@ def verify_dump(spec: Spec, text: str) -> list[str]:
 
 # --- Rust ---------------------------------------------------------------------------------------------------
 
-RUST_TYPES = {"u32": "u32", "u64": "u64", "str": "&str"}
+RUST_TYPES = {"u32": "u32", "u64": "u64", "i32": "i32", "str": "&str"}
 
 
 def emit_rust(spec: Spec) -> str:
@@ -368,7 +369,7 @@ def emit_node_js(spec: Spec) -> str:
     return "\n".join(out)
 
 
-TS_TYPES = {"u32": "number", "u64": "bigint", "str": "string"}
+TS_TYPES = {"u32": "number", "u64": "bigint", "i32": "number", "str": "string"}
 
 
 def emit_node_dts(spec: Spec) -> str:

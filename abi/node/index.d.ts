@@ -9,7 +9,7 @@ export interface FieldLayout {
 }
 
 export declare const ABI_MAJOR: 1;
-export declare const ABI_MINOR: 2;
+export declare const ABI_MINOR: 3;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 export declare const REGION_MAGIC: bigint;
@@ -29,6 +29,20 @@ export declare const DEFAULT_HINT_MIN_INTERVAL_NS: bigint;
 export declare const DEFAULT_THROTTLE_MAX_NS: bigint;
 /** Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require). */
 export declare const HINT_RING_BYTES: number;
+/** Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader. */
+export declare const SEQLOCK_MAX_RETRIES: number;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3). */
+export declare const PRESSURE_LOW_CENTI: number;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3). */
+export declare const PRESSURE_MEDIUM_CENTI: number;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3). */
+export declare const PRESSURE_HIGH_CENTI: number;
+/** Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3). */
+export declare const REG_MESSAGE_MAX: number;
+/** Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped. */
+export declare const PRIORITY_MIN: number;
+/** Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped. */
+export declare const PRIORITY_MAX: number;
 /** Bytes reserved for a NUL-terminated region path in a registration reply. */
 export declare const REGION_PATH_MAX: number;
 /** Environment variable naming a region file or pinned map to attach to; the empty string forces detached mode. */
@@ -59,6 +73,7 @@ export declare const WorkerState: {
   /** The runtime drives the worker and calls checkpoints. Written by the runtime. */ readonly RUNNING: number;
   /** The runtime is shutting the worker down. Written by the runtime. */ readonly QUIESCING: number;
   /** The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */ readonly DEAD: number;
+  /** A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */ readonly CLAIMED: number;
 };
 
 /** How an escalation is carried out. Global: stored in the region header. */
@@ -126,7 +141,7 @@ export declare const RuntimeKind: {
   /** sdk-java. */ readonly JAVA: number;
 };
 
-/** Feature bits of the region header. Bits 0-31 are optional (a reader may ignore them); bits 32-63 are required (a reader must refuse a region with a required bit it does not know). */
+/** Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 export declare const Feature: {
   /** Optional: the header's pressure record is kept current. */ readonly PRESSURE_RECORD: bigint;
   /** Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */ readonly HINT_RING: bigint;
@@ -149,6 +164,14 @@ export declare const RegStatus: {
   /** UNREGISTER of a slot the caller does not hold. */ readonly NOT_OWNER: number;
   /** The agent failed; the request had no effect. */ readonly INTERNAL: number;
   /** The calling process already holds as many slots as the agent allows one process (since 1.1). */ readonly PROCESS_LIMIT: number;
+  /** A field is outside its range (priority, escapable) (since 1.3). */ readonly INVALID_ARGUMENT: number;
+};
+
+/** What a registration request asks for the worker's escapable flag, written into the SCB before REGISTERED (since 1.3). 0 means absent: the default of the request's runtime_kind. */
+export declare const RegEscapable: {
+  /** The runtime_kind's default from [escapable_default]. */ readonly DEFAULT: number;
+  /** escapable = 0: never escalate this worker. */ readonly NO: number;
+  /** escapable = 1. */ readonly YES: number;
 };
 
 /** Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */
@@ -168,6 +191,8 @@ export declare const ErrorCode: {
   /** The operation needs a region and none is attached. */ readonly DETACHED: number;
   /** Direct registration found the slot not in state INIT. */ readonly SLOT_BUSY: number;
   /** The calling thread holds no worker. */ readonly NOT_REGISTERED: number;
+  /** An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped). */ readonly INVALID_ARGUMENT: number;
+  /** The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3). */ readonly UNSUPPORTED_PLATFORM: number;
 };
 
 export declare const ESCAPABLE_DEFAULT: {
@@ -282,7 +307,7 @@ export declare const EscalationEvent: {
 
 /** Registration request, sent as one message on the agent's Unix stream socket. */
 export declare const RegRequest: {
-  readonly size: 32;
+  readonly size: 40;
   readonly align: 4;
   readonly fields: {
     readonly magic: FieldLayout;
@@ -292,7 +317,10 @@ export declare const RegRequest: {
     readonly tid: FieldLayout;
     readonly slot: FieldLayout;
     readonly runtime_kind: FieldLayout;
+    readonly size: FieldLayout;
     readonly _reserved0: FieldLayout;
+    readonly escapable: FieldLayout;
+    readonly priority: FieldLayout;
   };
 };
 
@@ -308,7 +336,7 @@ export declare const RegReply: {
     readonly abi_minor: FieldLayout;
     readonly generation: FieldLayout;
     readonly slot_generation: FieldLayout;
-    readonly _reserved0: FieldLayout;
+    readonly size: FieldLayout;
     readonly region_path: FieldLayout;
   };
 };

@@ -4,7 +4,7 @@
 'use strict';
 
 exports.ABI_MAJOR = 1;
-exports.ABI_MINOR = 2;
+exports.ABI_MINOR = 3;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 exports.REGION_MAGIC = 0x5355454850524f4dn;
@@ -24,6 +24,20 @@ exports.DEFAULT_HINT_MIN_INTERVAL_NS = 1000000n;
 exports.DEFAULT_THROTTLE_MAX_NS = 200000000n;
 /** Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require). */
 exports.HINT_RING_BYTES = 262144;
+/** Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader. */
+exports.SEQLOCK_MAX_RETRIES = 16;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3). */
+exports.PRESSURE_LOW_CENTI = 500;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3). */
+exports.PRESSURE_MEDIUM_CENTI = 2000;
+/** cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3). */
+exports.PRESSURE_HIGH_CENTI = 5000;
+/** Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3). */
+exports.REG_MESSAGE_MAX = 4096;
+/** Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped. */
+exports.PRIORITY_MIN = -20;
+/** Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped. */
+exports.PRIORITY_MAX = 19;
 /** Bytes reserved for a NUL-terminated region path in a registration reply. */
 exports.REGION_PATH_MAX = 96;
 /** Environment variable naming a region file or pinned map to attach to; the empty string forces detached mode. */
@@ -54,6 +68,7 @@ exports.WorkerState = Object.freeze({
   /** The runtime drives the worker and calls checkpoints. Written by the runtime. */ RUNNING: 2,
   /** The runtime is shutting the worker down. Written by the runtime. */ QUIESCING: 3,
   /** The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */ DEAD: 4,
+  /** A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */ CLAIMED: 5,
 });
 
 /** How an escalation is carried out. Global: stored in the region header. */
@@ -121,7 +136,7 @@ exports.RuntimeKind = Object.freeze({
   /** sdk-java. */ JAVA: 5,
 });
 
-/** Feature bits of the region header. Bits 0-31 are optional (a reader may ignore them); bits 32-63 are required (a reader must refuse a region with a required bit it does not know). */
+/** Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 exports.Feature = Object.freeze({
   /** Optional: the header's pressure record is kept current. */ PRESSURE_RECORD: 0x1n,
   /** Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */ HINT_RING: 0x2n,
@@ -144,6 +159,14 @@ exports.RegStatus = Object.freeze({
   /** UNREGISTER of a slot the caller does not hold. */ NOT_OWNER: 6,
   /** The agent failed; the request had no effect. */ INTERNAL: 7,
   /** The calling process already holds as many slots as the agent allows one process (since 1.1). */ PROCESS_LIMIT: 8,
+  /** A field is outside its range (priority, escapable) (since 1.3). */ INVALID_ARGUMENT: 9,
+});
+
+/** What a registration request asks for the worker's escapable flag, written into the SCB before REGISTERED (since 1.3). 0 means absent: the default of the request's runtime_kind. */
+exports.RegEscapable = Object.freeze({
+  /** The runtime_kind's default from [escapable_default]. */ DEFAULT: 0,
+  /** escapable = 0: never escalate this worker. */ NO: 1,
+  /** escapable = 1. */ YES: 2,
 });
 
 /** Errors every SDK reports with these names (and values, where it uses numbers; C returns them negated). */
@@ -163,6 +186,8 @@ exports.ErrorCode = Object.freeze({
   /** The operation needs a region and none is attached. */ DETACHED: 13,
   /** Direct registration found the slot not in state INIT. */ SLOT_BUSY: 14,
   /** The calling thread holds no worker. */ NOT_REGISTERED: 15,
+  /** An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped). */ INVALID_ARGUMENT: 16,
+  /** The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3). */ UNSUPPORTED_PLATFORM: 17,
 });
 
 /** Whether a worker of the given SDK may be escalated unless the application says otherwise. */
@@ -180,12 +205,12 @@ exports.Pressure = Object.freeze({
   align: 8,
   fields: Object.freeze({
     seq: Object.freeze({ offset: 0, size: 4, type: 'u32', atomic: true }),
-    level: Object.freeze({ offset: 4, size: 4, type: 'u32', atomic: false }),
-    cpu_some_avg10: Object.freeze({ offset: 8, size: 4, type: 'u32', atomic: false }),
-    io_some_avg10: Object.freeze({ offset: 12, size: 4, type: 'u32', atomic: false }),
-    memory_some_avg10: Object.freeze({ offset: 16, size: 4, type: 'u32', atomic: false }),
-    runqueue_depth: Object.freeze({ offset: 20, size: 4, type: 'u32', atomic: false }),
-    updated_ns: Object.freeze({ offset: 24, size: 8, type: 'u64', atomic: false }),
+    level: Object.freeze({ offset: 4, size: 4, type: 'u32', atomic: true }),
+    cpu_some_avg10: Object.freeze({ offset: 8, size: 4, type: 'u32', atomic: true }),
+    io_some_avg10: Object.freeze({ offset: 12, size: 4, type: 'u32', atomic: true }),
+    memory_some_avg10: Object.freeze({ offset: 16, size: 4, type: 'u32', atomic: true }),
+    runqueue_depth: Object.freeze({ offset: 20, size: 4, type: 'u32', atomic: true }),
+    updated_ns: Object.freeze({ offset: 24, size: 8, type: 'u64', atomic: true }),
   }),
 });
 
@@ -224,8 +249,8 @@ exports.Scb = Object.freeze({
     budget_remaining_ns: Object.freeze({ offset: 8, size: 8, type: 'u64', atomic: true }),
     last_hint_ns: Object.freeze({ offset: 16, size: 8, type: 'u64', atomic: true }),
     slot_generation: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: true }),
-    tid: Object.freeze({ offset: 28, size: 4, type: 'u32', atomic: false }),
-    pid: Object.freeze({ offset: 32, size: 4, type: 'u32', atomic: false }),
+    tid: Object.freeze({ offset: 28, size: 4, type: 'u32', atomic: true }),
+    pid: Object.freeze({ offset: 32, size: 4, type: 'u32', atomic: true }),
     kernel_pressure_level: Object.freeze({ offset: 36, size: 4, type: 'u32', atomic: true }),
     hints_dropped: Object.freeze({ offset: 40, size: 4, type: 'u32', atomic: true }),
     escalations: Object.freeze({ offset: 44, size: 4, type: 'u32', atomic: true }),
@@ -278,7 +303,7 @@ exports.EscalationEvent = Object.freeze({
 
 /** Registration request, sent as one message on the agent's Unix stream socket. */
 exports.RegRequest = Object.freeze({
-  size: 32,
+  size: 40,
   align: 4,
   fields: Object.freeze({
     magic: Object.freeze({ offset: 0, size: 4, type: 'u32', atomic: false }),
@@ -288,7 +313,10 @@ exports.RegRequest = Object.freeze({
     tid: Object.freeze({ offset: 12, size: 4, type: 'u32', atomic: false }),
     slot: Object.freeze({ offset: 16, size: 4, type: 'u32', atomic: false }),
     runtime_kind: Object.freeze({ offset: 20, size: 4, type: 'u32', atomic: false }),
-    _reserved0: Object.freeze({ offset: 24, size: 8, type: 'u8[8]', atomic: false }),
+    size: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: false }),
+    _reserved0: Object.freeze({ offset: 28, size: 4, type: 'u8[4]', atomic: false }),
+    escapable: Object.freeze({ offset: 32, size: 4, type: 'u32', atomic: false }),
+    priority: Object.freeze({ offset: 36, size: 4, type: 'i32', atomic: false }),
   }),
 });
 
@@ -304,7 +332,7 @@ exports.RegReply = Object.freeze({
     abi_minor: Object.freeze({ offset: 14, size: 2, type: 'u16', atomic: false }),
     generation: Object.freeze({ offset: 16, size: 8, type: 'u64', atomic: false }),
     slot_generation: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: false }),
-    _reserved0: Object.freeze({ offset: 28, size: 4, type: 'u8[4]', atomic: false }),
+    size: Object.freeze({ offset: 28, size: 4, type: 'u32', atomic: false }),
     region_path: Object.freeze({ offset: 32, size: 96, type: 'u8[96]', atomic: false }),
   }),
 });

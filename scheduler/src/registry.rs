@@ -283,7 +283,7 @@ fn handle(shared: &Shared, pid: u32, request: &RegRequest) -> RegReply {
         );
         return refusal(RegStatus::AbiMajorMismatch);
     }
-    if request._reserved0 != [0; 8] {
+    if request._reserved0 != [0; 4] {
         return refusal(RegStatus::Malformed);
     }
     match abi::RegOp::try_from(request.op) {

@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
-ABI_MINOR = 2
+ABI_MINOR = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,27 @@ DEFAULT_THROTTLE_MAX_NS = 200000000
 
 HINT_RING_BYTES = 262144
 """Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require)."""
+
+SEQLOCK_MAX_RETRIES = 16
+"""Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader."""
+
+PRESSURE_LOW_CENTI = 500
+"""cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3)."""
+
+PRESSURE_MEDIUM_CENTI = 2000
+"""cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3)."""
+
+PRESSURE_HIGH_CENTI = 5000
+"""cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3)."""
+
+REG_MESSAGE_MAX = 4096
+"""Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3)."""
+
+PRIORITY_MIN = -20
+"""Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped."""
+
+PRIORITY_MAX = 19
+"""Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped."""
 
 REGION_PATH_MAX = 96
 """Bytes reserved for a NUL-terminated region path in a registration reply."""
@@ -97,6 +118,8 @@ class WorkerState(enum.IntEnum):
     """The runtime is shutting the worker down. Written by the runtime."""
     DEAD = 4
     """The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread)."""
+    CLAIMED = 5
+    """A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING."""
 
 
 class EscalationPolicy(enum.IntEnum):
@@ -206,7 +229,7 @@ class RuntimeKind(enum.IntEnum):
 
 
 class Feature(enum.IntFlag):
-    """Feature bits of the region header. Bits 0-31 are optional (a reader may ignore them); bits 32-63 are required (a reader must refuse a region with a required bit it does not know)."""
+    """Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version."""
 
     PRESSURE_RECORD = 0x1
     """Optional: the header's pressure record is kept current."""
@@ -244,6 +267,19 @@ class RegStatus(enum.IntEnum):
     """The agent failed; the request had no effect."""
     PROCESS_LIMIT = 8
     """The calling process already holds as many slots as the agent allows one process (since 1.1)."""
+    INVALID_ARGUMENT = 9
+    """A field is outside its range (priority, escapable) (since 1.3)."""
+
+
+class RegEscapable(enum.IntEnum):
+    """What a registration request asks for the worker's escapable flag, written into the SCB before REGISTERED (since 1.3). 0 means absent: the default of the request's runtime_kind."""
+
+    DEFAULT = 0
+    """The runtime_kind's default from [escapable_default]."""
+    NO = 1
+    """escapable = 0: never escalate this worker."""
+    YES = 2
+    """escapable = 1."""
 
 
 class ErrorCode(enum.IntEnum):
@@ -279,6 +315,10 @@ class ErrorCode(enum.IntEnum):
     """Direct registration found the slot not in state INIT."""
     NOT_REGISTERED = 15
     """The calling thread holds no worker."""
+    INVALID_ARGUMENT = 16
+    """An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped)."""
+    UNSUPPORTED_PLATFORM = 17
+    """The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3)."""
 
 
 ESCAPABLE_DEFAULT = {
@@ -297,12 +337,12 @@ class Pressure:
     SIZE = 32
     ALIGN = 8
     SEQ = Field('seq', 'u32', 0, 4, True, '<I')
-    LEVEL = Field('level', 'u32', 4, 4, False, '<I')
-    CPU_SOME_AVG10 = Field('cpu_some_avg10', 'u32', 8, 4, False, '<I')
-    IO_SOME_AVG10 = Field('io_some_avg10', 'u32', 12, 4, False, '<I')
-    MEMORY_SOME_AVG10 = Field('memory_some_avg10', 'u32', 16, 4, False, '<I')
-    RUNQUEUE_DEPTH = Field('runqueue_depth', 'u32', 20, 4, False, '<I')
-    UPDATED_NS = Field('updated_ns', 'u64', 24, 8, False, '<Q')
+    LEVEL = Field('level', 'u32', 4, 4, True, '<I')
+    CPU_SOME_AVG10 = Field('cpu_some_avg10', 'u32', 8, 4, True, '<I')
+    IO_SOME_AVG10 = Field('io_some_avg10', 'u32', 12, 4, True, '<I')
+    MEMORY_SOME_AVG10 = Field('memory_some_avg10', 'u32', 16, 4, True, '<I')
+    RUNQUEUE_DEPTH = Field('runqueue_depth', 'u32', 20, 4, True, '<I')
+    UPDATED_NS = Field('updated_ns', 'u64', 24, 8, True, '<Q')
     FIELDS = (SEQ, LEVEL, CPU_SOME_AVG10, IO_SOME_AVG10, MEMORY_SOME_AVG10, RUNQUEUE_DEPTH, UPDATED_NS,)
 
 
@@ -341,8 +381,8 @@ class Scb:
     BUDGET_REMAINING_NS = Field('budget_remaining_ns', 'u64', 8, 8, True, '<Q')
     LAST_HINT_NS = Field('last_hint_ns', 'u64', 16, 8, True, '<Q')
     SLOT_GENERATION = Field('slot_generation', 'u32', 24, 4, True, '<I')
-    TID = Field('tid', 'u32', 28, 4, False, '<I')
-    PID = Field('pid', 'u32', 32, 4, False, '<I')
+    TID = Field('tid', 'u32', 28, 4, True, '<I')
+    PID = Field('pid', 'u32', 32, 4, True, '<I')
     KERNEL_PRESSURE_LEVEL = Field('kernel_pressure_level', 'u32', 36, 4, True, '<I')
     HINTS_DROPPED = Field('hints_dropped', 'u32', 40, 4, True, '<I')
     ESCALATIONS = Field('escalations', 'u32', 44, 4, True, '<I')
@@ -396,7 +436,7 @@ class EscalationEvent:
 class RegRequest:
     """Registration request, sent as one message on the agent's Unix stream socket."""
 
-    SIZE = 32
+    SIZE = 40
     ALIGN = 4
     MAGIC = Field('magic', 'u32', 0, 4, False, '<I')
     ABI_MAJOR = Field('abi_major', 'u16', 4, 2, False, '<H')
@@ -405,8 +445,11 @@ class RegRequest:
     TID = Field('tid', 'u32', 12, 4, False, '<I')
     SLOT = Field('slot', 'u32', 16, 4, False, '<I')
     RUNTIME_KIND = Field('runtime_kind', 'u32', 20, 4, False, '<I')
-    _RESERVED0 = Field('_reserved0', 'u8[8]', 24, 8, False, '')
-    FIELDS = (MAGIC, ABI_MAJOR, ABI_MINOR, OP, TID, SLOT, RUNTIME_KIND, _RESERVED0,)
+    SIZE = Field('size', 'u32', 24, 4, False, '<I')
+    _RESERVED0 = Field('_reserved0', 'u8[4]', 28, 4, False, '')
+    ESCAPABLE = Field('escapable', 'u32', 32, 4, False, '<I')
+    PRIORITY = Field('priority', 'i32', 36, 4, False, '<i')
+    FIELDS = (MAGIC, ABI_MAJOR, ABI_MINOR, OP, TID, SLOT, RUNTIME_KIND, SIZE, _RESERVED0, ESCAPABLE, PRIORITY,)
 
 
 class RegReply:
@@ -421,9 +464,9 @@ class RegReply:
     ABI_MINOR = Field('abi_minor', 'u16', 14, 2, False, '<H')
     GENERATION = Field('generation', 'u64', 16, 8, False, '<Q')
     SLOT_GENERATION = Field('slot_generation', 'u32', 24, 4, False, '<I')
-    _RESERVED0 = Field('_reserved0', 'u8[4]', 28, 4, False, '')
+    SIZE = Field('size', 'u32', 28, 4, False, '<I')
     REGION_PATH = Field('region_path', 'u8[96]', 32, 96, False, '')
-    FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, _RESERVED0, REGION_PATH,)
+    FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, SIZE, REGION_PATH,)
 
 
 class PressureStruct(ctypes.LittleEndianStructure):
@@ -534,7 +577,10 @@ class RegRequestStruct(ctypes.LittleEndianStructure):
         ('tid', ctypes.c_uint32),
         ('slot', ctypes.c_uint32),
         ('runtime_kind', ctypes.c_uint32),
-        ('_reserved0', ctypes.c_uint8 * 8),
+        ('size', ctypes.c_uint32),
+        ('_reserved0', ctypes.c_uint8 * 4),
+        ('escapable', ctypes.c_uint32),
+        ('priority', ctypes.c_int32),
     ]
 
 
@@ -549,6 +595,6 @@ class RegReplyStruct(ctypes.LittleEndianStructure):
         ('abi_minor', ctypes.c_uint16),
         ('generation', ctypes.c_uint64),
         ('slot_generation', ctypes.c_uint32),
-        ('_reserved0', ctypes.c_uint8 * 4),
+        ('size', ctypes.c_uint32),
         ('region_path', ctypes.c_uint8 * 96),
     ]

@@ -4,7 +4,7 @@
 /// ABI major version this crate was generated for.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version this crate was generated for.
-pub const ABI_MINOR: u16 = 2;
+pub const ABI_MINOR: u16 = 3;
 
 /// First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian.
 pub const REGION_MAGIC: u64 = 0x5355454850524f4d;
@@ -24,6 +24,20 @@ pub const DEFAULT_HINT_MIN_INTERVAL_NS: u64 = 1000000;
 pub const DEFAULT_THROTTLE_MAX_NS: u64 = 200000000;
 /// Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require).
 pub const HINT_RING_BYTES: u32 = 262144;
+/// Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader.
+pub const SEQLOCK_MAX_RETRIES: u32 = 16;
+/// cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3).
+pub const PRESSURE_LOW_CENTI: u32 = 500;
+/// cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3).
+pub const PRESSURE_MEDIUM_CENTI: u32 = 2000;
+/// cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3).
+pub const PRESSURE_HIGH_CENTI: u32 = 5000;
+/// Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3).
+pub const REG_MESSAGE_MAX: u32 = 4096;
+/// Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped.
+pub const PRIORITY_MIN: i32 = -20;
+/// Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped.
+pub const PRIORITY_MAX: i32 = 19;
 /// Bytes reserved for a NUL-terminated region path in a registration reply.
 pub const REGION_PATH_MAX: u32 = 96;
 /// Environment variable naming a region file or pinned map to attach to; the empty string forces detached mode.
@@ -110,11 +124,13 @@ pub enum WorkerState {
     Quiescing = 3,
     /// The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread).
     Dead = 4,
+    /// A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING.
+    Claimed = 5,
 }
 
 impl WorkerState {
     /// Every value, in spec order.
-    pub const ALL: &'static [WorkerState] = &[WorkerState::Init, WorkerState::Registered, WorkerState::Running, WorkerState::Quiescing, WorkerState::Dead];
+    pub const ALL: &'static [WorkerState] = &[WorkerState::Init, WorkerState::Registered, WorkerState::Running, WorkerState::Quiescing, WorkerState::Dead, WorkerState::Claimed];
 
     /// The value's name as the spec writes it.
     pub const fn name(self) -> &'static str {
@@ -124,6 +140,7 @@ impl WorkerState {
             WorkerState::Running => "RUNNING",
             WorkerState::Quiescing => "QUIESCING",
             WorkerState::Dead => "DEAD",
+            WorkerState::Claimed => "CLAIMED",
         }
     }
 
@@ -135,6 +152,7 @@ impl WorkerState {
             WorkerState::Running => "The runtime drives the worker and calls checkpoints. Written by the runtime.",
             WorkerState::Quiescing => "The runtime is shutting the worker down. Written by the runtime.",
             WorkerState::Dead => "The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread).",
+            WorkerState::Claimed => "A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING.",
         }
     }
 
@@ -155,6 +173,7 @@ impl TryFrom<u32> for WorkerState {
             2 => Ok(WorkerState::Running),
             3 => Ok(WorkerState::Quiescing),
             4 => Ok(WorkerState::Dead),
+            5 => Ok(WorkerState::Claimed),
             other => Err(other),
         }
     }
@@ -691,7 +710,7 @@ impl core::fmt::Display for RuntimeKind {
     }
 }
 
-/// Feature bits of the region header. Bits 0-31 are optional (a reader may ignore them); bits 32-63 are required (a reader must refuse a region with a required bit it does not know).
+/// Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version.
 pub mod feature {
     /// Optional: the header's pressure record is kept current.
     pub const PRESSURE_RECORD: u64 = 0x1;
@@ -778,11 +797,13 @@ pub enum RegStatus {
     Internal = 7,
     /// The calling process already holds as many slots as the agent allows one process (since 1.1).
     ProcessLimit = 8,
+    /// A field is outside its range (priority, escapable) (since 1.3).
+    InvalidArgument = 9,
 }
 
 impl RegStatus {
     /// Every value, in spec order.
-    pub const ALL: &'static [RegStatus] = &[RegStatus::Ok, RegStatus::Malformed, RegStatus::AbiMajorMismatch, RegStatus::NotCallerTid, RegStatus::NoFreeSlot, RegStatus::AlreadyRegistered, RegStatus::NotOwner, RegStatus::Internal, RegStatus::ProcessLimit];
+    pub const ALL: &'static [RegStatus] = &[RegStatus::Ok, RegStatus::Malformed, RegStatus::AbiMajorMismatch, RegStatus::NotCallerTid, RegStatus::NoFreeSlot, RegStatus::AlreadyRegistered, RegStatus::NotOwner, RegStatus::Internal, RegStatus::ProcessLimit, RegStatus::InvalidArgument];
 
     /// The value's name as the spec writes it.
     pub const fn name(self) -> &'static str {
@@ -796,6 +817,7 @@ impl RegStatus {
             RegStatus::NotOwner => "NOT_OWNER",
             RegStatus::Internal => "INTERNAL",
             RegStatus::ProcessLimit => "PROCESS_LIMIT",
+            RegStatus::InvalidArgument => "INVALID_ARGUMENT",
         }
     }
 
@@ -811,6 +833,7 @@ impl RegStatus {
             RegStatus::NotOwner => "UNREGISTER of a slot the caller does not hold.",
             RegStatus::Internal => "The agent failed; the request had no effect.",
             RegStatus::ProcessLimit => "The calling process already holds as many slots as the agent allows one process (since 1.1).",
+            RegStatus::InvalidArgument => "A field is outside its range (priority, escapable) (since 1.3).",
         }
     }
 
@@ -835,12 +858,73 @@ impl TryFrom<u32> for RegStatus {
             6 => Ok(RegStatus::NotOwner),
             7 => Ok(RegStatus::Internal),
             8 => Ok(RegStatus::ProcessLimit),
+            9 => Ok(RegStatus::InvalidArgument),
             other => Err(other),
         }
     }
 }
 
 impl core::fmt::Display for RegStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a registration request asks for the worker's escapable flag, written into the SCB before REGISTERED (since 1.3). 0 means absent: the default of the request's runtime_kind.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegEscapable {
+    /// The runtime_kind's default from [escapable_default].
+    Default = 0,
+    /// escapable = 0: never escalate this worker.
+    No = 1,
+    /// escapable = 1.
+    Yes = 2,
+}
+
+impl RegEscapable {
+    /// Every value, in spec order.
+    pub const ALL: &'static [RegEscapable] = &[RegEscapable::Default, RegEscapable::No, RegEscapable::Yes];
+
+    /// The value's name as the spec writes it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RegEscapable::Default => "DEFAULT",
+            RegEscapable::No => "NO",
+            RegEscapable::Yes => "YES",
+        }
+    }
+
+    /// The spec's documentation of the value.
+    pub const fn doc(self) -> &'static str {
+        match self {
+            RegEscapable::Default => "The runtime_kind's default from [escapable_default].",
+            RegEscapable::No => "escapable = 0: never escalate this worker.",
+            RegEscapable::Yes => "escapable = 1.",
+        }
+    }
+
+    /// The value as stored in memory.
+    pub const fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+impl TryFrom<u32> for RegEscapable {
+    type Error = u32;
+
+    /// Decode a stored value; an unknown value is returned as the error.
+    fn try_from(raw: u32) -> Result<Self, u32> {
+        match raw {
+            0 => Ok(RegEscapable::Default),
+            1 => Ok(RegEscapable::No),
+            2 => Ok(RegEscapable::Yes),
+            other => Err(other),
+        }
+    }
+}
+
+impl core::fmt::Display for RegEscapable {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
@@ -880,11 +964,15 @@ pub enum ErrorCode {
     SlotBusy = 14,
     /// The calling thread holds no worker.
     NotRegistered = 15,
+    /// An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped).
+    InvalidArgument = 16,
+    /// The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3).
+    UnsupportedPlatform = 17,
 }
 
 impl ErrorCode {
     /// Every value, in spec order.
-    pub const ALL: &'static [ErrorCode] = &[ErrorCode::BadMagic, ErrorCode::AbiMajorMismatch, ErrorCode::RegionTruncated, ErrorCode::BadLayout, ErrorCode::UnknownRequiredFeature, ErrorCode::NotReady, ErrorCode::GenerationChanged, ErrorCode::SlotOutOfRange, ErrorCode::AlreadyRegistered, ErrorCode::NotInCritical, ErrorCode::Io, ErrorCode::RegistrationRefused, ErrorCode::Detached, ErrorCode::SlotBusy, ErrorCode::NotRegistered];
+    pub const ALL: &'static [ErrorCode] = &[ErrorCode::BadMagic, ErrorCode::AbiMajorMismatch, ErrorCode::RegionTruncated, ErrorCode::BadLayout, ErrorCode::UnknownRequiredFeature, ErrorCode::NotReady, ErrorCode::GenerationChanged, ErrorCode::SlotOutOfRange, ErrorCode::AlreadyRegistered, ErrorCode::NotInCritical, ErrorCode::Io, ErrorCode::RegistrationRefused, ErrorCode::Detached, ErrorCode::SlotBusy, ErrorCode::NotRegistered, ErrorCode::InvalidArgument, ErrorCode::UnsupportedPlatform];
 
     /// The value's name as the spec writes it.
     pub const fn name(self) -> &'static str {
@@ -904,6 +992,8 @@ impl ErrorCode {
             ErrorCode::Detached => "DETACHED",
             ErrorCode::SlotBusy => "SLOT_BUSY",
             ErrorCode::NotRegistered => "NOT_REGISTERED",
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::UnsupportedPlatform => "UNSUPPORTED_PLATFORM",
         }
     }
 
@@ -925,6 +1015,8 @@ impl ErrorCode {
             ErrorCode::Detached => "The operation needs a region and none is attached.",
             ErrorCode::SlotBusy => "Direct registration found the slot not in state INIT.",
             ErrorCode::NotRegistered => "The calling thread holds no worker.",
+            ErrorCode::InvalidArgument => "An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped).",
+            ErrorCode::UnsupportedPlatform => "The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3).",
         }
     }
 
@@ -955,6 +1047,8 @@ impl TryFrom<u32> for ErrorCode {
             13 => Ok(ErrorCode::Detached),
             14 => Ok(ErrorCode::SlotBusy),
             15 => Ok(ErrorCode::NotRegistered),
+            16 => Ok(ErrorCode::InvalidArgument),
+            17 => Ok(ErrorCode::UnsupportedPlatform),
             other => Err(other),
         }
     }
@@ -1049,7 +1143,10 @@ pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", tid),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", slot),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", runtime_kind),
+    crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", size),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", _reserved0),
+    crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", escapable),
+    crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", priority),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", magic),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", status),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", slot),
@@ -1057,7 +1154,7 @@ pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", abi_minor),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", generation),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", slot_generation),
-    crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", _reserved0),
+    crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", size),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", region_path),
 ];
 

@@ -63,6 +63,13 @@ fn version_constants_and_enums_match_the_spec() {
             "DEFAULT_THROTTLE_MAX_NS" => int(want) == morpheus_abi::DEFAULT_THROTTLE_MAX_NS,
             "HINT_RING_BYTES" => int(want) == u64::from(morpheus_abi::HINT_RING_BYTES),
             "REGION_PATH_MAX" => int(want) == u64::from(morpheus_abi::REGION_PATH_MAX),
+            "SEQLOCK_MAX_RETRIES" => int(want) == u64::from(morpheus_abi::SEQLOCK_MAX_RETRIES),
+            "PRESSURE_LOW_CENTI" => int(want) == u64::from(morpheus_abi::PRESSURE_LOW_CENTI),
+            "PRESSURE_MEDIUM_CENTI" => int(want) == u64::from(morpheus_abi::PRESSURE_MEDIUM_CENTI),
+            "PRESSURE_HIGH_CENTI" => int(want) == u64::from(morpheus_abi::PRESSURE_HIGH_CENTI),
+            "REG_MESSAGE_MAX" => int(want) == u64::from(morpheus_abi::REG_MESSAGE_MAX),
+            "PRIORITY_MIN" => want.as_integer() == Some(i64::from(morpheus_abi::PRIORITY_MIN)),
+            "PRIORITY_MAX" => want.as_integer() == Some(i64::from(morpheus_abi::PRIORITY_MAX)),
             "ENV_REGION" => want.as_str() == Some(morpheus_abi::ENV_REGION),
             "ENV_SOCKET" => want.as_str() == Some(morpheus_abi::ENV_SOCKET),
             "DEFAULT_SOCKET_PATH" => want.as_str() == Some(morpheus_abi::DEFAULT_SOCKET_PATH),
@@ -104,6 +111,7 @@ fn version_constants_and_enums_match_the_spec() {
     enum_check!("runtime_kind", morpheus_abi::RuntimeKind);
     enum_check!("reg_op", morpheus_abi::RegOp);
     enum_check!("reg_status", morpheus_abi::RegStatus);
+    enum_check!("reg_escapable", morpheus_abi::RegEscapable);
     enum_check!("error_code", morpheus_abi::ErrorCode);
 }
 

@@ -7,7 +7,7 @@ public final class Abi {
     private Abi() {}
 
     public static final int ABI_MAJOR = 1;
-    public static final int ABI_MINOR = 2;
+    public static final int ABI_MINOR = 3;
 
     /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
     public static final long REGION_MAGIC = 0x5355454850524f4dL;
@@ -35,6 +35,27 @@ public final class Abi {
 
     /** Size of the hint and escalation ring buffers (a power of two, as BPF ring buffers require). */
     public static final int HINT_RING_BYTES = 262144;
+
+    /** Attempts a pressure reader makes before it keeps its last good snapshot (since 1.3): a writer that stays odd cannot stall a reader. */
+    public static final int SEQLOCK_MAX_RETRIES = 16;
+
+    /** cpu some avg10, in hundredths of a percent, from which pressure_level is LOW (5%; since 1.3). */
+    public static final int PRESSURE_LOW_CENTI = 500;
+
+    /** cpu some avg10, in hundredths of a percent, from which pressure_level is MEDIUM (20%; since 1.3). */
+    public static final int PRESSURE_MEDIUM_CENTI = 2000;
+
+    /** cpu some avg10, in hundredths of a percent, from which pressure_level is HIGH (50%; since 1.3). */
+    public static final int PRESSURE_HIGH_CENTI = 5000;
+
+    /** Largest registration message (request or reply) a party reads; a larger size field is MALFORMED (since 1.3). */
+    public static final int REG_MESSAGE_MAX = 4096;
+
+    /** Most important priority, like nice -20 (since 1.3). A value outside PRIORITY_MIN..PRIORITY_MAX is INVALID_ARGUMENT, never clamped. */
+    public static final int PRIORITY_MIN = -20;
+
+    /** Least important priority (since 1.3). A value outside the range is INVALID_ARGUMENT, never clamped. */
+    public static final int PRIORITY_MAX = 19;
 
     /** Bytes reserved for a NUL-terminated region path in a registration reply. */
     public static final int REGION_PATH_MAX = 96;

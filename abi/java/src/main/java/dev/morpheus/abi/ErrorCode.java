@@ -33,7 +33,11 @@ public enum ErrorCode {
     /** Direct registration found the slot not in state INIT. */
     SLOT_BUSY(14),
     /** The calling thread holds no worker. */
-    NOT_REGISTERED(15);
+    NOT_REGISTERED(15),
+    /** An argument is outside its range, e.g. a priority outside -20..19 (since 1.3; never clamped). */
+    INVALID_ARGUMENT(16),
+    /** The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3). */
+    UNSUPPORTED_PLATFORM(17);
 
     /** The value as stored in memory. */
     public final int value;

@@ -23,31 +23,31 @@ public final class PressureLayout {
             .withByteAlignment(8)
             .withName("morpheus_pressure");
 
-    /** Sequence counter of the seqlock protecting this record. (atomic; seqlock: odd while the agent writes; readers retry until it is even and unchanged) */
+    /** Sequence counter of the seqlock protecting this record. (atomic; seqlock (SCB.md 2.1): writer stores odd (relaxed), release fence, data, even (release); reader acquire-loads, reads data, acquire fence, re-loads; at most SEQLOCK_MAX_RETRIES attempts) */
     public static final VarHandle SEQ =
             LAYOUT.varHandle(PathElement.groupElement("seq"));
 
-    /** pressure_level. (plain; under seq) */
+    /** pressure_level. (atomic; relaxed, inside the seqlock) */
     public static final VarHandle LEVEL =
             LAYOUT.varHandle(PathElement.groupElement("level"));
 
-    /** /proc/pressure/cpu some avg10, in hundredths of a percent. (plain; under seq) */
+    /** /proc/pressure/cpu some avg10, in hundredths of a percent. (atomic; relaxed, inside the seqlock) */
     public static final VarHandle CPU_SOME_AVG10 =
             LAYOUT.varHandle(PathElement.groupElement("cpu_some_avg10"));
 
-    /** /proc/pressure/io some avg10, in hundredths of a percent. (plain; under seq) */
+    /** /proc/pressure/io some avg10, in hundredths of a percent. (atomic; relaxed, inside the seqlock) */
     public static final VarHandle IO_SOME_AVG10 =
             LAYOUT.varHandle(PathElement.groupElement("io_some_avg10"));
 
-    /** /proc/pressure/memory some avg10, in hundredths of a percent. (plain; under seq) */
+    /** /proc/pressure/memory some avg10, in hundredths of a percent. (atomic; relaxed, inside the seqlock) */
     public static final VarHandle MEMORY_SOME_AVG10 =
             LAYOUT.varHandle(PathElement.groupElement("memory_some_avg10"));
 
-    /** Runnable tasks beyond one per CPU (procs_running - nr_cpus, floored at 0). (plain; under seq) */
+    /** Runnable tasks beyond one per CPU (procs_running - nr_cpus, floored at 0). (atomic; relaxed, inside the seqlock) */
     public static final VarHandle RUNQUEUE_DEPTH =
             LAYOUT.varHandle(PathElement.groupElement("runqueue_depth"));
 
-    /** CLOCK_MONOTONIC time of the last update. (plain; under seq) */
+    /** CLOCK_MONOTONIC time of the last update. (atomic; relaxed, inside the seqlock) */
     public static final VarHandle UPDATED_NS =
             LAYOUT.varHandle(PathElement.groupElement("updated_ns"));
 }

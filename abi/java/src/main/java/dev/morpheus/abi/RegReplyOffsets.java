@@ -22,8 +22,8 @@ public final class RegReplyOffsets {
     public static final long GENERATION = 16;
     /** The slot's slot_generation after assignment. */
     public static final long SLOT_GENERATION = 24;
-    /** Zero. */
-    public static final long _RESERVED0 = 28;
+    /** Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. */
+    public static final long SIZE = 28;
     /** NUL-terminated path of the region to map (REGION_PATH_MAX bytes). */
     public static final long REGION_PATH = 32;
 }

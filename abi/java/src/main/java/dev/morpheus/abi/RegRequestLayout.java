@@ -20,7 +20,10 @@ public final class RegRequestLayout {
             ValueLayout.JAVA_INT.withName("tid"),
             ValueLayout.JAVA_INT.withName("slot"),
             ValueLayout.JAVA_INT.withName("runtime_kind"),
-            MemoryLayout.sequenceLayout(8, ValueLayout.JAVA_BYTE).withName("_reserved0"))
+            ValueLayout.JAVA_INT.withName("size"),
+            MemoryLayout.sequenceLayout(4, ValueLayout.JAVA_BYTE).withName("_reserved0"),
+            ValueLayout.JAVA_INT.withName("escapable"),
+            ValueLayout.JAVA_INT.withName("priority"))
             .withByteAlignment(4)
             .withName("morpheus_reg_request");
 
@@ -51,4 +54,16 @@ public final class RegRequestLayout {
     /** runtime_kind of the client. (plain; none) */
     public static final VarHandle RUNTIME_KIND =
             LAYOUT.varHandle(PathElement.groupElement("runtime_kind"));
+
+    /** Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. (plain; none) */
+    public static final VarHandle SIZE =
+            LAYOUT.varHandle(PathElement.groupElement("size"));
+
+    /** reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). (plain; none) */
+    public static final VarHandle ESCAPABLE =
+            LAYOUT.varHandle(PathElement.groupElement("escapable"));
+
+    /** Priority the registrar writes before REGISTERED, -20..19 (since 1.3). (plain; none) */
+    public static final VarHandle PRIORITY =
+            LAYOUT.varHandle(PathElement.groupElement("priority"));
 }

@@ -6,7 +6,7 @@ package dev.morpheus.abi;
 public final class RegRequestOffsets {
     private RegRequestOffsets() {}
 
-    public static final long SIZE = 32;
+    public static final long SIZE = 40;
     public static final long ALIGN = 4;
     /** REG_MAGIC. */
     public static final long MAGIC = 0;
@@ -22,6 +22,12 @@ public final class RegRequestOffsets {
     public static final long SLOT = 16;
     /** runtime_kind of the client. */
     public static final long RUNTIME_KIND = 20;
+    /** Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. */
+    public static final long SIZE = 24;
     /** Zero. */
-    public static final long _RESERVED0 = 24;
+    public static final long _RESERVED0 = 28;
+    /** reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). */
+    public static final long ESCAPABLE = 32;
+    /** Priority the registrar writes before REGISTERED, -20..19 (since 1.3). */
+    public static final long PRIORITY = 36;
 }

@@ -21,7 +21,9 @@ public enum RegStatus {
     /** The agent failed; the request had no effect. */
     INTERNAL(7),
     /** The calling process already holds as many slots as the agent allows one process (since 1.1). */
-    PROCESS_LIMIT(8);
+    PROCESS_LIMIT(8),
+    /** A field is outside its range (priority, escapable) (since 1.3). */
+    INVALID_ARGUMENT(9);
 
     /** The value as stored in memory. */
     public final int value;

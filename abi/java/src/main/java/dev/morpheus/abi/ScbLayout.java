@@ -37,7 +37,7 @@ public final class ScbLayout {
             .withByteAlignment(64)
             .withName("morpheus_scb");
 
-    /** Count of yield requests; monotonic. A request is pending while preempt_seq > last_ack_seq. (atomic; scheduler: atomic increment (release); runtime: acquire load) */
+    /** Count of yield requests; monotonic. A request is pending while preempt_seq > last_ack_seq. (atomic; scheduler: hint fields first, then atomic increment (release or fully ordered); runtime: acquire load) */
     public static final VarHandle PREEMPT_SEQ =
             LAYOUT.varHandle(PathElement.groupElement("preempt_seq"));
 
@@ -49,15 +49,15 @@ public final class ScbLayout {
     public static final VarHandle LAST_HINT_NS =
             LAYOUT.varHandle(PathElement.groupElement("last_hint_ns"));
 
-    /** Incremented each time the slot is assigned, so a stale handle can tell the slot was reused. (atomic; release store before worker_state = REGISTERED) */
+    /** Incremented (wrapping, skipping 0) each time the slot is assigned, so a stale handle can tell the slot was reused. (atomic; relaxed, written while CLAIMED, published by the release store of REGISTERED) */
     public static final VarHandle SLOT_GENERATION =
             LAYOUT.varHandle(PathElement.groupElement("slot_generation"));
 
-    /** Kernel thread id the slot is assigned to (0 when free). (plain; written before worker_state = REGISTERED) */
+    /** Kernel thread id the slot is assigned to (0 when free). (atomic; relaxed, written while CLAIMED, published by the release store of REGISTERED) */
     public static final VarHandle TID =
             LAYOUT.varHandle(PathElement.groupElement("tid"));
 
-    /** Process id (thread group id) owning the slot (0 when free). (plain; written before worker_state = REGISTERED) */
+    /** Process id (thread group id) owning the slot (0 when free). (atomic; relaxed, written while CLAIMED, published by the release store of REGISTERED) */
     public static final VarHandle PID =
             LAYOUT.varHandle(PathElement.groupElement("pid"));
 
@@ -77,7 +77,7 @@ public final class ScbLayout {
     public static final VarHandle ESCALATED =
             LAYOUT.varHandle(PathElement.groupElement("escalated"));
 
-    /** Highest preempt_seq the runtime has honoured by yielding; never ahead of preempt_seq, never decreases. (atomic; runtime: compare-and-swap (release on success, acquire on failure); scheduler: acquire load) */
+    /** Highest preempt_seq the runtime has honoured by yielding; never ahead of preempt_seq, never decreases. (atomic; runtime: acquire load, then compare-and-swap (acq_rel on success, acquire on failure); scheduler: acquire load) */
     public static final VarHandle LAST_ACK_SEQ =
             LAYOUT.varHandle(PathElement.groupElement("last_ack_seq"));
 
@@ -85,19 +85,19 @@ public final class ScbLayout {
     public static final VarHandle YIELD_COUNT =
             LAYOUT.varHandle(PathElement.groupElement("yield_count"));
 
-    /** worker_state. (atomic; release store; acquire load) */
+    /** worker_state. (atomic; hand-offs INIT->CLAIMED and DEAD/stale->CLAIMED by CAS (acq_rel); CLAIMED->REGISTERED/INIT and the runtime's transitions by release store; acquire load) */
     public static final VarHandle WORKER_STATE =
             LAYOUT.varHandle(PathElement.groupElement("worker_state"));
 
-    /** 1 while the worker is inside a critical section (outermost enter to outermost exit). (atomic; enter: store 1 then seq_cst fence; exit: release store 0; scheduler: acquire load at decision time) */
+    /** 1 while the worker is inside a critical section (outermost enter to outermost exit). (atomic; enter: relaxed store 1 then seq_cst fence; exit: release store 0; scheduler: acquire load at decision time and again where the effect takes hold) */
     public static final VarHandle IN_CRITICAL =
             LAYOUT.varHandle(PathElement.groupElement("in_critical"));
 
-    /** 1 if the worker opted in to escalation. (atomic; release store; acquire load) */
+    /** 1 if the worker opted in to escalation. (atomic; written by the registrar while CLAIMED (from the request), then by the runtime with release; acquire load) */
     public static final VarHandle ESCAPABLE =
             LAYOUT.varHandle(PathElement.groupElement("escapable"));
 
-    /** Advisory priority, -20 (most important) to 19, like nice; 0 by default. (atomic; relaxed (advisory)) */
+    /** Advisory priority, -20 (most important) to 19, like nice; 0 by default. (atomic; written by the registrar while CLAIMED (from the request), then by the runtime, relaxed (advisory)) */
     public static final VarHandle PRIORITY =
             LAYOUT.varHandle(PathElement.groupElement("priority"));
 

@@ -14,7 +14,7 @@ public final class ScbOffsets {
     public static final long BUDGET_REMAINING_NS = 8;
     /** CLOCK_MONOTONIC time of the last preempt_seq increment. */
     public static final long LAST_HINT_NS = 16;
-    /** Incremented each time the slot is assigned, so a stale handle can tell the slot was reused. */
+    /** Incremented (wrapping, skipping 0) each time the slot is assigned, so a stale handle can tell the slot was reused. */
     public static final long SLOT_GENERATION = 24;
     /** Kernel thread id the slot is assigned to (0 when free). */
     public static final long TID = 28;

@@ -13,7 +13,9 @@ public enum WorkerState {
     /** The runtime is shutting the worker down. Written by the runtime. */
     QUIESCING(3),
     /** The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */
-    DEAD(4);
+    DEAD(4),
+    /** A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */
+    CLAIMED(5);
 
     /** The value as stored in memory. */
     public final int value;
