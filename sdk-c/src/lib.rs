@@ -19,9 +19,12 @@ use std::{
 };
 
 use morpheus::{
-    check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, region::discover,
-    register_current_thread, unregister_current_thread, with_current_worker, Config, Discovered, Error, RawWorker, Region,
-    RuntimeKind, YieldReason,
+    raw::{
+        check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, register_current_thread,
+        RawWorker,
+    },
+    region::discover,
+    unregister_current_thread, with_current_worker, Config, Discovered, Error, Region, RuntimeKind, YieldReason,
 };
 use morpheus_abi::escapable_default;
 

@@ -328,21 +328,21 @@ impl Ticker {
 #[pyfunction]
 fn critical_enter() {
     // SAFETY: current_raw() is the calling thread's own state.
-    unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) }
+    unsafe { morpheus::raw::critical_enter_raw(morpheus::raw::current_raw()) }
 }
 
 /// Exit a critical section; ``NotInCriticalError`` without a matching enter (nothing is written).
 #[pyfunction]
 fn critical_exit(py: Python<'_>) -> PyResult<()> {
     // SAFETY: as in critical_enter.
-    py_result(py, unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) })
+    py_result(py, unsafe { morpheus::raw::critical_exit_raw(morpheus::raw::current_raw()) })
 }
 
 /// The calling thread's critical-section nesting depth.
 #[pyfunction]
 fn critical_depth() -> u32 {
     // SAFETY: as in critical_enter; a plain read of our own thread's state.
-    unsafe { (*morpheus::current_raw()).critical_depth }
+    unsafe { (*morpheus::raw::current_raw()).critical_depth }
 }
 
 // ------------------------------------------------------------------------------------------------

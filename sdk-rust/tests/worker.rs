@@ -263,7 +263,7 @@ fn a_thread_that_exits_holding_a_worker_releases_its_slot() {
     let region = Arc::new(SimRegion::temp(1));
     let r = region.clone();
     std::thread::spawn(move || {
-        morpheus::register_current_thread(&Config::default().region_path(r.path()).direct_slot(0)).unwrap();
+        morpheus::raw::register_current_thread(&Config::default().region_path(r.path()).direct_slot(0)).unwrap();
     })
     .join()
     .unwrap();

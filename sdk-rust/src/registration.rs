@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Registration and shutdown of the calling thread's worker (spec/SCB.md §4): resolving the region,
+//! obtaining a slot (through the agent or directly), REGISTERED -> RUNNING, and the way back to INIT.
+
+use std::{
+    ffi::c_void,
+    path::Path,
+    ptr::{addr_of, addr_of_mut},
+    sync::{atomic::Ordering, Arc},
+};
+
+use morpheus_abi::{escapable_default, RuntimeMode, Scb, WorkerState};
+
+use crate::{
+    agent::{self, AgentConnection},
+    config::{Config, RegionSource, Registration},
+    error::{Error, Result},
+    raw::{current_raw, inner, make_detached, next_epoch, touch_exit_guard, RawWorker},
+    region::{discover, DetachReason, Discovered, Region},
+    slow_path::{Channel, Inner, YieldCounts},
+    sys::{self, a32, a64},
+};
+
+fn resolve_region(source: &RegionSource) -> Result<std::result::Result<Arc<Region>, DetachReason>> {
+    Ok(match source {
+        RegionSource::Discover => match discover()? {
+            Discovered::Attached(region) => Ok(region),
+            Discovered::Detached(reason) => Err(reason),
+        },
+        RegionSource::Path(path) => Ok(Region::open(path)?),
+        RegionSource::Region(region) => Ok(region.clone()),
+        RegionSource::Detached => Err(DetachReason::Requested),
+    })
+}
+
+/// The scheduler's half of INIT -> REGISTERED, done by the SDK itself (direct registration, §4).
+fn direct_assign(region: &Region, slot: u32) -> Result<(*mut Scb, u32)> {
+    let scb = region.scb_ptr(slot)?;
+    check_generation(region)?;
+    // SAFETY: scb points into the validated, mapped region.
+    unsafe {
+        let state = a32(addr_of!((*scb).worker_state));
+        if let Err(found) = state.compare_exchange(
+            WorkerState::Init.raw(),
+            WorkerState::Registered.raw(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            return Err(Error::SlotBusy { slot, state: found });
+        }
+        a32(addr_of!((*scb).tid)).store(sys::gettid(), Ordering::Relaxed);
+        a32(addr_of!((*scb).pid)).store(sys::getpid(), Ordering::Relaxed);
+        let slot_generation = a32(addr_of!((*scb).slot_generation)).fetch_add(1, Ordering::Release) + 1;
+        let seq = a64(addr_of!((*scb).preempt_seq)).load(Ordering::Acquire);
+        a64(addr_of!((*scb).last_ack_seq)).store(seq, Ordering::Release);
+        Ok((scb, slot_generation))
+    }
+}
+
+fn check_generation(region: &Region) -> Result<()> {
+    let found = region.current_generation();
+    if found != region.attached_generation() {
+        return Err(Error::GenerationChanged { attached: region.attached_generation(), found });
+    }
+    Ok(())
+}
+
+fn agent_assign(
+    config: &Config,
+    region: Arc<Region>,
+    socket: &Path,
+) -> Result<(Arc<Region>, *mut Scb, u32, u32, AgentConnection)> {
+    let mut conn = AgentConnection::connect(socket)?;
+    let assignment = conn.register(sys::gettid(), config.runtime_kind)?;
+    let slot = assignment.slot;
+    let release = |conn: &mut AgentConnection, err: Error| {
+        let _ = conn.unregister(slot, config.runtime_kind);
+        err
+    };
+    // The agent names the region it assigned in; follow it unless the application chose one.
+    let region = match (&assignment.region_path, &config.region) {
+        (Some(path), RegionSource::Discover) if path != region.path() => {
+            Region::open(path).map_err(|e| release(&mut conn, e))?
+        }
+        _ => region,
+    };
+    if assignment.generation != region.attached_generation() {
+        let err = Error::GenerationChanged { attached: region.attached_generation(), found: assignment.generation };
+        return Err(release(&mut conn, err));
+    }
+    let scb = region.scb_ptr(slot).map_err(|e| release(&mut conn, e))?;
+    // SAFETY: scb points into the mapped region.
+    let state = unsafe { a32(addr_of!((*scb).worker_state)).load(Ordering::Acquire) };
+    if state != WorkerState::Registered.raw() {
+        let err = Error::SlotBusy { slot, state };
+        return Err(release(&mut conn, err));
+    }
+    Ok((region, scb, slot, assignment.slot_generation, conn))
+}
+
+/// Register the calling thread; the worker stays with the thread until [`unregister_current_thread`]
+/// or the thread exits. Returns the thread's [`RawWorker`].
+pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
+    let raw = current_raw();
+    // SAFETY: our own thread's state.
+    if let Some(existing) = unsafe { inner(raw) } {
+        return Err(Error::AlreadyRegistered { slot: existing.slot });
+    }
+    let epoch = next_epoch();
+    let escapable = config.escapable.unwrap_or_else(|| escapable_default(config.runtime_kind));
+    let priority = config.priority.clamp(-20, 19);
+    let mut inner = Box::new(Inner {
+        region: None,
+        scb: std::ptr::null_mut(),
+        slot: None,
+        slot_generation: 0,
+        channel: Channel::None,
+        kind: config.runtime_kind,
+        epoch,
+        acked: 0,
+        lost: None,
+        detach_reason: None,
+        mode: RuntimeMode::Deterministic,
+        last_hints_dropped: 0,
+        last_yield_ns: sys::monotonic_ns(),
+        last_mode_eval_ns: 0,
+        counts: YieldCounts::default(),
+        escapable,
+        priority,
+    });
+
+    match resolve_region(&config.region)? {
+        Err(reason) => inner.detach_reason = Some(reason),
+        Ok(region) => {
+            let (region, scb, slot, slot_generation, channel) = match &config.registration {
+                Registration::Direct { slot } => {
+                    let (scb, slot_generation) = direct_assign(&region, *slot)?;
+                    (region, scb, *slot, slot_generation, Channel::Direct)
+                }
+                Registration::Agent | Registration::AgentAt(_) => {
+                    let socket = match &config.registration {
+                        Registration::AgentAt(path) => path.clone(),
+                        _ => agent::socket_path(),
+                    };
+                    let (region, scb, slot, slot_generation, conn) = agent_assign(config, region, &socket)?;
+                    (region, scb, slot, slot_generation, Channel::Agent(conn))
+                }
+            };
+            inner.scb = scb;
+            inner.slot = Some(slot);
+            inner.slot_generation = slot_generation;
+            inner.channel = channel;
+            // SAFETY: scb is our slot in the mapped region, REGISTERED for this thread.
+            unsafe {
+                inner.acked = a64(addr_of!((*scb).last_ack_seq)).load(Ordering::Acquire);
+                inner.last_hints_dropped = a32(addr_of!((*scb).hints_dropped)).load(Ordering::Relaxed);
+                // REGISTERED -> RUNNING (§4); generation checked just before the writes.
+                if let Err(err) = check_generation(&region) {
+                    return Err(err);
+                }
+                a32(addr_of!((*scb).runtime_kind)).store(config.runtime_kind.raw(), Ordering::Relaxed);
+                a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release);
+                a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed);
+                a32(addr_of!((*scb).runtime_mode)).store(RuntimeMode::Deterministic.raw(), Ordering::Relaxed);
+                a32(addr_of!((*scb).in_critical)).store(0, Ordering::Relaxed);
+                a32(addr_of!((*scb).worker_state)).store(WorkerState::Running.raw(), Ordering::Release);
+                // A critical section entered before registration (e.g. a guard of the thread's previous
+                // worker) is still open: show it.
+                if (*raw).critical_depth > 0 {
+                    a32(addr_of!((*scb).in_critical)).store(1, Ordering::SeqCst);
+                }
+            }
+            inner.region = Some(region);
+        }
+    }
+
+    // SAFETY: our own thread's state; no borrows of it are live.
+    unsafe {
+        let depth = (*raw).critical_depth;
+        *raw = match (&inner.region, inner.scb) {
+            (Some(region), scb) if !scb.is_null() => RawWorker {
+                preempt_seq: addr_of!((*scb).preempt_seq),
+                cached_ack: inner.acked,
+                critical_depth: depth,
+                reserved: 0,
+                in_critical: addr_of_mut!((*scb).in_critical),
+                generation: region.generation_ptr(),
+                attached_generation: region.attached_generation(),
+                inner: std::ptr::null_mut(),
+            },
+            _ => RawWorker { critical_depth: depth, ..RawWorker::DETACHED },
+        };
+        (*raw).inner = Box::into_raw(inner) as *mut c_void;
+    }
+    touch_exit_guard();
+    Ok(raw)
+}
+
+/// Shut the calling thread's worker down (§4): QUIESCING, DEAD, then UNREGISTER (agent) or the
+/// scheduler's DEAD -> INIT writes (direct). Writes nothing if the scheduler restarted meanwhile.
+pub fn unregister_current_thread() -> Result<()> {
+    let raw = current_raw();
+    // SAFETY: our own thread's state.
+    unsafe {
+        if (*raw).inner.is_null() {
+            return Err(Error::NotRegistered { operation: "unregister" });
+        }
+        shutdown(raw)
+    }
+}
+
+pub(crate) unsafe fn shutdown(raw: *mut RawWorker) -> Result<()> {
+    let inner = Box::from_raw((*raw).inner as *mut Inner);
+    make_detached(raw);
+    (*raw).inner = std::ptr::null_mut();
+    let Inner { region, scb, slot, channel, kind, lost, .. } = *inner;
+    let (Some(region), Some(slot)) = (region, slot) else { return Ok(()) };
+    if lost.is_some() || scb.is_null() {
+        return Ok(());
+    }
+    check_generation(&region)?;
+    let state = a32(addr_of!((*scb).worker_state));
+    a32(addr_of!((*scb).in_critical)).store(0, Ordering::Release);
+    state.store(WorkerState::Quiescing.raw(), Ordering::Release);
+    state.store(WorkerState::Dead.raw(), Ordering::Release);
+    match channel {
+        Channel::Agent(mut conn) => conn.unregister(slot, kind),
+        Channel::Direct => {
+            // The scheduler's DEAD -> INIT: line 1 zeroed except last_ack_seq; tid, pid 0.
+            a64(addr_of!((*scb).yield_count)).store(0, Ordering::Relaxed);
+            for field in [
+                addr_of!((*scb).escapable),
+                addr_of!((*scb).last_yield_reason),
+                addr_of!((*scb).runtime_mode),
+                addr_of!((*scb).runtime_kind),
+                addr_of!((*scb).priority) as *const u32,
+                addr_of!((*scb).tid),
+                addr_of!((*scb).pid),
+            ] {
+                a32(field).store(0, Ordering::Relaxed);
+            }
+            state.store(WorkerState::Init.raw(), Ordering::Release);
+            Ok(())
+        }
+        Channel::None => Ok(()),
+    }
+}
