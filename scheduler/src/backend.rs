@@ -37,6 +37,7 @@ pub struct Config {
     /// Slots one uid may hold at once; also the size of each uid's region (sim).
     pub max_workers_per_uid: u32,
     /// Kernel backend: where its region map is pinned (the sim backend has no region file: §1.1).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub region_path: Option<PathBuf>,
     pub socket_path: PathBuf,
     /// The effect journal (S7): every demotion and cap is recorded before it is applied.

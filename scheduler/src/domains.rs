@@ -79,14 +79,6 @@ impl Domains {
         Domains { placement, by_uid: Mutex::new(HashMap::new()) }
     }
 
-    /// Slots in one domain's region.
-    pub fn slots_per_domain(&self) -> u32 {
-        match &self.placement {
-            Placement::Shared(domain) => domain.region.scb_count(),
-            Placement::PerUid { params, .. } => params.scb_count,
-        }
-    }
-
     pub fn is_shared(&self) -> bool {
         matches!(self.placement, Placement::Shared(_))
     }

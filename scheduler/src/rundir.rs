@@ -46,8 +46,10 @@ fn unsafe_dir(path: &Path, meta: &std::fs::Metadata, must_be_ours: bool) -> Opti
     if meta.uid() != 0 && meta.uid() != me {
         return Some(format!("{} belongs to uid {}; only root or the agent's user (uid {me}) may own it", path.display(), meta.uid()));
     }
-    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        return Some(format!("{} is writable by its group or by others (mode {:o}) and not sticky", path.display(), mode & 0o7777));
+    // An ancestor such as /tmp may be world-writable if sticky (nobody can rename our directory out
+    // of it); the runtime directory itself is writable by its owner only.
+    if mode & 0o022 != 0 && (must_be_ours || mode & 0o1000 == 0) {
+        return Some(format!("{} is writable by its group or by others (mode {:o})", path.display(), mode & 0o7777));
     }
     None
 }
@@ -87,10 +89,6 @@ impl RuntimeDir {
             bail!("unsafe runtime directory: {why}; create it as the agent's user, mode 0755 (systemd: RuntimeDirectory=morpheus)");
         }
         Ok(RuntimeDir { fd, path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     pub fn join(&self, name: &str) -> PathBuf {

@@ -362,12 +362,13 @@ impl Region {
         self.inner.path().to_path_buf()
     }
 
-    /// ``"PINNED_MAP"`` (kernel backend, bpffs) or ``"FILE"`` (simulation backend).
+    /// ``"PINNED_MAP"`` (kernel backend, bpffs), ``"FILE"`` (a region file) or ``"AGENT_FD"`` (handed over by the agent).
     #[getter]
     fn backing(&self) -> &'static str {
         match self.inner.backing() {
             morpheus::Backing::PinnedMap => "PINNED_MAP",
             morpheus::Backing::File => "FILE",
+            morpheus::Backing::AgentFd => "AGENT_FD",
         }
     }
 

@@ -28,8 +28,11 @@ use crate::{
 pub enum Backing {
     /// A pinned `BPF_F_MMAPABLE` array map on bpffs (kernel backend).
     PinnedMap,
-    /// A shared-memory (or any) file (simulation backend).
+    /// A shared-memory (or any) file: a harness's region for direct registration, or a 1.2 agent's.
     File,
+    /// A descriptor the agent handed over with the registration reply (since 1.3): the sim backend's
+    /// sealed memfd of the caller's user, or the kernel backend's region map.
+    AgentFd,
 }
 
 /// A validated, mapped region. Shared by every worker of the process that attached to it; the
@@ -82,6 +85,21 @@ impl Region {
             (OwnedFd::from(file), len as usize, Backing::File)
         };
         Self::map_fd(&fd, len, path, backing).map(Arc::new)
+    }
+
+    /// Map and validate the region descriptor the agent sent with a registration reply (§1.1): a
+    /// regular file (the sim backend's sealed memfd, sized by fstat) or a BPF array map (sized by its
+    /// value size). `what` names it in errors (the socket it came from).
+    pub fn from_agent_fd(fd: OwnedFd, what: &Path) -> Result<Arc<Region>> {
+        let file = std::fs::File::from(fd);
+        let meta = file.metadata().map_err(|e| Error::io(format!("fstat of the region from {}", what.display()), e))?;
+        let fd = OwnedFd::from(file);
+        let len = if meta.file_type().is_file() {
+            meta.len() as usize
+        } else {
+            sys::bpf_map_info(&fd, what)?.value_size as usize
+        };
+        Self::map_fd(&fd, len, what, Backing::AgentFd).map(Arc::new)
     }
 
     /// The one mmap path of both backings, then validation (§1.3). Nothing is written.

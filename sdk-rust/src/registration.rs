@@ -21,15 +21,37 @@ use crate::{
     sys::{self, a32, a64},
 };
 
-fn resolve_region(source: &RegionSource) -> Result<std::result::Result<Arc<Region>, DetachReason>> {
-    Ok(match source {
-        RegionSource::Discover => match discover()? {
-            Discovered::Attached(region) => Ok(region),
-            Discovered::Detached(reason) => Err(reason),
-        },
-        RegionSource::Path(path) => Ok(Region::open(path)?),
-        RegionSource::Region(region) => Ok(region.clone()),
-        RegionSource::Detached => Err(DetachReason::Requested),
+/// Where the worker's region comes from, before any slot is asked for.
+enum Resolved {
+    /// A region mapped already (a path, an attached region, or found by discovery).
+    Region(Arc<Region>),
+    /// The agent hands the region over with its reply (spec/SCB.md §1.2: its socket exists).
+    FromAgent,
+    Detached(DetachReason),
+}
+
+fn resolve_region(config: &Config) -> Result<Resolved> {
+    Ok(match &config.region {
+        RegionSource::Discover => {
+            // §1.2: MORPHEUS_REGION first; then, registering through an agent whose socket exists, the
+            // region the agent sends; then the default paths (1.2 agents); else detached.
+            let via_agent = match &config.registration {
+                Registration::Agent => Some(agent::socket_path()),
+                Registration::AgentAt(path) => Some(path.clone()),
+                Registration::Direct { .. } => None,
+            };
+            let env_set = std::env::var_os(morpheus_abi::ENV_REGION).is_some();
+            match via_agent {
+                Some(socket) if !env_set && socket.exists() => Resolved::FromAgent,
+                _ => match discover()? {
+                    Discovered::Attached(region) => Resolved::Region(region),
+                    Discovered::Detached(reason) => Resolved::Detached(reason),
+                },
+            }
+        }
+        RegionSource::Path(path) => Resolved::Region(Region::open(path)?),
+        RegionSource::Region(region) => Resolved::Region(region.clone()),
+        RegionSource::Detached => Resolved::Detached(DetachReason::Requested),
     })
 }
 
@@ -67,22 +89,33 @@ fn check_generation(region: &Region) -> Result<()> {
 
 fn agent_assign(
     config: &Config,
-    region: Arc<Region>,
+    region: Option<Arc<Region>>,
     socket: &Path,
+    priority: i32,
 ) -> Result<(Arc<Region>, *mut Scb, u32, u32, AgentConnection)> {
     let mut conn = AgentConnection::connect(socket)?;
-    let assignment = conn.register(sys::gettid(), config.runtime_kind)?;
+    let mut assignment = conn.register(sys::gettid(), config.runtime_kind, config.escapable, priority)?;
     let slot = assignment.slot;
     let release = |conn: &mut AgentConnection, err: Error| {
         let _ = conn.unregister(slot, config.runtime_kind);
         err
     };
-    // The agent names the region it assigned in; follow it unless the application chose one.
-    let region = match (&assignment.region_path, &config.region) {
-        (Some(path), RegionSource::Discover) if path != region.path() => {
+    // The slot is in the region the agent sent (1.3: its descriptor, the only way to reach a sim
+    // region); a 1.2 agent names a path instead, followed unless the application chose a region.
+    let region = match (assignment.region_fd.take(), &assignment.region_path, region) {
+        (Some(fd), _, _) => Region::from_agent_fd(fd, socket).map_err(|e| release(&mut conn, e))?,
+        (None, Some(path), Some(region)) if matches!(config.region, RegionSource::Discover) && path != region.path() => {
             Region::open(path).map_err(|e| release(&mut conn, e))?
         }
-        _ => region,
+        (None, _, Some(region)) => region,
+        (None, Some(path), None) => Region::open(path).map_err(|e| release(&mut conn, e))?,
+        (None, None, None) => {
+            let err = Error::io(
+                format!("the agent at {} assigned slot {slot} but sent neither a region descriptor nor a path", socket.display()),
+                std::io::Error::from(std::io::ErrorKind::InvalidData),
+            );
+            return Err(release(&mut conn, err));
+        }
     };
     if assignment.generation != region.attached_generation() {
         let err = Error::GenerationChanged { attached: region.attached_generation(), found: assignment.generation };
@@ -129,20 +162,26 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
         priority,
     });
 
-    match resolve_region(&config.region)? {
-        Err(reason) => inner.detach_reason = Some(reason),
-        Ok(region) => {
-            let (region, scb, slot, slot_generation, channel) = match &config.registration {
-                Registration::Direct { slot } => {
+    let resolved = resolve_region(config)?;
+    match resolved {
+        Resolved::Detached(reason) => inner.detach_reason = Some(reason),
+        Resolved::Region(_) | Resolved::FromAgent => {
+            let premapped = match resolved {
+                Resolved::Region(region) => Some(region),
+                _ => None,
+            };
+            let (region, scb, slot, slot_generation, channel) = match (&config.registration, premapped) {
+                (Registration::Direct { slot }, Some(region)) => {
                     let (scb, slot_generation) = direct_assign(&region, *slot)?;
                     (region, scb, *slot, slot_generation, Channel::Direct)
                 }
-                Registration::Agent | Registration::AgentAt(_) => {
+                (Registration::Direct { .. }, None) => unreachable!("direct registration never resolves to the agent"),
+                (Registration::Agent | Registration::AgentAt(_), premapped) => {
                     let socket = match &config.registration {
                         Registration::AgentAt(path) => path.clone(),
                         _ => agent::socket_path(),
                     };
-                    let (region, scb, slot, slot_generation, conn) = agent_assign(config, region, &socket)?;
+                    let (region, scb, slot, slot_generation, conn) = agent_assign(config, premapped, &socket, priority)?;
                     (region, scb, slot, slot_generation, Channel::Agent(conn))
                 }
             };
