@@ -78,6 +78,7 @@ class Agent:
         self.stderr_path = os.path.join(tempfile.gettempdir(), f"trust-agent-{os.getpid()}-{time.monotonic_ns()}.log")
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(args + list(extra), stdout=subprocess.DEVNULL, stderr=self.stderr)
+        STARTED.append(self.proc)
 
     def wait_ready(self, timeout=20):
         end = time.monotonic() + timeout
@@ -110,29 +111,49 @@ class Agent:
                 self.proc.kill()
                 self.proc.wait()
         self.stderr.close()
-        os.unlink(self.stderr_path)
+        if os.path.exists(self.stderr_path):
+            os.unlink(self.stderr_path)
 
     def kill9(self):
         self.proc.kill()
         self.proc.wait()
 
 
+# Everything a test started or created, undone after each test whatever happened.
+STARTED = []
+CREATED = []
+
+
 def private_dir():
     """A root-owned 0755 runtime directory (systemd's RuntimeDirectory= style)."""
     d = tempfile.mkdtemp(prefix="morpheus-trust-")
     os.chmod(d, 0o755)
+    CREATED.append(d)
     return d
+
+
+def cleanup():
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    while CREATED:
+        shutil.rmtree(CREATED.pop(), ignore_errors=True)
 
 
 def status_file():
     """Where a victim (another user) may write its status: a fresh sticky world-writable directory."""
     d = tempfile.mkdtemp(prefix="morpheus-trust-status-")
     os.chmod(d, 0o1777)
+    CREATED.append(d)
     return os.path.join(d, "victim.json")
 
 
 def spawn(cmd):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(p)
+    return p
 
 
 def first_line(proc, timeout=20):
@@ -225,11 +246,13 @@ class Suite:
     def s1_symlink_clobber(self):
         """S1: a symlink planted where the agent creates its lock/journal must not clobber a root file."""
         base = tempfile.mkdtemp(prefix="morpheus-trust-s1-")
+        CREATED.append(base)
         os.chmod(base, 0o755)
         precious = os.path.join(base, "precious")
         with open(precious, "w") as f:
             f.write("precious root data\n")
         attacker_dir = os.path.join("/tmp", f"morpheus-trust-s1-atk-{os.getpid()}")
+        CREATED.append(attacker_dir)
         subprocess.run(as_user(ATTACKER, ["mkdir", "-m", "0777", attacker_dir]), check=True)
         for name in ("agent.sock.lock", "agent.sock.journal", "region.lock"):
             subprocess.run(as_user(ATTACKER, ["ln", "-s", precious, os.path.join(attacker_dir, name)]), check=True)
@@ -246,12 +269,14 @@ class Suite:
     def s10_directory_owner(self):
         """S10: a directory another user owns must be refused, not obeyed (a held lock, a swapped file)."""
         attacker_dir = os.path.join("/tmp", f"morpheus-trust-s10-atk-{os.getpid()}")
+        CREATED.append(attacker_dir)
         subprocess.run(as_user(ATTACKER, ["mkdir", "-m", "0755", attacker_dir]), check=True)
         holders = []
         for name in ("agent.sock.lock", "region.lock"):
             path = os.path.join(attacker_dir, name)
             subprocess.run(as_user(ATTACKER, ["touch", path]), check=True)
             holders.append(subprocess.Popen(as_user(ATTACKER, ["flock", "-n", path, "sleep", "30"])))
+            STARTED.append(holders[-1])
         time.sleep(0.3)
         a = Agent(self.bin, self.old, attacker_dir)
         started = a.wait_ready(5)
@@ -349,7 +374,7 @@ class Suite:
             a.stop()
             return False, "set-up failed: the victim was never demoted (escalation did not happen)"
         a.kill9()
-        a.stderr.close()
+        a.stop()
         b = self.agent(d, extra=["--mode", "observer"])
         restored = eventually(10.0, lambda: policy(info["tid"]) == os.SCHED_OTHER)
         retired = eventually(10.0, lambda: read_status(status).get("generation", 1) == 0)
@@ -447,6 +472,8 @@ def main():
                 ok, detail = TESTS[name](suite)
             except Exception as e:  # a broken set-up is a failure, named
                 ok, detail = False, f"error: {e}"
+            finally:
+                cleanup()
             print(f"{name:4} {'PASS' if ok else 'FAIL'}  {TESTS[name].__doc__.splitlines()[0]}  -- {detail}", flush=True)
             if not ok:
                 failed.append(name)

@@ -247,6 +247,22 @@ fn retire_mapped_regions(pid: u32, generation: u64) {
 mod tests {
     use super::*;
 
+    /// A cap recorded before it was written and never lifted (the agent was killed) is put back by
+    /// recovery; a demotion of a thread that is gone is skipped.
+    #[test]
+    fn recovery_restores_an_open_cap() {
+        let cgroup = tempfile::tempdir().unwrap();
+        let cpu_max = cgroup.path().join("cpu.max");
+        std::fs::write(&cpu_max, "10000 100000").unwrap(); // the cap in force
+        let open = parse(&format!(
+            "instance 1\ncap {} {}\ndemote 999999999 1 0 0 0\n",
+            hex(cgroup.path().as_os_str().as_bytes()),
+            hex(b"max 100000")
+        ));
+        undo(&open);
+        assert_eq!(std::fs::read_to_string(&cpu_max).unwrap(), "max 100000");
+    }
+
     #[test]
     fn parse_closes_what_was_undone() {
         let text = format!(
