@@ -38,9 +38,9 @@ def get(buf, field, base=0):
 
 
 REQUEST_PREFIX = m.RegRequest.ESCAPABLE.offset  # the 1.0-1.2 request
-# The records' sizes (the generated classes' SIZE is shadowed by the messages' `size` field).
-REQUEST_LEN = ctypes.sizeof(m.RegRequestStruct)
-REPLY_LEN = ctypes.sizeof(m.RegReplyStruct)
+# The records' sizes.
+REQUEST_LEN = m.RegRequest.SIZE
+REPLY_LEN = m.RegReply.SIZE
 
 
 def request(op, tid=0, slot=0, sized=False, escapable=0, priority=0):
@@ -54,7 +54,7 @@ def request(op, tid=0, slot=0, sized=False, escapable=0, priority=0):
     put(buf, m.RegRequest.SLOT, slot)
     put(buf, m.RegRequest.RUNTIME_KIND, m.RuntimeKind.RUST)
     if sized:
-        put(buf, m.RegRequest.SIZE, size)
+        put(buf, m.RegRequest.MESSAGE_SIZE, size)
         put(buf, m.RegRequest.ESCAPABLE, escapable)
         put(buf, m.RegRequest.PRIORITY, priority)
     return bytes(buf[:size])

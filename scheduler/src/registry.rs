@@ -370,7 +370,7 @@ fn read_request(stream: &mut UnixStream) -> std::result::Result<Option<Vec<u8>>,
 
 /// The whole request's length from its prefix's `size` field (0: a 1.0-1.2 client, REQUEST_PREFIX).
 pub fn request_size(prefix: &[u8]) -> std::result::Result<usize, String> {
-    let at = offset_of!(RegRequest, size);
+    let at = offset_of!(RegRequest, message_size);
     let raw = prefix.get(at..at + 4).ok_or("request shorter than its prefix")?;
     let size = u32::from_le_bytes(raw.try_into().expect("4 bytes")) as usize;
     match size {
@@ -402,7 +402,7 @@ fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
                 (refusal(RegStatus::Internal), None)
             });
         if sized {
-            reply.size = reply_len as u32;
+            reply.message_size = reply_len as u32;
         }
         let fd = domain.as_ref().map(|d| {
             use std::os::fd::AsFd;
@@ -669,13 +669,13 @@ mod tests {
             abi_major: abi::ABI_MAJOR,
             abi_minor: abi::ABI_MINOR,
             op: abi::RegOp::Register.raw(),
-            size: size_of::<RegRequest>() as u32,
+            message_size: size_of::<RegRequest>() as u32,
             ..Default::default()
         };
         // SAFETY: plain old data.
         let bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
         assert!(parse_request(&bytes(&good)).is_ok());
-        let v12 = RegRequest { size: 0, ..good };
+        let v12 = RegRequest { message_size: 0, ..good };
         assert!(parse_request(&bytes(&v12)[..REQUEST_PREFIX]).is_ok(), "a 1.2 request is the 32-byte prefix");
         assert_eq!(parse_request(&bytes(&good)[..REQUEST_PREFIX]).unwrap_err(), RegStatus::Malformed, "size says 40");
         assert_eq!(parse_request(&bytes(&RegRequest { magic: 1, ..good })).unwrap_err(), RegStatus::Malformed);
@@ -686,12 +686,12 @@ mod tests {
         assert_eq!(parse_request(&bytes(&RegRequest { priority: 20, ..good })).unwrap_err(), RegStatus::InvalidArgument);
         assert_eq!(parse_request(&bytes(&RegRequest { priority: -21, ..good })).unwrap_err(), RegStatus::InvalidArgument);
         // A longer request from a newer client: trailing zeros are fine, anything else is not.
-        let mut longer = bytes(&RegRequest { size: 48, ..good });
+        let mut longer = bytes(&RegRequest { message_size: 48, ..good });
         longer.extend_from_slice(&[0; 8]);
         assert!(parse_request(&longer).is_ok());
         longer[44] = 1;
         assert_eq!(parse_request(&longer).unwrap_err(), RegStatus::Malformed);
-        assert_eq!(request_size(&bytes(&RegRequest { size: 8, ..good })).is_err(), true);
-        assert_eq!(request_size(&bytes(&RegRequest { size: abi::REG_MESSAGE_MAX + 1, ..good })).is_err(), true);
+        assert_eq!(request_size(&bytes(&RegRequest { message_size: 8, ..good })).is_err(), true);
+        assert_eq!(request_size(&bytes(&RegRequest { message_size: abi::REG_MESSAGE_MAX + 1, ..good })).is_err(), true);
     }
 }

@@ -356,17 +356,17 @@ fn registration_refusals_and_release() {
 
     // A 1.3 request (40 bytes) with escapable NO and priority 5: written before REGISTERED; a reply
     // of the full size, which says so. Out-of-range values are INVALID_ARGUMENT, unknown tail MALFORMED.
-    let v13 = RegRequest { size: size_of::<RegRequest>() as u32, escapable: abi::RegEscapable::No.raw(), priority: 5, ..request(abi::RegOp::Register, tid, 0) };
+    let v13 = RegRequest { message_size: size_of::<RegRequest>() as u32, escapable: abi::RegEscapable::No.raw(), priority: 5, ..request(abi::RegOp::Register, tid, 0) };
     let v13_bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
     let (reply, _) = send_for_fd(&mut s, &v13_bytes(&v13));
     assert_eq!(status(&reply), RegStatus::Ok);
-    assert_eq!(reply.size as usize, size_of::<RegReply>());
+    assert_eq!(reply.message_size as usize, size_of::<RegReply>());
     let scb = scb_of(&region, reply.slot);
     assert_eq!((scb.escapable, scb.priority, scb.worker_state), (0, 5, abi::WorkerState::Registered.raw()));
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, reply.slot))), RegStatus::Ok);
     assert_eq!(status(&send_raw(&mut s, &v13_bytes(&RegRequest { priority: 20, ..v13 }))), RegStatus::InvalidArgument);
     assert_eq!(status(&send_raw(&mut s, &v13_bytes(&RegRequest { escapable: 7, ..v13 }))), RegStatus::InvalidArgument);
-    let mut tail = v13_bytes(&RegRequest { size: 48, ..v13 });
+    let mut tail = v13_bytes(&RegRequest { message_size: 48, ..v13 });
     tail.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
     assert_eq!(status(&send_raw(&mut s, &tail)), RegStatus::Malformed);
 

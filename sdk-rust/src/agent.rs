@@ -189,7 +189,7 @@ impl AgentConnection {
             ));
         }
         // A newer agent's longer reply: read past what this SDK knows (bounded), so the stream stays in step.
-        let size = reply.size as usize;
+        let size = reply.message_size as usize;
         if size > REG_MESSAGE_MAX as usize {
             return Err(Error::io(
                 format!("reply from the agent at {}: size {size} exceeds REG_MESSAGE_MAX", self.path.display()),
@@ -217,7 +217,7 @@ impl AgentConnection {
             tid,
             slot,
             runtime_kind: kind.raw(),
-            size: size_of::<RegRequest>() as u32,
+            message_size: size_of::<RegRequest>() as u32,
             escapable: match escapable {
                 None => RegEscapable::Default.raw(),
                 Some(false) => RegEscapable::No.raw(),
