@@ -227,7 +227,6 @@ impl Region {
 
 
 
-
     /// Publishes a pressure sample under the header's seqlock (odd while writing).
     pub fn publish_pressure(&self, sample: &Pressure) {
         let base = offset_of!(RegionHeader, pressure);
@@ -255,7 +254,8 @@ impl Region {
         ScbRef { base: ptr, _region: std::marker::PhantomData }
     }
 
-    fn header_ptr(&self) -> *mut RegionHeader {
+    /// The header's address, for the shared policy code that loads the gate's inputs itself.
+    pub fn header_ptr(&self) -> *mut RegionHeader {
         self.base.as_ptr().cast()
     }
 
@@ -296,6 +296,11 @@ macro_rules! scb_field {
 }
 
 impl<'a> ScbRef<'a> {
+    /// The SCB's address, for the shared policy code that loads the gate's inputs itself.
+    pub fn as_ptr(&self) -> *const Scb {
+        self.base.cast()
+    }
+
     scb_field!(preempt_seq, AtomicU64);
     scb_field!(budget_remaining_ns, AtomicU64);
     scb_field!(last_hint_ns, AtomicU64);

@@ -36,7 +36,6 @@
 pub mod agent;
 mod config;
 mod error;
-pub mod hints;
 #[doc(hidden)]
 pub mod raw;
 pub mod region;
