@@ -5,20 +5,9 @@
 //! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`) or the
 //! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
 
-mod backend;
-mod cgroup;
-mod domains;
 #[cfg(feature = "kernel")]
-mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.
-mod journal;
-mod lock;
-mod pressure;
-mod region;
-mod registry;
-mod replay;
-mod rundir;
-mod sim;
-mod stats;
+use scx_morpheus::kernel;
+use scx_morpheus::{backend, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, stats};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -242,13 +231,6 @@ fn install_signal_handlers() -> Result<()> {
     // SAFETY: ignoring SIGPIPE is always allowed.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     Ok(())
-}
-
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn init_logging(verbose: u8) {

@@ -86,6 +86,29 @@ pub struct Shared {
     stop: AtomicBool,
 }
 
+impl Shared {
+    /// The service's state; `region_path` is what replies carry (all zero: none).
+    pub fn new(
+        domains: Arc<Domains>,
+        workers: Arc<Workers>,
+        observer: Option<Arc<dyn SlotObserver>>,
+        journal: Option<Arc<Journal>>,
+        limits: Limits,
+        region_path: [u8; abi::REGION_PATH_MAX as usize],
+    ) -> Shared {
+        Shared {
+            domains,
+            workers,
+            observer,
+            journal,
+            limits,
+            region_path,
+            connections: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
 /// The running registration service (a thread accepting connections).
 pub struct Registry {
     shared: Arc<Shared>,
@@ -138,16 +161,7 @@ impl Registry {
         };
         let listener = dir.bind_socket(name, group)?;
         listener.set_nonblocking(true).context("cannot make the registration socket non-blocking")?;
-        let shared = Arc::new(Shared {
-            domains,
-            workers,
-            observer,
-            journal,
-            limits,
-            region_path,
-            connections: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(domains, workers, observer, journal, limits, region_path));
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("registry".into())
