@@ -503,6 +503,12 @@ impl KernelBackend {
         // Pinned only once attached, so a start that fails leaves the paths as they were.
         fs::create_dir_all(abi::PIN_DIR)
             .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
+        // Root only (SCB.md §10): runtimes get the region map's fd with their registration reply.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(abi::PIN_DIR, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} root-only", abi::PIN_DIR))?;
+        }
         let mut pinned = Vec::new();
         // A hint ring an older instance pinned would still be drained by its runtimes: remove it.
         unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
