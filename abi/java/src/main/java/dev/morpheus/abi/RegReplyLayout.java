@@ -54,6 +54,6 @@ public final class RegReplyLayout {
             LAYOUT.varHandle(PathElement.groupElement("slot_generation"));
 
     /** Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. (plain; none) */
-    public static final VarHandle SIZE =
+    public static final VarHandle SIZE_FIELD =
             LAYOUT.varHandle(PathElement.groupElement("size"));
 }

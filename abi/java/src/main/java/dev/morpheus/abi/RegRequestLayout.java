@@ -56,7 +56,7 @@ public final class RegRequestLayout {
             LAYOUT.varHandle(PathElement.groupElement("runtime_kind"));
 
     /** Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. (plain; none) */
-    public static final VarHandle SIZE =
+    public static final VarHandle SIZE_FIELD =
             LAYOUT.varHandle(PathElement.groupElement("size"));
 
     /** reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). (plain; none) */
