@@ -3,8 +3,8 @@
 //! sends reg_request messages and reads one reg_reply per request.
 //!
 //! The agent checks the caller with SO_PEERCRED (the tid must be a thread of the calling process),
-//! assigns a free slot (tid, pid, slot_generation + 1, last_ack_seq := preempt_seq, then worker_state
-//! INIT -> REGISTERED, release), releases slots on UNREGISTER and reclaims those of dead threads. Every
+//! assigns a free slot (CAS INIT -> CLAIMED; tid, pid, slot_generation + 1, last_ack_seq := preempt_seq,
+//! escapable, priority; then REGISTERED, release), releases slots on UNREGISTER and reclaims those of dead threads. Every
 //! refusal is a reg_status reply; nothing a client sends can crash the agent or leak a slot.
 
 use std::io::{self, Read, Write};
@@ -287,7 +287,7 @@ fn handle(shared: &Shared, pid: u32, request: &RegRequest) -> RegReply {
         return refusal(RegStatus::Malformed);
     }
     match abi::RegOp::try_from(request.op) {
-        Ok(abi::RegOp::Register) => register(shared, pid, request.tid),
+        Ok(abi::RegOp::Register) => register(shared, pid, request),
         Ok(abi::RegOp::Unregister) => unregister(shared, pid, request.slot),
         Err(op) => {
             log::debug!("registration from pid {pid}: unknown op {op}");
@@ -296,7 +296,24 @@ fn handle(shared: &Shared, pid: u32, request: &RegRequest) -> RegReply {
     }
 }
 
-fn register(shared: &Shared, pid: u32, tid: u32) -> RegReply {
+fn register(shared: &Shared, pid: u32, request: &RegRequest) -> RegReply {
+    let tid = request.tid;
+    // escapable and priority are written into the SCB before REGISTERED (spec/SCB.md §4), so the worker
+    // is never escalatable against its wish, from its first instruction.
+    let kind = abi::RuntimeKind::try_from(request.runtime_kind).unwrap_or(abi::RuntimeKind::Unknown);
+    let escapable = match abi::RegEscapable::try_from(request.escapable) {
+        Ok(abi::RegEscapable::Default) => abi::escapable_default(kind),
+        Ok(abi::RegEscapable::No) => false,
+        Ok(abi::RegEscapable::Yes) => true,
+        Err(value) => {
+            log::info!("registration from pid {pid}: escapable {value} is not a reg_escapable");
+            return refusal(RegStatus::InvalidArgument);
+        }
+    };
+    if !(abi::PRIORITY_MIN..=abi::PRIORITY_MAX).contains(&request.priority) {
+        log::info!("registration from pid {pid}: priority {} is outside -20..19", request.priority);
+        return refusal(RegStatus::InvalidArgument);
+    }
     if !thread_exists(pid, tid) {
         log::info!("registration from pid {pid}: tid {tid} is not a thread of the caller");
         return refusal(RegStatus::NotCallerTid);
@@ -319,25 +336,29 @@ fn register(shared: &Shared, pid: u32, tid: u32) -> RegReply {
             continue;
         }
         let scb = region.scb(slot);
-        if scb.worker_state().load(Ordering::Acquire) != WorkerState::Init.raw() {
-            continue; // taken by direct registration (a harness playing the scheduler)
-        }
-        // Fields a runtime reads once it sees REGISTERED; written first, published by the CAS below.
-        scb.tid().store(tid, Ordering::Relaxed);
-        scb.pid().store(pid, Ordering::Relaxed);
-        let slot_generation = scb.slot_generation().load(Ordering::Relaxed).wrapping_add(1);
-        scb.slot_generation().store(slot_generation, Ordering::Release);
-        scb.last_ack_seq().store(scb.preempt_seq().load(Ordering::Acquire), Ordering::Release);
-        scb.budget_remaining_ns().store(region.slice_ns(), Ordering::Relaxed);
-        scb.escalated().store(0, Ordering::Relaxed);
+        // The hand-off is a CAS into CLAIMED: a direct registration (a harness playing the scheduler)
+        // that won the slot keeps it, and a slot in a state this ABI does not know is not free.
         if scb
             .worker_state()
-            .compare_exchange(WorkerState::Init.raw(), WorkerState::Registered.raw(), Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(WorkerState::Init.raw(), WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // Lost a race with a direct registration: that slot is theirs.
             continue;
         }
+        // The slot's data, published by the release store of REGISTERED below.
+        scb.tid().store(tid, Ordering::Relaxed);
+        scb.pid().store(pid, Ordering::Relaxed);
+        let slot_generation = match scb.slot_generation().load(Ordering::Relaxed).wrapping_add(1) {
+            0 => 1, // 0 never names an assignment
+            next => next,
+        };
+        scb.slot_generation().store(slot_generation, Ordering::Relaxed);
+        scb.last_ack_seq().store(scb.preempt_seq().load(Ordering::Acquire), Ordering::Relaxed);
+        scb.budget_remaining_ns().store(region.slice_ns(), Ordering::Relaxed);
+        scb.escalated().store(0, Ordering::Relaxed);
+        scb.escapable().store(escapable as u32, Ordering::Relaxed);
+        scb.priority().store(request.priority, Ordering::Relaxed);
+        scb.worker_state().store(WorkerState::Registered.raw(), Ordering::Release);
         if let Some(observer) = &shared.observer {
             if let Err(e) = observer.assigned(slot, tid, pid) {
                 log::error!("registration of tid {tid} (pid {pid}) in slot {slot}: backend refused: {e:#}");
@@ -386,21 +407,24 @@ fn release(shared: &Shared, owners: &mut [Option<Owner>], slot: u32, owner: Owne
     owners[slot as usize] = None;
 }
 
-/// DEAD -> INIT (spec/SCB.md §4): the runtime line zeroed except last_ack_seq, tid and pid cleared,
-/// then INIT with release so the next owner sees a clean slot.
+/// The registrar's reclaim (spec/SCB.md §4): CAS the state it finds (DEAD, or whatever a gone thread
+/// left) to CLAIMED, the generated reclaim clear over the whole stride, then INIT with release so the
+/// next owner sees a clean slot. A slot whose state changes under the CAS is retried with the new one.
 fn clear_slot(region: &Region, slot: u32) {
     let scb = region.scb(slot);
-    scb.yield_count().store(0, Ordering::Relaxed);
-    scb.in_critical().store(0, Ordering::Relaxed);
-    scb.escapable().store(0, Ordering::Relaxed);
-    scb.priority().store(0, Ordering::Relaxed);
-    scb.last_yield_reason().store(0, Ordering::Relaxed);
-    scb.runtime_mode().store(0, Ordering::Relaxed);
-    scb.runtime_kind().store(0, Ordering::Relaxed);
-    scb.tid().store(0, Ordering::Relaxed);
-    scb.pid().store(0, Ordering::Relaxed);
-    scb.escalated().store(0, Ordering::Relaxed);
-    scb.worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+    let state = scb.worker_state();
+    let mut observed = state.load(Ordering::Acquire);
+    loop {
+        if observed == WorkerState::Init.raw() || observed == WorkerState::Claimed.raw() {
+            return; // already free, or another registrar holds the hand-off
+        }
+        match state.compare_exchange(observed, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(now) => observed = now,
+        }
+    }
+    scb.clear_for_reuse();
+    state.store(WorkerState::Init.raw(), Ordering::Release);
 }
 
 /// Frees the slots of threads that exited without unregistering (crash, kill, forgotten shutdown).

@@ -36,7 +36,8 @@ struct morpheus_options {
    */
   int32_t escapable;
   /*
-   Advisory priority, -20 (most important) to 19 (clamped).
+   Advisory priority, -20 (most important) to 19; outside that range registration fails with
+   -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
    */
   int32_t priority;
 };
@@ -180,14 +181,15 @@ int32_t morpheus_escapable(const struct morpheus_worker *w);
 
 /*
  Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
- SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+ SCB; for a detached worker, the configured value). Returns 0, or
  `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
  negative, hence the out parameter.)
  */
 int32_t morpheus_priority(const struct morpheus_worker *w, int32_t *out);
 
 /*
- Set the advisory priority (-20 .. 19, clamped).
+ Set the advisory priority (-20 .. 19). Outside that range: -MORPHEUS_E_INVALID_ARGUMENT, writing
+ nothing (never clamped).
  */
 int32_t morpheus_set_priority(struct morpheus_worker *w, int32_t priority);
 

@@ -44,7 +44,8 @@ pub struct MorpheusOptions {
     pub socket_path: *const c_char,
     /// 1 lets the scheduler escalate the worker, 0 forbids it, -1 takes the C default.
     pub escapable: i32,
-    /// Advisory priority, -20 (most important) to 19 (clamped).
+    /// Advisory priority, -20 (most important) to 19; outside that range registration fails with
+    /// -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
     pub priority: i32,
 }
 
@@ -281,7 +282,7 @@ pub unsafe extern "C" fn morpheus_escapable(w: *const RawWorker) -> i32 {
 }
 
 /// Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
-/// SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+/// SCB; for a detached worker, the configured value). Returns 0, or
 /// `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
 /// negative, hence the out parameter.)
 #[no_mangle]
@@ -297,7 +298,8 @@ pub unsafe extern "C" fn morpheus_priority(w: *const RawWorker, out: *mut i32) -
     }
 }
 
-/// Set the advisory priority (-20 .. 19, clamped).
+/// Set the advisory priority (-20 .. 19). Outside that range: -MORPHEUS_E_INVALID_ARGUMENT, writing
+/// nothing (never clamped).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_set_priority(w: *mut RawWorker, priority: i32) -> i32 {
     match with_worker(w, "morpheus_set_priority", |worker| worker.set_priority(priority)) {

@@ -11,7 +11,7 @@ use std::{
 };
 
 use morpheus_abi::{
-    RegOp, RegReply, RegRequest, RegStatus, RuntimeKind, ABI_MAJOR, ABI_MINOR, DEFAULT_SOCKET_PATH, ENV_SOCKET,
+    RegEscapable, RegOp, RegReply, RegRequest, RegStatus, RuntimeKind, ABI_MAJOR, ABI_MINOR, DEFAULT_SOCKET_PATH, ENV_SOCKET,
     REG_MAGIC,
 };
 
@@ -119,9 +119,16 @@ impl AgentConnection {
         Error::RegistrationRefused { status: reply.status, detail }
     }
 
-    /// REGISTER thread `tid`.
-    pub fn register(&mut self, tid: u32, kind: RuntimeKind) -> Result<Assignment> {
-        let reply = self.exchange(&Self::request(RegOp::Register, tid, 0, kind))?;
+    /// REGISTER thread `tid`; the agent writes `escapable` (`None`: the kind's default) and `priority`
+    /// into the SCB before REGISTERED (ABI 1.3).
+    pub fn register(&mut self, tid: u32, kind: RuntimeKind, escapable: Option<bool>, priority: i32) -> Result<Assignment> {
+        let escapable = match escapable {
+            None => RegEscapable::Default,
+            Some(false) => RegEscapable::No,
+            Some(true) => RegEscapable::Yes,
+        };
+        let request = RegRequest { escapable: escapable.raw(), priority, ..Self::request(RegOp::Register, tid, 0, kind) };
+        let reply = self.exchange(&request)?;
         if reply.status != RegStatus::Ok.raw() {
             return Err(Self::refused(&reply));
         }

@@ -20,6 +20,7 @@ use morpheus_abi::Scb;
 
 use crate::{
     error::{Error, Result},
+    protocol,
     slow_path::{commit, prepare, Inner, Ticket},
     sys::{a32, a64},
 };
@@ -167,7 +168,7 @@ pub unsafe fn check_generation_raw(raw: *mut RawWorker) -> bool {
 /// `raw` must be the calling thread's [`current_raw`].
 #[inline(always)]
 pub unsafe fn checkpoint_sync_raw(raw: *mut RawWorker) -> bool {
-    let seq = a64((*raw).preempt_seq).load(Ordering::Acquire);
+    let seq = protocol::load_request(a64((*raw).preempt_seq));
     if seq == (*raw).cached_ack {
         return false;
     }
@@ -199,7 +200,7 @@ pub unsafe fn critical_enter_raw(raw: *mut RawWorker) {
     (*raw).critical_depth = depth.wrapping_add(1);
     if depth == 0 && !(*raw).in_critical.is_null() {
         if generation_ok(raw) {
-            a32((*raw).in_critical).store(1, Ordering::SeqCst);
+            protocol::critical_enter(a32((*raw).in_critical));
         } else {
             lose(raw);
         }
@@ -229,7 +230,7 @@ pub(crate) unsafe fn critical_exit_fast(raw: *mut RawWorker) -> bool {
     (*raw).critical_depth = depth - 1;
     if depth == 1 && !(*raw).in_critical.is_null() {
         if generation_ok(raw) {
-            a32((*raw).in_critical).store(0, Ordering::Release);
+            protocol::critical_exit(a32((*raw).in_critical));
         } else {
             lose(raw);
         }
@@ -243,7 +244,7 @@ pub(crate) fn prepare_current() -> Option<Ticket> {
     let raw = current_raw();
     // SAFETY: this thread's state.
     unsafe {
-        let seq = a64((*raw).preempt_seq).load(Ordering::Acquire);
+        let seq = protocol::load_request(a64((*raw).preempt_seq));
         if seq == (*raw).cached_ack {
             return None;
         }
