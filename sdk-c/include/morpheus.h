@@ -10,6 +10,14 @@
 #include "morpheus_abi.h"
 
 /*
+ Version of `struct morpheus_worker`'s layout this library was built with. `morpheus_inline.h`
+ checks it at compile time and reports it to the library at load time
+ (`morpheus_worker_layout_check`). cbindgen can only export a literal, so the value is written here
+ and tied to the Rust core's `WORKER_LAYOUT_VERSION` by the assertion below.
+ */
+#define MORPHEUS_WORKER_LAYOUT_VERSION 1
+
+/*
  Options of `morpheus_worker_register()`. Initialise with `morpheus_options_init()`, then change
  what you need.
  */
@@ -107,6 +115,15 @@ void morpheus_options_init(struct morpheus_options *opts);
  `morpheus_last_error()` naming what was expected and what was found.
  */
 int32_t morpheus_region_check(const char *path);
+
+/*
+ Called by `morpheus_inline.h` when a program that includes it is loaded, with the
+ `MORPHEUS_WORKER_LAYOUT_VERSION` the program was compiled with. Returns 0 if this library lays out
+ `struct morpheus_worker` the same way; otherwise -MORPHEUS_E_UNSUPPORTED_PLATFORM, and every later
+ `morpheus_worker_register()` fails the same way (the program's inline fast paths would read the
+ library's worker at the wrong offsets).
+ */
+int32_t morpheus_worker_layout_check(uint32_t program_layout_version);
 
 /*
  Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL

@@ -34,6 +34,21 @@
 extern "C" {
 #endif
 
+/*
+ * The functions below read struct morpheus_worker's fields directly, as laid out by layout version 1.
+ * A morpheus.h with another layout fails here at compile time; a program run against a libmorpheus with
+ * another layout is reported to the library when it loads (morpheus_worker_register then fails with
+ * -MORPHEUS_E_UNSUPPORTED_PLATFORM). The versioning rule is in sdk-c/README.md.
+ */
+#if MORPHEUS_WORKER_LAYOUT_VERSION != 1
+#error "morpheus_inline.h reads struct morpheus_worker layout 1; this morpheus.h has another layout"
+#endif
+
+__attribute__((constructor, used)) static void morpheus__report_worker_layout(void)
+{
+	(void)morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION);
+}
+
 #define MORPHEUS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MORPHEUS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

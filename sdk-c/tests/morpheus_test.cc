@@ -511,3 +511,29 @@ TEST_F(MorpheusTest, EscapableAndPriorityGettersRefuseAForeignHandle) {
 }
 
 }  // namespace
+
+namespace {
+
+// A program compiled against another struct morpheus_worker layout is refused, not misread. Run in a
+// child process: the mismatch is sticky for the library's lifetime, by design.
+TEST(MorpheusLayout, AProgramWithAnotherWorkerLayoutCannotRegister) {
+  EXPECT_EQ(morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION), 0) << "the header's own version";
+  EXPECT_EXIT(
+      {
+        const int checked = morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION + 1);
+        morpheus_options opts;
+        morpheus_options_init(&opts);
+        opts.region_path = "";  // even detached: the program's inline code would misread the worker
+        morpheus_worker *w = nullptr;
+        const int registered = morpheus_worker_register(&opts, &w);
+        const std::string error = morpheus_last_error();
+        const int unsupported = -static_cast<int>(MORPHEUS_E_UNSUPPORTED_PLATFORM);
+        exit(checked == unsupported && registered == unsupported && w == nullptr &&
+                     error.find("layout 2, this libmorpheus has layout 1") != std::string::npos
+                 ? 0
+                 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace

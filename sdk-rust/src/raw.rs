@@ -37,6 +37,12 @@ static DETACHED_GENERATION: u64 = 0;
 /// `preempt_seq` cannot reach it (2^64 - 1 increments).
 pub const FORCE_SLOW_PATH: u64 = u64::MAX;
 
+/// Version of [`RawWorker`]'s layout, which compiled C programs bake in through `morpheus_inline.h`
+/// (`MORPHEUS_WORKER_LAYOUT_VERSION`). Any change to the fields, their order or their types bumps it,
+/// adds an entry to `sdk-c/worker_layout.lock` and bumps the C library's soname (sdk-c/README.md);
+/// `cargo test -p morpheus-c --test worker_layout` fails until all three are done.
+pub const WORKER_LAYOUT_VERSION: u32 = 1;
+
 /// The per-thread fast-path state, shared with C through cbindgen as `struct morpheus_worker`.
 ///
 /// Only the owning thread touches it. The C SDK's `morpheus_inline.h` reads and writes these fields
