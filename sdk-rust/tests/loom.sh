@@ -8,7 +8,5 @@ base="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')}"
 export CARGO_TARGET_DIR="$base/loom"
 export RUSTFLAGS="--cfg loom"
-# Preemption bound of the exploration (tests/loom.rs); the models are small enough to run unbounded
-# in well under the time budget of a loaded 2-core machine.
-export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+# The preemption bound defaults to 5 in tests/loom.rs; LOOM_MAX_PREEMPTIONS in the environment overrides it.
 exec cargo test --release -p morpheus --test loom "$@"
