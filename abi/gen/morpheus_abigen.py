@@ -47,17 +47,6 @@ def reclaim_doc(r: Record) -> str:
             f"stride is zeroed with relaxed atomic stores except {kept}; the caller then publishes INIT with release.")
 
 
-# Names the Python and Java record classes define themselves; a field of the same name (reg_request.size)
-# gets the suffix _FIELD there so that neither hides the other.
-RECORD_CLASS_NAMES = {"SIZE", "ALIGN", "FIELDS", "LAYOUT"}
-
-
-def field_const(name: str) -> str:
-    """A field's constant name in the Python and Java record classes."""
-    upper = name.upper()
-    return f"{upper}_FIELD" if upper in RECORD_CLASS_NAMES else upper
-
-
 def camel(snake: str) -> str:
     return "".join(p.capitalize() for p in snake.split("_"))
 
@@ -372,9 +361,9 @@ def emit_python(spec: Spec) -> str:
         out += [f"class {cls}:", f'    """{r.doc}"""', "", f"    SIZE = {r.size}", f"    ALIGN = {r.align}"]
         for f in r.fields:
             fmt = "<" + PY_STRUCT[f.type] if f.type in PY_STRUCT else ""
-            out.append(f"    {field_const(f.name)} = Field("
+            out.append(f"    {f.name.upper()} = Field("
                        f"{f.name!r}, {f.type!r}, {f.offset}, {f.size}, {f.access == 'atomic'}, {fmt!r})")
-        names = ", ".join(field_const(f.name) for f in r.fields)
+        names = ", ".join(f.name.upper() for f in r.fields)
         out += [f"    FIELDS = ({names},)", "", ""]
     py_width = {8: "<Q", 4: "<I", 2: "<H", 1: "<B"}
     for r in reclaimed_records(spec):
@@ -518,7 +507,7 @@ def emit_java(spec: Spec) -> dict[str, str]:
                 f"    public static final long SIZE = {r.size};", f"    public static final long ALIGN = {r.align};"]
         for f in r.fields:
             body.append(f"    /** {f.doc} */")
-            body.append(f"    public static final long {field_const(f.name)} = {f.offset};")
+            body.append(f"    public static final long {f.name.upper()} = {f.offset};")
         body.append("}")
         files[f"{cls}Offsets.java"] = java_file(body)
         members = []
@@ -537,7 +526,7 @@ def emit_java(spec: Spec) -> dict[str, str]:
         for f in r.fields:
             if f.type in JAVA_LAYOUT:
                 body += ["", f"    /** {f.doc} ({f.access}; {f.ordering}) */",
-                         f"    public static final VarHandle {field_const(f.name)} =",
+                         f"    public static final VarHandle {f.name.upper()} =",
                          f"            LAYOUT.varHandle(PathElement.groupElement(\"{f.name}\"));"]
         body.append("}")
         files[f"{cls}Layout.java"] = java_file(body, ["java.lang.foreign.MemoryLayout",

@@ -30,9 +30,7 @@ def test_record_layout_matches_the_spec(record):
     assert cls.ALIGN == record["align"]
     assert [f.name for f in cls.FIELDS] == [f["name"] for f in record["fields"]]
     for spec_field in record["fields"]:
-        name = spec_field["name"].upper()
-        # A field named like a class attribute (SIZE, ALIGN, FIELDS) is NAME_FIELD (morpheus_abigen.field_const).
-        field = getattr(cls, name + "_FIELD" if name in ("SIZE", "ALIGN", "FIELDS", "LAYOUT") else name)
+        field = getattr(cls, spec_field["name"].upper())
         assert (field.offset, field.size, field.type) == (spec_field["offset"], spec_field["size"], spec_field["type"])
         assert field.atomic == (spec_field["access"] == "atomic")
         ctype_field = getattr(struct, spec_field["name"])
