@@ -301,6 +301,14 @@ impl<'a> ScbRef<'a> {
         self.base.cast()
     }
 
+    /// The registrar's reclaim clear (spec/SCB.md §4), generated from spec/abi.toml: every byte of the
+    /// slot's stride zeroed except the fields marked `reclaim = "keep"`. Call only while the slot is
+    /// CLAIMED; publish INIT (release) afterwards.
+    pub fn clear_for_reuse(&self) {
+        // SAFETY: the slot's SCB_STRIDE bytes live as long as 'a; every party accesses them atomically.
+        unsafe { abi::scb_clear_for_reuse(self.base, SCB_STRIDE) }
+    }
+
     scb_field!(preempt_seq, AtomicU64);
     scb_field!(budget_remaining_ns, AtomicU64);
     scb_field!(last_hint_ns, AtomicU64);
@@ -317,9 +325,6 @@ impl<'a> ScbRef<'a> {
     scb_field!(in_critical, AtomicU32);
     scb_field!(escapable, AtomicU32);
     scb_field!(priority, AtomicI32);
-    scb_field!(last_yield_reason, AtomicU32);
-    scb_field!(runtime_mode, AtomicU32);
-    scb_field!(runtime_kind, AtomicU32);
 }
 
 /// NUL-terminated copy of `path` for a reg_reply, or None if it does not fit REGION_PATH_MAX.

@@ -623,24 +623,30 @@ fn release(shared: &Shared, workers: &mut [Option<Assigned>], global: u32) {
     clear_slot(&worker.domain.region, worker.local, state);
 }
 
-/// Any state -> CLAIMED -> INIT (spec/SCB.md §4): a CAS from the state observed (`seen`; the agent's
-/// table, not the SCB, says the slot is being released), the runtime line zeroed except
-/// last_ack_seq, tid and pid cleared, then INIT with release so the next owner sees a clean slot.
+/// The registrar's reclaim (spec/SCB.md §4): CAS the state found to CLAIMED (the agent's table, not
+/// the SCB, says the slot is being released; `seen` is the state expected), the generated reclaim clear
+/// over the whole stride, then INIT with release so the next owner sees a clean slot. A runtime of the
+/// domain that keeps changing the state under the CAS gets a bounded number of retries, after which the
+/// slot is left as it is (busy to the agent's claim CAS: only that domain loses it).
 fn clear_slot(region: &Region, slot: u32, seen: u32) {
+    const CAS_ATTEMPTS: usize = 16;
     let scb = region.scb(slot);
-    // A runtime of this domain may change the state under us; the agent owns the slot now either way.
-    let _ = scb.worker_state().compare_exchange(seen, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire);
-    scb.yield_count().store(0, Ordering::Relaxed);
-    scb.in_critical().store(0, Ordering::Relaxed);
-    scb.escapable().store(0, Ordering::Relaxed);
-    scb.priority().store(0, Ordering::Relaxed);
-    scb.last_yield_reason().store(0, Ordering::Relaxed);
-    scb.runtime_mode().store(0, Ordering::Relaxed);
-    scb.runtime_kind().store(0, Ordering::Relaxed);
-    scb.tid().store(0, Ordering::Relaxed);
-    scb.pid().store(0, Ordering::Relaxed);
-    scb.escalated().store(0, Ordering::Relaxed);
-    scb.worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+    let state = scb.worker_state();
+    let mut observed = seen;
+    for _ in 0..CAS_ATTEMPTS {
+        if observed == WorkerState::Claimed.raw() && observed != seen {
+            break; // another registrar (a direct registration of this domain) holds the hand-off
+        }
+        match state.compare_exchange(observed, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                scb.clear_for_reuse();
+                state.store(WorkerState::Init.raw(), Ordering::Release);
+                return;
+            }
+            Err(now) => observed = now,
+        }
+    }
+    log::warn!("slot {slot} of {}: its state kept changing under the reclaim; left as it is", region.path().display());
 }
 
 /// Frees the slots of threads that exited without unregistering (crash, kill, forgotten shutdown).

@@ -10,6 +10,14 @@
 #include "morpheus_abi.h"
 
 /*
+ Version of `struct morpheus_worker`'s layout this library was built with. `morpheus_inline.h`
+ checks it at compile time and reports it to the library at load time
+ (`morpheus_worker_layout_check`). cbindgen can only export a literal, so the value is written here
+ and tied to the Rust core's `WORKER_LAYOUT_VERSION` by the assertion below.
+ */
+#define MORPHEUS_WORKER_LAYOUT_VERSION 1
+
+/*
  Options of `morpheus_worker_register()`. Initialise with `morpheus_options_init()`, then change
  what you need.
  */
@@ -36,7 +44,8 @@ struct morpheus_options {
    */
   int32_t escapable;
   /*
-   Advisory priority, -20 (most important) to 19 (clamped).
+   Advisory priority, -20 (most important) to 19; outside that range registration fails with
+   -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
    */
   int32_t priority;
 };
@@ -106,6 +115,15 @@ void morpheus_options_init(struct morpheus_options *opts);
  `morpheus_last_error()` naming what was expected and what was found.
  */
 int32_t morpheus_region_check(const char *path);
+
+/*
+ Called by `morpheus_inline.h` when a program that includes it is loaded, with the
+ `MORPHEUS_WORKER_LAYOUT_VERSION` the program was compiled with. Returns 0 if this library lays out
+ `struct morpheus_worker` the same way; otherwise -MORPHEUS_E_UNSUPPORTED_PLATFORM, and every later
+ `morpheus_worker_register()` fails the same way (the program's inline fast paths would read the
+ library's worker at the wrong offsets).
+ */
+int32_t morpheus_worker_layout_check(uint32_t program_layout_version);
 
 /*
  Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
@@ -180,14 +198,15 @@ int32_t morpheus_escapable(const struct morpheus_worker *w);
 
 /*
  Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
- SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+ SCB; for a detached worker, the configured value). Returns 0, or
  `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
  negative, hence the out parameter.)
  */
 int32_t morpheus_priority(const struct morpheus_worker *w, int32_t *out);
 
 /*
- Set the advisory priority (-20 .. 19, clamped).
+ Set the advisory priority (-20 .. 19). Outside that range: -MORPHEUS_E_INVALID_ARGUMENT, writing
+ nothing (never clamped).
  */
 int32_t morpheus_set_priority(struct morpheus_worker *w, int32_t priority);
 

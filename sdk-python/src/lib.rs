@@ -408,9 +408,12 @@ impl Region {
         self.inner.grace_ns()
     }
 
-    /// The pressure record, read consistently under its seqlock.
-    fn pressure<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = self.inner.pressure();
+    /// The pressure record, read consistently under its seqlock (a bounded number of attempts, then
+    /// the last consistent snapshot), or None while none could be read. The GIL is released while
+    /// reading, so a writer parked mid-update cannot freeze the interpreter.
+    fn pressure<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let region = self.inner.clone();
+        let Some(p) = py.detach(move || region.pressure()) else { return Ok(None) };
         let out = PyDict::new(py);
         out.set_item("level", p.level.map(|l| l.name()))?;
         out.set_item("cpu_some_avg10", p.cpu_some_avg10)?;
@@ -418,7 +421,7 @@ impl Region {
         out.set_item("memory_some_avg10", p.memory_some_avg10)?;
         out.set_item("runqueue_depth", p.runqueue_depth)?;
         out.set_item("updated_ns", p.updated_ns)?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn __len__(&self) -> usize {
@@ -558,12 +561,7 @@ impl Worker {
             (None, Some(socket)) => config = config.agent_socket(socket),
             (None, None) => {}
         }
-        if !(-20..=19).contains(&priority) {
-            return Err(PyValueError::new_err(format!(
-                "Worker(priority=...): expected -20 (most important) to 19, got {priority}"
-            )));
-        }
-        config = config.priority(priority as i32);
+        config = config.priority(py_result(py, morpheus::validate_priority(priority))?);
         if let Some(escapable) = escapable {
             config = config.escapable(escapable);
         }
@@ -665,12 +663,8 @@ impl Worker {
 
     #[setter]
     fn set_priority(&self, py: Python<'_>, value: i64) -> PyResult<()> {
-        if !(-20..=19).contains(&value) {
-            return Err(PyValueError::new_err(format!(
-                "Worker.priority: expected -20 (most important) to 19, got {value}"
-            )));
-        }
-        with_held(py, self.token, "set_priority", |w| match w.set_priority(value as i32) {
+        let value = py_result(py, morpheus::validate_priority(value))?;
+        with_held(py, self.token, "set_priority", |w| match w.set_priority(value) {
             Err(Error::Detached { .. }) => Ok(()),
             other => py_result(py, other),
         })

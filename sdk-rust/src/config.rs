@@ -6,7 +6,11 @@ use std::{path::PathBuf, sync::Arc};
 
 use morpheus_abi::RuntimeKind;
 
-use crate::{error::Result, region::Region, worker::Worker};
+use crate::{
+    error::{Error, Result},
+    region::Region,
+    worker::Worker,
+};
 
 /// Where a worker's region comes from.
 #[derive(Clone, Debug, Default)]
@@ -46,7 +50,8 @@ pub struct Config {
     pub registration: Registration,
     /// Whether the scheduler may escalate this worker; `None` takes the spec's default for `runtime_kind`.
     pub escapable: Option<bool>,
-    /// Advisory priority, -20 (most important) to 19; clamped to that range.
+    /// Advisory priority, -20 (most important) to 19; outside that range registration fails with
+    /// `INVALID_ARGUMENT` (never clamped).
     pub priority: i32,
     /// Which SDK drives the worker (bindings set their own kind).
     pub runtime_kind: RuntimeKind,
@@ -117,4 +122,19 @@ impl Config {
     pub fn register(&self) -> Result<Worker> {
         Worker::register_with(self)
     }
+}
+
+/// `priority` as stored, or `INVALID_ARGUMENT` unless it is in `PRIORITY_MIN..=PRIORITY_MAX`
+/// (spec/SCB.md §3: never clamped). Takes an `i64` so bindings can pass what their caller gave.
+pub fn validate_priority(priority: i64) -> Result<i32> {
+    use morpheus_abi::{PRIORITY_MAX, PRIORITY_MIN};
+    if (i64::from(PRIORITY_MIN)..=i64::from(PRIORITY_MAX)).contains(&priority) {
+        return Ok(priority as i32);
+    }
+    Err(Error::InvalidArgument {
+        argument: "priority",
+        found: priority,
+        minimum: PRIORITY_MIN.into(),
+        maximum: PRIORITY_MAX.into(),
+    })
 }

@@ -33,9 +33,18 @@
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
 
+// spec/SCB.md §0.1: the region is read by other processes with single lock-free little-endian accesses.
+#[cfg(not(all(target_endian = "little", target_has_atomic = "64", target_has_atomic = "32")))]
+compile_error!(
+    "UNSUPPORTED_PLATFORM: the Morpheus ABI needs a little-endian target with lock-free 64-bit atomics \
+     (a lock-based fallback is not address-free and breaks across processes)"
+);
+
 pub mod agent;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod protocol;
 #[doc(hidden)]
 pub mod raw;
 pub mod region;
@@ -57,7 +66,7 @@ use std::{
 pub use error::{Error, Result};
 pub use morpheus_abi::{ErrorCode, PressureLevel, RuntimeKind, RuntimeMode, YieldReason};
 pub use region::{Backing, DetachReason, Discovered, PressureSnapshot, Region};
-pub use config::{Config, RegionSource, Registration};
+pub use config::{validate_priority, Config, RegionSource, Registration};
 pub use registration::unregister_current_thread;
 pub use slow_path::YieldCounts;
 pub use worker::{with_current_worker, CriticalSection, Worker};

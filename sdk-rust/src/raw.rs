@@ -20,6 +20,7 @@ use morpheus_abi::Scb;
 
 use crate::{
     error::{Error, Result},
+    protocol,
     slow_path::{commit, prepare, Inner, Ticket},
     sys::{a32, a64},
 };
@@ -35,6 +36,12 @@ static DETACHED_GENERATION: u64 = 0;
 /// DEFENSIVE modes, where a checkpoint also yields on the budget or the SDK's own clock (§5.4).
 /// `preempt_seq` cannot reach it (2^64 - 1 increments).
 pub const FORCE_SLOW_PATH: u64 = u64::MAX;
+
+/// Version of [`RawWorker`]'s layout, which compiled C programs bake in through `morpheus_inline.h`
+/// (`MORPHEUS_WORKER_LAYOUT_VERSION`). Any change to the fields, their order or their types bumps it,
+/// adds an entry to `sdk-c/worker_layout.lock` and bumps the C library's soname (sdk-c/README.md);
+/// `cargo test -p morpheus-c --test worker_layout` fails until all three are done.
+pub const WORKER_LAYOUT_VERSION: u32 = 1;
 
 /// The per-thread fast-path state, shared with C through cbindgen as `struct morpheus_worker`.
 ///
@@ -167,7 +174,7 @@ pub unsafe fn check_generation_raw(raw: *mut RawWorker) -> bool {
 /// `raw` must be the calling thread's [`current_raw`].
 #[inline(always)]
 pub unsafe fn checkpoint_sync_raw(raw: *mut RawWorker) -> bool {
-    let seq = a64((*raw).preempt_seq).load(Ordering::Acquire);
+    let seq = protocol::load_request(a64((*raw).preempt_seq));
     if seq == (*raw).cached_ack {
         return false;
     }
@@ -199,7 +206,7 @@ pub unsafe fn critical_enter_raw(raw: *mut RawWorker) {
     (*raw).critical_depth = depth.wrapping_add(1);
     if depth == 0 && !(*raw).in_critical.is_null() {
         if generation_ok(raw) {
-            a32((*raw).in_critical).store(1, Ordering::SeqCst);
+            protocol::critical_enter(a32((*raw).in_critical));
         } else {
             lose(raw);
         }
@@ -229,7 +236,7 @@ pub(crate) unsafe fn critical_exit_fast(raw: *mut RawWorker) -> bool {
     (*raw).critical_depth = depth - 1;
     if depth == 1 && !(*raw).in_critical.is_null() {
         if generation_ok(raw) {
-            a32((*raw).in_critical).store(0, Ordering::Release);
+            protocol::critical_exit(a32((*raw).in_critical));
         } else {
             lose(raw);
         }
@@ -243,7 +250,7 @@ pub(crate) fn prepare_current() -> Option<Ticket> {
     let raw = current_raw();
     // SAFETY: this thread's state.
     unsafe {
-        let seq = a64((*raw).preempt_seq).load(Ordering::Acquire);
+        let seq = protocol::load_request(a64((*raw).preempt_seq));
         if seq == (*raw).cached_ack {
             return None;
         }

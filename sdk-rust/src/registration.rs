@@ -13,8 +13,9 @@ use morpheus_abi::{escapable_default, RuntimeMode, Scb, WorkerState};
 
 use crate::{
     agent::{self, AgentConnection},
-    config::{Config, RegionSource, Registration},
+    config::{validate_priority, Config, RegionSource, Registration},
     error::{Error, Result},
+    protocol,
     raw::{current_raw, inner, make_detached, next_epoch, touch_exit_guard, RawWorker},
     region::{discover, DetachReason, Discovered, Region},
     slow_path::{Channel, Inner, YieldCounts},
@@ -55,28 +56,42 @@ fn resolve_region(config: &Config) -> Result<Resolved> {
     })
 }
 
-/// The scheduler's half of INIT -> REGISTERED, done by the SDK itself (direct registration, §4).
-fn direct_assign(region: &Region, slot: u32) -> Result<(*mut Scb, u32)> {
+/// The registrar's half of INIT -> CLAIMED -> REGISTERED, done by the SDK itself (direct
+/// registration, §4): the claim CAS, the slot's data, then REGISTERED with release, so whoever
+/// acquires REGISTERED sees the data, and no other registrar can assign the slot meanwhile.
+fn direct_assign(region: &Region, slot: u32, escapable: bool, priority: i32) -> Result<(*mut Scb, u32)> {
     let scb = region.scb_ptr(slot)?;
     check_generation(region)?;
-    // SAFETY: scb points into the validated, mapped region.
+    // SAFETY: scb points into the validated, mapped region; every access is atomic.
     unsafe {
         let state = a32(addr_of!((*scb).worker_state));
-        if let Err(found) = state.compare_exchange(
-            WorkerState::Init.raw(),
-            WorkerState::Registered.raw(),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            return Err(Error::SlotBusy { slot, state: found });
-        }
+        protocol::claim(state, WorkerState::Init).map_err(|found| Error::SlotBusy { slot, state: found })?;
         a32(addr_of!((*scb).tid)).store(sys::gettid(), Ordering::Relaxed);
         a32(addr_of!((*scb).pid)).store(sys::getpid(), Ordering::Relaxed);
-        let slot_generation = a32(addr_of!((*scb).slot_generation)).fetch_add(1, Ordering::Release) + 1;
+        let slot_generation_field = a32(addr_of!((*scb).slot_generation));
+        let slot_generation = protocol::next_slot_generation(slot_generation_field.load(Ordering::Relaxed));
+        slot_generation_field.store(slot_generation, Ordering::Relaxed);
         let seq = a64(addr_of!((*scb).preempt_seq)).load(Ordering::Acquire);
-        a64(addr_of!((*scb).last_ack_seq)).store(seq, Ordering::Release);
+        a64(addr_of!((*scb).last_ack_seq)).store(seq, Ordering::Relaxed);
+        a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Relaxed);
+        a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed);
+        protocol::publish_state(state, WorkerState::Registered);
         Ok((scb, slot_generation))
     }
+}
+
+/// The registrar's DEAD -> CLAIMED -> INIT (§4): the claim CAS from the state observed, the reclaim
+/// clear over the whole stride (generated from spec/abi.toml, one source for every language), then
+/// INIT with release. `SLOT_BUSY` (writing nothing) if another registrar took the slot meanwhile.
+///
+/// # Safety
+/// `scb` is slot `slot` of `region`.
+pub(crate) unsafe fn reclaim(region: &Region, scb: *mut Scb, slot: u32, observed: WorkerState) -> Result<()> {
+    let state = a32(addr_of!((*scb).worker_state));
+    protocol::claim(state, observed).map_err(|found| Error::SlotBusy { slot, state: found })?;
+    morpheus_abi::scb_clear_for_reuse(scb as *mut u8, region.scb_stride() as usize);
+    protocol::publish_state(state, WorkerState::Init);
+    Ok(())
 }
 
 fn check_generation(region: &Region) -> Result<()> {
@@ -141,7 +156,7 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
     }
     let epoch = next_epoch();
     let escapable = config.escapable.unwrap_or_else(|| escapable_default(config.runtime_kind));
-    let priority = config.priority.clamp(-20, 19);
+    let priority = validate_priority(config.priority.into())?;
     let mut inner = Box::new(Inner {
         region: None,
         scb: std::ptr::null_mut(),
@@ -172,7 +187,7 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
             };
             let (region, scb, slot, slot_generation, channel) = match (&config.registration, premapped) {
                 (Registration::Direct { slot }, Some(region)) => {
-                    let (scb, slot_generation) = direct_assign(&region, *slot)?;
+                    let (scb, slot_generation) = direct_assign(&region, *slot, escapable, priority)?;
                     (region, scb, *slot, slot_generation, Channel::Direct)
                 }
                 (Registration::Direct { .. }, None) => unreachable!("direct registration never resolves to the agent"),
@@ -194,20 +209,25 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
                 inner.acked = a64(addr_of!((*scb).last_ack_seq)).load(Ordering::Acquire);
                 inner.last_hints_dropped = a32(addr_of!((*scb).hints_dropped)).load(Ordering::Relaxed);
                 // REGISTERED -> RUNNING (§4); generation checked just before the writes.
-                if let Err(err) = check_generation(&region) {
-                    return Err(err);
-                }
+                check_generation(&region)?;
                 a32(addr_of!((*scb).runtime_kind)).store(config.runtime_kind.raw(), Ordering::Relaxed);
-                a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release);
-                a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed);
-                a32(addr_of!((*scb).runtime_mode)).store(RuntimeMode::Deterministic.raw(), Ordering::Relaxed);
-                a32(addr_of!((*scb).in_critical)).store(0, Ordering::Relaxed);
-                a32(addr_of!((*scb).worker_state)).store(WorkerState::Running.raw(), Ordering::Release);
-                // A critical section entered before registration (e.g. a guard of the thread's previous
-                // worker) is still open: show it.
-                if (*raw).critical_depth > 0 {
-                    a32(addr_of!((*scb).in_critical)).store(1, Ordering::SeqCst);
+                // The registrar wrote escapable and priority before REGISTERED (from this config); they
+                // are not overwritten. Only a registrar that did not know them (an agent older than
+                // 1.3) left other values, which are corrected here, still before RUNNING.
+                let escapable_field = a32(addr_of!((*scb).escapable));
+                if escapable_field.load(Ordering::Relaxed) != escapable as u32 {
+                    escapable_field.store(escapable as u32, Ordering::Release);
                 }
+                let priority_field = a32(addr_of!((*scb).priority) as *const u32);
+                if priority_field.load(Ordering::Relaxed) != priority as u32 {
+                    priority_field.store(priority as u32, Ordering::Relaxed);
+                }
+                a32(addr_of!((*scb).runtime_mode)).store(RuntimeMode::Deterministic.raw(), Ordering::Relaxed);
+                // Critical depth is per thread and survives registration: a section opened before it
+                // (e.g. under the thread's previous worker) is still open, and the SCB says so before
+                // the worker is RUNNING.
+                a32(addr_of!((*scb).in_critical)).store(((*raw).critical_depth > 0) as u32, Ordering::Relaxed);
+                protocol::publish_state(a32(addr_of!((*scb).worker_state)), WorkerState::Running);
             }
             inner.region = Some(region);
         }
@@ -259,28 +279,13 @@ pub(crate) unsafe fn shutdown(raw: *mut RawWorker) -> Result<()> {
     }
     check_generation(&region)?;
     let state = a32(addr_of!((*scb).worker_state));
-    a32(addr_of!((*scb).in_critical)).store(0, Ordering::Release);
-    state.store(WorkerState::Quiescing.raw(), Ordering::Release);
-    state.store(WorkerState::Dead.raw(), Ordering::Release);
+    protocol::critical_exit(a32(addr_of!((*scb).in_critical)));
+    protocol::publish_state(state, WorkerState::Quiescing);
+    protocol::publish_state(state, WorkerState::Dead);
     match channel {
         Channel::Agent(mut conn) => conn.unregister(slot, kind),
-        Channel::Direct => {
-            // The scheduler's DEAD -> INIT: line 1 zeroed except last_ack_seq; tid, pid 0.
-            a64(addr_of!((*scb).yield_count)).store(0, Ordering::Relaxed);
-            for field in [
-                addr_of!((*scb).escapable),
-                addr_of!((*scb).last_yield_reason),
-                addr_of!((*scb).runtime_mode),
-                addr_of!((*scb).runtime_kind),
-                addr_of!((*scb).priority) as *const u32,
-                addr_of!((*scb).tid),
-                addr_of!((*scb).pid),
-            ] {
-                a32(field).store(0, Ordering::Relaxed);
-            }
-            state.store(WorkerState::Init.raw(), Ordering::Release);
-            Ok(())
-        }
+        // Direct registration: the registrar's DEAD -> CLAIMED -> INIT, done by the SDK itself.
+        Channel::Direct => reclaim(&region, scb, slot, WorkerState::Dead),
         Channel::None => Ok(()),
     }
 }

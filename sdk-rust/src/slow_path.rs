@@ -8,6 +8,7 @@ use morpheus_abi::{PressureLevel, RuntimeKind, RuntimeMode, Scb, YieldReason};
 
 use crate::{
     agent::AgentConnection,
+    protocol,
     raw::{generation_ok, inner, lose, RawWorker, FORCE_SLOW_PATH},
     region::{DetachReason, Region},
     sys::{self, a32, a64},
@@ -106,16 +107,8 @@ pub(crate) unsafe fn commit(raw: *mut RawWorker, ticket: Ticket) -> bool {
     a32(addr_of!((*scb).last_yield_reason)).store(ticket.reason.raw(), Ordering::Relaxed);
     a64(addr_of!((*scb).yield_count)).fetch_add(1, Ordering::Relaxed);
     if ticket.seq > inner.acked {
-        let ack = a64(addr_of!((*scb).last_ack_seq));
-        let mut current = ack.load(Ordering::Acquire);
-        // Up only, and only to a value read from preempt_seq.
-        while current < ticket.seq {
-            match ack.compare_exchange_weak(current, ticket.seq, Ordering::Release, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(now) => current = now,
-            }
-        }
-        inner.acked = ticket.seq;
+        // Up only, and only to a value read from preempt_seq; cache what the SCB now holds.
+        inner.acked = protocol::acknowledge(a64(addr_of!((*scb).last_ack_seq)), ticket.seq);
     }
     inner.counts.0[ticket.reason.raw() as usize] += 1;
     let now = sys::monotonic_ns();
@@ -154,7 +147,7 @@ impl Inner {
         let dropped = a32(addr_of!((*self.scb).hints_dropped)).load(Ordering::Relaxed);
         let mode = if dropped != self.last_hints_dropped {
             RuntimeMode::Defensive
-        } else if region.pressure().level == Some(PressureLevel::High) {
+        } else if region.pressure().and_then(|p| p.level) == Some(PressureLevel::High) {
             RuntimeMode::Pressured
         } else {
             RuntimeMode::Deterministic

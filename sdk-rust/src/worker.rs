@@ -7,7 +7,7 @@ use std::{marker::PhantomData, ptr::addr_of, sync::atomic::Ordering, sync::Arc};
 use morpheus_abi::{PressureLevel, RuntimeMode, Scb, YieldReason};
 
 use crate::{
-    config::Config,
+    config::{validate_priority, Config},
     error::{Error, Result},
     raw::{
         check_generation_raw, checkpoint_sync_raw, critical_enter_raw, critical_exit_fast, critical_exit_raw, current_raw,
@@ -238,9 +238,10 @@ impl Worker {
         self.inner().escapable
     }
 
-    /// Set the advisory priority (-20 most important .. 19; clamped).
+    /// Set the advisory priority (-20 most important .. 19); `INVALID_ARGUMENT` outside that range,
+    /// writing nothing (never clamped).
     pub fn set_priority(&self, priority: i32) -> Result<()> {
-        let priority = priority.clamp(-20, 19);
+        let priority = validate_priority(priority.into())?;
         // SAFETY: no other reference into Inner is held in this method.
         unsafe { self.inner_mut() }.priority = priority;
         let scb = self.write_checked("set_priority")?;
@@ -269,8 +270,9 @@ impl Worker {
         Ok(PressureLevel::try_from(raw).ok())
     }
 
-    /// Global pressure from the region header.
-    pub fn pressure(&self) -> Result<crate::region::PressureSnapshot> {
+    /// Global pressure from the region header; `None` while no consistent snapshot could be read
+    /// (spec/SCB.md §2.1: the read is bounded).
+    pub fn pressure(&self) -> Result<Option<crate::region::PressureSnapshot>> {
         self.scb_checked("pressure")?;
         Ok(self.inner().region.as_ref().expect("attached").pressure())
     }
@@ -313,7 +315,7 @@ impl Worker {
         let scb = self.write_checked("record_explicit_yield")?;
         // SAFETY: this thread's state; our slot.
         unsafe {
-            let seq = a64(addr_of!((*scb).preempt_seq)).load(Ordering::Acquire);
+            let seq = crate::protocol::load_request(a64(addr_of!((*scb).preempt_seq)));
             let ticket = Ticket { raw: self.raw as usize, epoch: self.epoch, seq, reason: YieldReason::Explicit };
             commit(self.raw, ticket);
         }
