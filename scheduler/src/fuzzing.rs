@@ -22,8 +22,8 @@ pub const CALLING_THREAD: u32 = 0xFFFF_FFFE;
 
 /// The SDK's region parser (spec/SCB.md §1.3): `data` as a region an agent handed over (a memfd),
 /// mapped and validated by `morpheus::Region::from_agent_fd`. A region it accepts is then used: every
-/// slot it hands out is read (a slot outside the mapping faults) and the one past the end is refused.
-/// (The pressure reader is left out: the SDK's bounded seqlock reader is the core's change.)
+/// slot it hands out is read (a slot outside the mapping faults), the one past the end is refused, and
+/// the pressure record is read (a reader that spun on an odd seq would hang the target).
 pub fn region_parser(data: &[u8]) {
     // SAFETY: a new memfd we own.
     let raw = unsafe { libc::memfd_create(c"fuzz-region".as_ptr(), libc::MFD_CLOEXEC) };
@@ -45,6 +45,8 @@ pub fn region_parser(data: &[u8]) {
                 }
             }
             assert!(region.scb_ptr(region.scb_count()).is_err(), "the slot past the end must be refused");
+            // The pressure reader is bounded (SEQLOCK_MAX_RETRIES): an odd seq in the image must not hang it.
+            let _ = region.pressure();
         }
         Err(e) => drop(e.to_string()),
     }
