@@ -237,7 +237,7 @@ fi
 # section: the BPF program counts a worker it releases from the hold while in a section
 # (held_in_critical), which must stay 0. The escapable=0 worker beside it must never be escalated.
 # The verdicts are counts; how fast the VM runs changes only how many races there are.
-STRESS_SECTIONS=${STRESS_SECTIONS:-10000}
+STRESS_SECTIONS=${STRESS_SECTIONS:-50000}
 if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; then
 	cpu_max_before=$(cat "$CG/cpu.max")
 	morpheus-e2e-worker --cgroup "$CG" --stress "$STRESS_SECTIONS" >/tmp/stress.out 2>&1

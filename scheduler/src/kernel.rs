@@ -166,12 +166,15 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     let builder = BpfSkelBuilder::default();
     let mut skel = scx_ops_open!(builder, &mut open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
     let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
-    // The replay program's verifier complexity, beside the ops' (scheduler/veristat/).
-    if let Some(info) = libbpf_rs::query::ProgInfoIter::default()
-        .filter(|info| info.name.to_string_lossy() == "gate_replay")
-        .max_by_key(|info| info.id)
-    {
-        log::info!("verified_insns: gate_replay={}", info.verified_insns);
+    // The replay programs' verifier complexity, beside the ops' (scheduler/veristat/; names are
+    // truncated to 15 characters by the kernel).
+    for name in ["gate_replay", "escalation_repl"] {
+        if let Some(info) = libbpf_rs::query::ProgInfoIter::default()
+            .filter(|info| info.name.to_string_lossy() == name)
+            .max_by_key(|info| info.id)
+        {
+            log::info!("verified_insns: {name}={}", info.verified_insns);
+        }
     }
     let value_size = skel.maps.region.value_size() as usize;
     let key = 0u32.to_ne_bytes();

@@ -107,7 +107,7 @@ struct {
 	__type(value, u32);
 } worker_slots SEC(".maps");
 
-/* Hint records for runtimes and the agent (pinned as PIN_DIR/hints). */
+/* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
@@ -130,6 +130,7 @@ struct worker_ctx {
 	s32 cpu;                /* CPU it runs on, -1 when not running */
 	u32 last_verdict;       /* gate verdict last counted for verdict_seq */
 	u32 kicked;             /* an escalation kick is pending: requeue it behind the others */
+	u32 deciding;           /* a CPU is running this worker's state machine (try-lock) */
 };
 
 struct {
@@ -417,9 +418,9 @@ static __always_inline void lift_escalation(struct morpheus_scb *scb, struct wor
 /*
  * Run the worker's escalation state machine and carry out its step. `cpu` is the CPU it runs on, or
  * -1 when it is not on one (stopping, or the timer's look at workers off CPU): lifts then, no action,
- * as there is nothing to preempt.
+ * as there is nothing to preempt. Callers hold the worker's `deciding` try-lock (run_escalation).
  */
-static __always_inline void run_escalation(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
+static __always_inline void run_escalation_locked(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
 			   s32 cpu, u64 runtime, u64 now)
 {
 	struct morpheus_gate_input in = {};
@@ -465,6 +466,20 @@ static __always_inline void run_escalation(struct morpheus_region *r, struct mor
 		__sync_fetch_and_add(&escalations_by_policy[in.escalation_policy], 1);
 	send_escalation_event(scb, slot, w->tid, now, in.preempt_seq, in.escalation_policy, action,
 			      runtime - in.slice_ns - in.grace_ns);
+}
+
+/*
+ * The timer and ops.stopping may decide for one worker on two CPUs at once: one of them runs the
+ * state machine, the other skips this decision (the next one comes within a check interval). The
+ * exchange that releases the lock is a fetching atomic, so the episode's stores are visible first.
+ */
+static __always_inline void run_escalation(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w,
+					   u32 slot, s32 cpu, u64 runtime, u64 now)
+{
+	if (__sync_val_compare_and_swap(&w->deciding, 0, 1) != 0)
+		return;
+	run_escalation_locked(r, scb, w, slot, cpu, runtime, now);
+	__sync_lock_test_and_set(&w->deciding, 0);
 }
 
 /*
@@ -740,7 +755,7 @@ void BPF_STRUCT_OPS(morpheus_tick, struct task_struct *p)
 		return;
 	}
 	if (bw->used_ns + (now - run->start_ns) >= bw->quota_ns && hold_allowed(p))
-		p->scx.slice = 0;
+		scx_bpf_task_set_slice(p, 0);
 }
 
 void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us,
