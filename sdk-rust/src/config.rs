@@ -15,7 +15,8 @@ use crate::{
 /// Where a worker's region comes from.
 #[derive(Clone, Debug, Default)]
 pub enum RegionSource {
-    /// spec/SCB.md §1.2: `MORPHEUS_REGION`, the pinned map, the sim file, else detached.
+    /// spec/SCB.md §1.2: `MORPHEUS_REGION`; else, registering through the agent, the region its reply
+    /// carries (its socket exists); else the pinned map, the 1.2 sim file; else detached.
     #[default]
     Discover,
     /// This region file or pinned map (an error if it cannot be mapped).
