@@ -72,7 +72,12 @@ impl Caps {
         if let Some(journal) = &self.journal {
             journal.capping(dir, previous.trim())?;
         }
-        fs::write(&file, THROTTLE_CPU_MAX).with_context(|| format!("cannot write {}", file.display()))?;
+        if let Err(e) = fs::write(&file, THROTTLE_CPU_MAX) {
+            if let Some(journal) = &self.journal {
+                journal.uncapped(dir); // recorded, but never in force
+            }
+            return Err(e).with_context(|| format!("cannot write {}", file.display()));
+        }
         self.by_dir.insert(dir.to_owned(), Cap { previous: previous.trim().to_owned(), holders: 1 });
         Ok(())
     }

@@ -31,8 +31,21 @@ use crate::rundir::RuntimeDir;
 
 pub struct Journal {
     file: Mutex<File>,
-    clients: Mutex<BTreeSet<u32>>,
+    state: Mutex<Live>,
 }
+
+/// What this instance's journal says now, to rewrite it short when nothing is in force.
+#[derive(Default)]
+struct Live {
+    generation: u64,
+    clients: BTreeMap<u32, u64>,
+    /// Effects recorded and not yet undone.
+    open: i64,
+    bytes: u64,
+}
+
+/// A journal longer than this is rewritten (instance and live clients only) once no effect is open.
+const COMPACT_AT: u64 = 64 << 10;
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +134,7 @@ impl Journal {
         undo(&open);
         file.set_len(0)?;
         file.rewind()?;
-        let journal = Journal { file: Mutex::new(file), clients: Mutex::new(BTreeSet::new()) };
+        let journal = Journal { file: Mutex::new(file), state: Mutex::new(Live { generation, ..Live::default() }) };
         journal.append(&format!("instance {generation}"))?;
         Ok(journal)
     }
@@ -130,13 +143,18 @@ impl Journal {
     #[cfg(test)]
     pub fn scratch() -> Journal {
         let file = tempfile::tempfile().expect("temp file");
-        Journal { file: Mutex::new(file), clients: Mutex::new(BTreeSet::new()) }
+        Journal { file: Mutex::new(file), state: Mutex::new(Live::default()) }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn append(&self, line: &str) -> Result<()> {
         let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let mut f: &File = &file;
         f.write_all(format!("{line}\n").as_bytes()).context("cannot append to the journal")?;
+        self.live().bytes += line.len() as u64 + 1;
         // Durable before the effect it announces is applied.
         // SAFETY: fdatasync on our descriptor.
         if unsafe { libc::fdatasync(f.as_raw_fd()) } != 0 {
@@ -147,17 +165,54 @@ impl Journal {
 
     /// A process that holds (or held) a slot of this instance: its mappings are retired after a kill.
     pub fn client(&self, pid: u32) -> Result<()> {
-        if !self.clients.lock().unwrap_or_else(|p| p.into_inner()).insert(pid) {
+        let start = start_time(pid).unwrap_or(0);
+        if self.live().clients.insert(pid, start) == Some(start) {
             return Ok(());
         }
-        let start = start_time(pid).unwrap_or(0);
         self.append(&format!("client {pid} {start}"))
+    }
+
+    /// One effect recorded (+1) or undone (-1); with none open, a long journal is rewritten short.
+    fn count(&self, delta: i64) {
+        let compact = {
+            let mut live = self.live();
+            live.open += delta;
+            live.open <= 0 && live.bytes > COMPACT_AT
+        };
+        if compact {
+            if let Err(e) = self.compact() {
+                log::warn!("journal: cannot compact: {e:#}");
+            }
+        }
+    }
+
+    /// Rewrites the journal as the instance line and the clients still alive (the same processes).
+    fn compact(&self) -> Result<()> {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live();
+        live.clients.retain(|&pid, &mut start| start_time(pid) == Some(start));
+        let mut text = format!("instance {}\n", live.generation);
+        for (pid, start) in &live.clients {
+            text.push_str(&format!("client {pid} {start}\n"));
+        }
+        let mut f: &File = &file;
+        f.set_len(0)?;
+        f.rewind()?;
+        f.write_all(text.as_bytes())?;
+        // SAFETY: fdatasync on our descriptor.
+        if unsafe { libc::fdatasync(f.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("cannot sync the journal");
+        }
+        live.bytes = text.len() as u64;
+        Ok(())
     }
 
     /// About to demote `tid`; what to put back.
     pub fn demoting(&self, tid: u32, policy: i32, priority: i32, nice: i32) -> Result<()> {
         let start = start_time(tid).context("the thread is gone")?;
-        self.append(&format!("demote {tid} {start} {policy} {priority} {nice}"))
+        self.append(&format!("demote {tid} {start} {policy} {priority} {nice}"))?;
+        self.count(1);
+        Ok(())
     }
 
     /// The demotion of `tid` was undone (or the thread is gone).
@@ -166,11 +221,14 @@ impl Journal {
         if let Err(e) = self.append(&format!("restore {tid} {start}")) {
             log::warn!("{e:#}");
         }
+        self.count(-1);
     }
 
     /// About to cap `dir`, whose own cpu.max is `previous`.
     pub fn capping(&self, dir: &Path, previous: &str) -> Result<()> {
-        self.append(&format!("cap {} {}", hex(dir.as_os_str().as_bytes()), hex(previous.as_bytes())))
+        self.append(&format!("cap {} {}", hex(dir.as_os_str().as_bytes()), hex(previous.as_bytes())))?;
+        self.count(1);
+        Ok(())
     }
 
     /// `dir`'s cpu.max was put back.
@@ -178,6 +236,7 @@ impl Journal {
         if let Err(e) = self.append(&format!("uncap {}", hex(dir.as_os_str().as_bytes()))) {
             log::warn!("{e:#}");
         }
+        self.count(-1);
     }
 }
 
@@ -246,6 +305,30 @@ fn retire_mapped_regions(pid: u32, generation: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Many demote/restore pairs do not grow the journal without bound: with nothing open it is
+    /// rewritten to the instance line and the live clients.
+    #[test]
+    fn a_long_journal_is_compacted_when_nothing_is_open() {
+        let journal = Journal::scratch();
+        journal.live().generation = 9;
+        journal.client(std::process::id()).unwrap();
+        // SAFETY: no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        for _ in 0..2000 {
+            journal.demoting(me, 0, 0, 0).unwrap();
+            journal.restored(me);
+        }
+        let mut text = String::new();
+        let mut f: &File = &journal.file.lock().unwrap();
+        f.rewind().unwrap();
+        f.read_to_string(&mut text).unwrap();
+        assert!(text.len() < COMPACT_AT as usize, "{} bytes", text.len());
+        let open = parse(&text);
+        assert_eq!(open.generation, 9);
+        assert!(open.demotions.is_empty());
+        assert!(open.clients.contains_key(&std::process::id()), "{text}");
+    }
 
     /// A cap recorded before it was written and never lifted (the agent was killed) is put back by
     /// recovery; a demotion of a thread that is gone is skipped.
