@@ -107,8 +107,7 @@ pub fn agent_handler(data: &[u8]) {
         let (reply, domain): (RegReply, _) = registry::handle(&shared, caller, &message);
         assert_eq!(reply.magic, abi::REG_MAGIC);
         let status = RegStatus::try_from(reply.status).expect("a known reg_status");
-        if status == RegStatus::Ok && domain.is_some() {
-            let domain = domain.expect("checked");
+        if let (RegStatus::Ok, Some(domain)) = (status, domain) {
             assert!(reply.slot < domain.region.scb_count(), "slot {} outside the region", reply.slot);
             assert_ne!(reply.slot_generation, 0);
         }

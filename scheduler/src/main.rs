@@ -357,17 +357,16 @@ fn run(opts: Opts) -> Result<()> {
         per_uid: config.max_workers_per_uid,
         slice_ns: config.slice_ns,
     };
-    let registry = registry::Registry::start(
-        &dir,
-        &socket_name,
-        group,
+    let shared = registry::Shared::new(
         Arc::clone(&domains),
         Arc::clone(&workers),
         backend.slot_observer(),
         Some(Arc::clone(&journal)),
         limits,
-        reply_path.as_deref(),
-    )?;
+        registry::reply_path(reply_path.as_deref())?,
+    );
+    let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;
+
     log::info!(
         "listening for registrations on {} ({})",
         config.socket_path.display(),

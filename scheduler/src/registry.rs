@@ -86,6 +86,15 @@ pub struct Shared {
     stop: AtomicBool,
 }
 
+/// What replies carry as `region_path`: the kernel backend's pin for 1.2 clients; none for memfds.
+pub fn reply_path(path: Option<&Path>) -> Result<[u8; abi::REGION_PATH_MAX as usize]> {
+    match path {
+        Some(path) => region::path_for_reply(path)
+            .with_context(|| format!("region path {} does not fit a registration reply", path.display())),
+        None => Ok([0; abi::REGION_PATH_MAX as usize]),
+    }
+}
+
 impl Shared {
     /// The service's state; `region_path` is what replies carry (all zero: none).
     pub fn new(
@@ -142,26 +151,12 @@ fn thread_alive(pid: u32, tid: u32) -> bool {
 }
 
 impl Registry {
-    /// Binds the socket `name` in `dir` (replacing a stale one left by a killed instance) and serves.
-    pub fn start(
-        dir: &RuntimeDir,
-        name: &str,
-        group: Option<u32>,
-        domains: Arc<Domains>,
-        workers: Arc<Workers>,
-        observer: Option<Arc<dyn SlotObserver>>,
-        journal: Option<Arc<Journal>>,
-        limits: Limits,
-        region_path: Option<&Path>,
-    ) -> Result<Registry> {
-        let region_path = match region_path {
-            Some(path) => region::path_for_reply(path)
-                .with_context(|| format!("region path {} does not fit a registration reply", path.display()))?,
-            None => [0; abi::REGION_PATH_MAX as usize],
-        };
+    /// Binds the socket `name` in `dir` (replacing a stale one left by a killed instance), mode 0660
+    /// with `group` (0600 without), and serves `shared`.
+    pub fn start(dir: &RuntimeDir, name: &str, group: Option<u32>, shared: Shared) -> Result<Registry> {
         let listener = dir.bind_socket(name, group)?;
         listener.set_nonblocking(true).context("cannot make the registration socket non-blocking")?;
-        let shared = Arc::new(Shared::new(domains, workers, observer, journal, limits, region_path));
+        let shared = Arc::new(shared);
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("registry".into())
@@ -340,9 +335,8 @@ fn send_reply(stream: &UnixStream, reply: &RegReply, len: usize, fd: Option<Borr
         return false;
     }
     // A partial send of a 128-byte reply on a Unix socket only happens on a full buffer: finish it.
-    let mut rest = &bytes[sent as usize..];
     let mut s = stream;
-    std::io::Write::write_all(&mut s, &mut rest).is_ok()
+    std::io::Write::write_all(&mut s, &bytes[sent as usize..]).is_ok()
 }
 
 /// Bytes of a 1.0-1.2 reply: all a client that sent `size` 0 reads.
