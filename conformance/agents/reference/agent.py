@@ -179,12 +179,8 @@ class Worker:
         if self.slot is not None and self.generation_ok():
             self.store(S.WORKER_STATE, m.WorkerState.QUIESCING)
             self.store(S.WORKER_STATE, m.WorkerState.DEAD)
-            # Direct registration: the scheduler's DEAD -> INIT row, done by the SDK (SCB.md §4).
-            for f in m.Scb.FIELDS:
-                if f.offset >= m.CACHE_LINE_SIZE and f.struct_format and f not in (S.LAST_ACK_SEQ, S.WORKER_STATE):
-                    self.store(f, 0)
-            self.store(S.TID, 0)
-            self.store(S.PID, 0)
+            # Direct registration: the registrar's reclaim clear (SCB.md §4), generated from abi.toml.
+            m.scb_clear_for_reuse(self.mm, self.scb_base, self.stride)
             self.store(S.WORKER_STATE, m.WorkerState.INIT)
         self.slot = None
         self.registered = False

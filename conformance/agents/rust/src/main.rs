@@ -81,7 +81,7 @@ impl Agent {
 
     fn depth(&self) -> u32 {
         // SAFETY: the calling thread's own state.
-        unsafe { (*morpheus::current_raw()).critical_depth }
+        unsafe { (*morpheus::raw::current_raw()).critical_depth }
     }
 
     fn attach(&mut self, req: &Request) -> Reply {
@@ -229,7 +229,7 @@ impl Agent {
                 match &self.worker {
                     Some(w) => w.critical_enter(),
                     // SAFETY: the calling thread's own state (detached: only counts).
-                    None => unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) },
+                    None => unsafe { morpheus::raw::critical_enter_raw(morpheus::raw::current_raw()) },
                 }
                 Ok(Obj::new().int("depth", self.depth()))
             }
@@ -237,7 +237,7 @@ impl Agent {
                 let r = match &self.worker {
                     Some(w) => w.critical_exit(),
                     // SAFETY: as above.
-                    None => unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) },
+                    None => unsafe { morpheus::raw::critical_exit_raw(morpheus::raw::current_raw()) },
                 };
                 r.map_err(sdk_err).map(|_| Obj::new().int("depth", self.depth()))
             }
