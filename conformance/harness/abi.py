@@ -34,7 +34,19 @@ def _load():
 m = _load()
 
 HEADER_FIELDS = {f.name: f for f in m.RegionHeader.FIELDS}
+# The pressure record's fields, addressable as "pressure.level" etc. (offsets within the header).
+HEADER_FIELDS.update({
+    f"pressure.{f.name}": m.Field(f"pressure.{f.name}", f.type, m.RegionHeader.PRESSURE.offset + f.offset, f.size,
+                                  f.atomic, f.struct_format)
+    for f in m.Pressure.FIELDS
+})
 SCB_FIELDS = {f.name: f for f in m.Scb.FIELDS}
+
+# The fields the reclaim clear keeps (SCB.md §4, abi.toml `reclaim = "keep"`): every other byte of the
+# slot's stride is zeroed. Taken from the generated ABI once it carries the list; until then the three
+# counters SCB.md §4 names. This is the harness's only copy.
+RECLAIM_KEEP: tuple[str, ...] = tuple(getattr(m, "SCB_RECLAIM_KEEP", ())) or (
+    "preempt_seq", "last_ack_seq", "slot_generation")
 
 
 def _snake(name: str) -> str:
@@ -57,6 +69,7 @@ ENUMS: dict[str, type[enum.IntEnum]] = {
 def enum_of_field(field_name: str) -> type[enum.IntEnum] | None:
     """The enum a field holds: the one whose spec name ends the field name (last_yield_reason ->
     yield_reason, worker_state -> worker_state). None for plain numbers."""
+    field_name = field_name.replace(".", "_")  # pressure.level -> pressure_level
     best = None
     for enum_name, cls in ENUMS.items():
         if field_name == enum_name or field_name.endswith("_" + enum_name):

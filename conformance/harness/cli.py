@@ -174,6 +174,9 @@ def main(argv=None) -> int:
             if passed == 0:
                 print(f"gate {name}: no scenario passed (nothing ran?)", file=sys.stderr)
                 return 1
+        for row, col, cell in matrix_mod.skips(mx):
+            if col in columns:
+                print(f"gate {col}: {row} SKIPPED: {cell.get('message', '')}", file=sys.stderr)
         if failed:
             print(f"gate {', '.join(columns)}: {len(failed)} deviation(s); see the table", file=sys.stderr)
             return 1

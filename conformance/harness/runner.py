@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 import abi
-from abi import HEADER_FIELDS, SCB_FIELDS, m
+import stores
+from abi import HEADER_FIELDS, RECLAIM_KEEP, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
 from region import Region, constants, first_difference, resolve_enum
@@ -47,7 +48,7 @@ class CellResult:
     scenario: str
     variant: str | None
     agent: str
-    status: str  # pass | fail | n/a
+    status: str  # pass | fail | n/a | skip (a check this host cannot make; message says why)
     step: int | None = None
     step_label: str = ""
     message: str = ""
@@ -78,6 +79,10 @@ class StepFailure(Exception):
     def __init__(self, message: str, first_diff: dict | None = None):
         super().__init__(message)
         self.first_diff = first_diff
+
+
+class StepSkipped(Exception):
+    """The step needs a facility this host lacks (e.g. hardware watchpoints); never a pass."""
 
 
 def _diff_report(region: Region, expected: bytes, actual: bytes, context: str) -> StepFailure:
@@ -158,6 +163,26 @@ class CellRun:
                 self._apply(image, self.region.scb_offset(slot), SCB_FIELDS[name], resolve_enum(name, value))
         self.expected = bytes(image)
 
+    def _fill_range(self, fill: dict, slot: int, image: bytes, step: Step) -> tuple[int, int]:
+        """Absolute [start, end) of a `fill` table's offsets, which count from the slot's first byte."""
+        names = {**constants(), **self._names(image, slot, {}), "scb_size": m.Scb.SIZE}
+        try:
+            lo, hi = (int(evaluate(fill[k], names)) for k in ("from", "to"))
+        except ExprError as err:
+            raise StepFailure(f"{step.describe()}: fill: {err}") from None
+        stride = self.region.header["scb_stride"]
+        if not 0 <= lo <= hi <= stride:
+            raise StepFailure(f"{step.describe()}: fill {lo}..{hi} is outside the slot's stride of {stride} bytes")
+        base = self.region.scb_offset(slot)
+        return base + lo, base + hi
+
+    def _harness_fill(self, step: Step) -> None:
+        start, end = self._fill_range(step.fill, step.slot, self.expected, step)
+        self.region.fill(start, end, step.fill["byte"])
+        image = bytearray(self.expected)
+        image[start:end] = bytes([step.fill["byte"]]) * (end - start)
+        self.expected = bytes(image)
+
     def _bump(self, slot: int, by: int) -> None:
         seq = self.region.read_scb(slot, "preempt_seq") + by
         self._harness_write({"preempt_seq": seq}, slot)
@@ -170,6 +195,17 @@ class CellRun:
         expect = step.expect
         slot = step.slot
         post_names = self._names(actual, slot, reply)
+        if expect.get("reclaimed"):
+            # The reclaim clear (SCB.md §4): the whole stride zero, except the fields it keeps.
+            base = self.region.scb_offset(slot)
+            stride = self.region.header["scb_stride"]
+            expected[base:base + stride] = bytes(stride)
+            for name in RECLAIM_KEEP:
+                f = SCB_FIELDS[name]
+                expected[base + f.offset:base + f.offset + f.size] = before[base + f.offset:base + f.offset + f.size]
+        if expect.get("fill"):
+            start, end = self._fill_range(expect["fill"], slot, actual, step)
+            expected[start:end] = bytes([expect["fill"]["byte"]]) * (end - start)
         for table, fields, base in (
             (expect.get("scb", {}), SCB_FIELDS, self.region.scb_offset(slot) if expect.get("scb") else 0),
             (expect.get("header", {}), HEADER_FIELDS, 0),
@@ -265,13 +301,21 @@ class CellRun:
                 self._harness_write(during_yield["write"], step.slot)
 
         watcher = self._watch(step) if step.expect.get("watch") else None
+        tracer = self._tracer(step) if step.expect.get("stores") else None
         try:
             reply = self.agent.request(step.op, args, on_suspended=on_suspended)
         finally:
             if watcher:
                 watcher.stop()
+            if tracer:
+                try:
+                    tracer.stop()
+                except stores.Unavailable as err:
+                    raise StepSkipped(f"{step.describe()}: expect.stores: {err}") from None
         if watcher:
             watcher.judge(step)
+        if tracer:
+            self._judge_stores(step, tracer)
         if suspended_failure:
             raise suspended_failure[0]
         if step.op == "checkpoint" and reply.get("ok"):
@@ -323,6 +367,33 @@ class CellRun:
                 if int(value) != stored:
                     raise StepFailure(f"{step.describe()}: state reports {name} = {value!r}, "
                                       f"scb[{slot}].{name} holds {stored}")
+
+    def _tracer(self, step: Step) -> stores.StoreTracer:
+        base = self.region.scb_offset(step.slot)
+        fields = {name: (base + SCB_FIELDS[name].offset, SCB_FIELDS[name].size, SCB_FIELDS[name].struct_format)
+                  for name in step.expect["stores"]}
+        try:
+            tracer = stores.StoreTracer(self.agent.proc.pid, self.region.path, fields,
+                                        stores.read_from(self.region.mapping()))
+            tracer.start()
+        except stores.Unavailable as err:
+            raise StepSkipped(f"{step.describe()}: expect.stores: {err}") from None
+        return tracer
+
+    def _judge_stores(self, step: Step, tracer: stores.StoreTracer) -> None:
+        for name, order in step.expect["stores"].items():
+            want = [resolve_enum(name, v) for v in order]
+            seen = tracer.stores[name]
+            if seen != want:
+                cls = abi.enum_of_field(name)
+
+                def show(values):
+                    if cls is None:
+                        return str(values)
+                    return "[" + ", ".join(cls(v).name if v in cls._value2member_map_ else str(v)
+                                           for v in values) + "]"
+                raise StepFailure(f"{step.describe()}: the agent stored scb[{step.slot}].{name} = {show(seen)} "
+                                  f"(every store, in order, equal values included); expected {show(want)}")
 
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])
@@ -402,12 +473,16 @@ class CellRun:
                         self._harness_write(step.writes, step.slot)
                     elif step.kind == "write_header":
                         self._harness_write(step.writes, None)
+                    elif step.kind == "fill":
+                        self._harness_fill(step)
                     elif step.kind == "bump":
                         self._bump(step.slot, step.by)
                     elif step.kind == "concurrent":
                         self._concurrent_step(step)
             except StepFailure as err:
                 result.status, result.message, result.first_diff = "fail", str(err), err.first_diff
+            except StepSkipped as err:
+                result.status, result.message = "skip", str(err)
             except AgentFault as err:
                 where = current.describe() if current else "start-up"
                 result.status, result.message = "fail", f"{where}: {err}"
@@ -415,7 +490,7 @@ class CellRun:
                 where = current.describe() if current else "set-up"
                 result.status, result.message = "fail", f"{where}: scenario error: {err}"
             finally:
-                if result.status == "fail" and current is not None:
+                if result.status in ("fail", "skip") and current is not None:
                     result.step, result.step_label = current.index, current.label
                 if self.agent is not None:
                     self.agent.close()
