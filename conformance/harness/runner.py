@@ -299,9 +299,12 @@ class CellRun:
             if during_yield.get("write"):
                 # Another path of the same runtime (SCB.md §3: why last_ack_seq is a CAS) or the scheduler.
                 self._harness_write(during_yield["write"], step.slot)
+            if during_yield.get("write_header"):
+                # E.g. a scheduler restart while the task is suspended (SCB.md §6).
+                self._harness_write(during_yield["write_header"], None)
 
         watcher = self._watch(step) if step.expect.get("watch") else None
-        tracer = self._tracer(step) if step.expect.get("stores") else None
+        tracer = self._tracer(step) if step.expect.get("stores") or step.expect.get("at_store") else None
         try:
             reply = self.agent.request(step.op, args, on_suspended=on_suspended)
         finally:
@@ -370,19 +373,45 @@ class CellRun:
 
     def _tracer(self, step: Step) -> stores.StoreTracer:
         base = self.region.scb_offset(step.slot)
+        names = list(step.expect.get("stores", {}))
+        trigger = step.expect.get("at_store", {}).get("field")
+        if trigger and trigger not in names:
+            names.append(trigger)
         fields = {name: (base + SCB_FIELDS[name].offset, SCB_FIELDS[name].size, SCB_FIELDS[name].struct_format)
-                  for name in step.expect["stores"]}
+                  for name in names}
         try:
-            tracer = stores.StoreTracer(self.agent.proc.pid, self.region.path, fields,
-                                        stores.read_from(self.region.mapping()))
+            tracer = stores.StoreTracer(self.agent.proc.pid, self.region.path, fields, self.region.mapping())
             tracer.start()
         except stores.Unavailable as err:
             raise StepSkipped(f"{step.describe()}: expect.stores: {err}") from None
         return tracer
 
     def _judge_stores(self, step: Step, tracer: stores.StoreTracer) -> None:
-        for name, order in step.expect["stores"].items():
-            want = [resolve_enum(name, v) for v in order]
+        at = step.expect.get("at_store")
+        if at:
+            # The SCB as it was the instant the agent stored `field = value` (e.g. worker_state = REGISTERED).
+            field = at["field"]
+            want = resolve_enum(field, at["value"])
+            hits = [image for name, value, image in tracer.events if name == field and value == want]
+            if not hits:
+                raise StepFailure(f"{step.describe()}: the agent never stored scb[{step.slot}].{field} = "
+                                  f"{at['value']}; it stored {tracer.stores[field]}")
+            image = hits[0]
+            names = self._names(image, step.slot, {})
+            base = self.region.scb_offset(step.slot)
+            for name, expr in at.get("scb", {}).items():
+                f = SCB_FIELDS[name]
+                held = struct.unpack_from(f.struct_format, image, base + f.offset)[0]
+                try:
+                    value = evaluate(expr, names, name)
+                except ExprError as err:
+                    raise StepFailure(f"{step.describe()}: expect.at_store {name}: {err}") from None
+                if held != int(value):
+                    raise StepFailure(f"{step.describe()}: when the agent stored {field} = {at['value']}, "
+                                      f"scb[{step.slot}].{name} held {held}, expected {value} ({expr})")
+        names = self._names(self.region.snapshot(), step.slot, {})
+        for name, order in step.expect.get("stores", {}).items():
+            want = [resolve_enum(name, v, names) for v in order]
             seen = tracer.stores[name]
             if seen != want:
                 cls = abi.enum_of_field(name)

@@ -32,7 +32,7 @@ AGENT_OPS = {
     "gate": {"slot", "runtime_ns"},
 }
 EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch", "stores",
-               "fill", "reclaimed"}
+               "fill", "reclaimed", "at_store"}
 STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent", "fill")
 MAX_STORE_WATCHES = 4  # hardware watchpoints of the CPU (harness/stores.py)
 
@@ -160,22 +160,34 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
     if "stores" in expect:
         stores = expect["stores"]
         _check_fields(path, where + " expect.stores", stores, SCB_FIELDS, "scb")
-        if not 1 <= len(stores) <= MAX_STORE_WATCHES:
+        if not len(stores) <= MAX_STORE_WATCHES:
             raise _fail(path, where, f"expect.stores watches 1 to {MAX_STORE_WATCHES} fields, not {len(stores)}")
         for name, order in stores.items():
             if not isinstance(order, list) or SCB_FIELDS[name].size not in (1, 2, 4, 8):
                 raise _fail(path, where, f"expect.stores.{name} must be the list of values stored, in order "
                                          "([] for none), of a field of 1, 2, 4 or 8 bytes")
+    if "at_store" in expect:
+        at = expect["at_store"]
+        if not (isinstance(at, dict) and set(at) <= {"field", "value", "scb"} and "field" in at and "value" in at
+                and at["field"] in SCB_FIELDS):
+            raise _fail(path, where, "expect.at_store takes { field = SCB_FIELD, value = V, scb = { field = value } }")
+        _check_fields(path, where + " expect.at_store.scb", at.get("scb", {}), SCB_FIELDS, "scb")
+        if len(set(expect.get("stores", {})) | {at["field"]}) > MAX_STORE_WATCHES:
+            raise _fail(path, where, f"expect.stores and expect.at_store watch more than {MAX_STORE_WATCHES} fields")
     if "fill" in expect:
         _check_fill(path, where + " expect.fill", expect["fill"])
     if "reclaimed" in expect and expect["reclaimed"] is not True:
         raise _fail(path, where, "expect.reclaimed takes only `true`")
     if "during_yield" in expect:
         dy = expect["during_yield"]
-        if not isinstance(dy, dict) or set(dy) - {"bump", "write"}:
-            raise _fail(path, where, "expect.during_yield takes `bump = N` and `write = { field = value }`")
+        if not isinstance(dy, dict) or set(dy) - {"bump", "write", "write_header"}:
+            raise _fail(path, where, "expect.during_yield takes `bump = N`, `write = { field = value }` and "
+                                     "`write_header = { field = value }`")
         if "write" in dy:
             _check_fields(path, where + " expect.during_yield.write", dy["write"], SCB_FIELDS, "scb")
+        if "write_header" in dy:
+            _check_fields(path, where + " expect.during_yield.write_header", dy["write_header"], HEADER_FIELDS,
+                          "region_header")
     if "check" in expect and not (
         isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
         raise _fail(path, where, "expect.check must be a list of expressions")

@@ -80,7 +80,7 @@ class StoreTracer:
     thread of process `pid`; `start()` before the request, `stop()` after its reply, then `stores`
     holds {name: [value stored, ...]} in the order the stores happened."""
 
-    def __init__(self, pid: int, path: str, fields: dict[str, tuple[int, int, str]], read_value):
+    def __init__(self, pid: int, path: str, fields: dict[str, tuple[int, int, str]], mm):
         if platform.machine() != "x86_64":
             raise Unavailable(f"store tracing uses x86-64 debug registers; this host is {platform.machine()}")
         if len(fields) > MAX_WATCHES:
@@ -88,8 +88,10 @@ class StoreTracer:
         for name, (offset, size, _fmt) in fields.items():
             if size not in _LEN_BITS or offset % size:
                 raise Unavailable(f"field {name} ({size} bytes at {offset}) is not watchable")
-        self.pid, self.path, self.fields, self.read_value = pid, path, fields, read_value
+        self.pid, self.path, self.fields, self.mm = pid, path, fields, mm
         self.stores: dict[str, list[int]] = {name: [] for name in fields}
+        # (field, value stored, the region's bytes right after that store), in the order of the stores.
+        self.events: list[tuple[str, int, bytes]] = []
         self._names = list(fields)
         self._threads: set[int] = set()
         self._armed: set[int] = set()
@@ -252,7 +254,10 @@ class StoreTracer:
         for index, name in enumerate(self._names):
             if dr6 & (1 << index):
                 offset, _size, fmt = self.fields[name]
-                self.stores[name].append(self.read_value(offset, fmt))
+                image = bytes(self.mm[:])  # the storing thread is stopped right after its store
+                value = struct.unpack_from(fmt, image, offset)[0]
+                self.stores[name].append(value)
+                self.events.append((name, value, image))
 
     def _detach_all(self) -> None:
         for tid in list(self._threads):
@@ -276,9 +281,3 @@ class StoreTracer:
                 pass
         self._threads.clear()
 
-
-def read_from(mm) -> "callable":
-    """A read_value for StoreTracer over the harness's own mapping of the region."""
-    def read(offset: int, fmt: str) -> int:
-        return struct.unpack_from(fmt, mm, offset)[0]
-    return read

@@ -238,11 +238,15 @@ class Worker:
             # Direct registration: the registrar's DEAD -> CLAIMED -> INIT rows (SCB.md §4), with the
             # reclaim clear over the whole stride in between.
             self.store(S.WORKER_STATE, W.CLAIMED)
-            keep = [getattr(S, name.upper()) for name in RECLAIM_KEEP] + [S.WORKER_STATE]
-            kept = {f.name: bytes(self.mm[self.scb_base + f.offset:self.scb_base + f.offset + f.size]) for f in keep}
-            self.mm[self.scb_base:self.scb_base + self.stride] = bytes(self.stride)
-            for f in keep:
-                self.mm[self.scb_base + f.offset:self.scb_base + f.offset + f.size] = kept[f.name]
+            # Zero every byte but the kept counters and worker_state itself (still CLAIMED: zero would
+            # be INIT, published before the clear is done).
+            keep = sorted((f.offset, f.offset + f.size)
+                          for f in [getattr(S, name.upper()) for name in RECLAIM_KEEP] + [S.WORKER_STATE])
+            at = 0
+            for lo, hi in keep + [(self.stride, self.stride)]:
+                if at < lo:
+                    self.mm[self.scb_base + at:self.scb_base + lo] = bytes(lo - at)
+                at = max(at, hi)
             self.store(S.WORKER_STATE, W.INIT)
         # A lost worker: nothing written, no error (SCB.md §6).
         self.slot = None
