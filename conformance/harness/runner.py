@@ -387,6 +387,20 @@ class CellRun:
         return tracer
 
     def _judge_stores(self, step: Step, tracer: stores.StoreTracer) -> None:
+        names = self._names(self.region.snapshot(), step.slot, {})
+        for name, order in step.expect.get("stores", {}).items():
+            want = [resolve_enum(name, v, names) for v in order]
+            seen = tracer.stores[name]
+            if seen != want:
+                cls = abi.enum_of_field(name)
+
+                def show(values):
+                    if cls is None:
+                        return str(values)
+                    return "[" + ", ".join(cls(v).name if v in cls._value2member_map_ else str(v)
+                                           for v in values) + "]"
+                raise StepFailure(f"{step.describe()}: the agent stored scb[{step.slot}].{name} = {show(seen)} "
+                                  f"(every store, in order, equal values included); expected {show(want)}")
         at = step.expect.get("at_store")
         if at:
             # The SCB as it was the instant the agent stored `field = value` (e.g. worker_state = REGISTERED).
@@ -409,20 +423,6 @@ class CellRun:
                 if held != int(value):
                     raise StepFailure(f"{step.describe()}: when the agent stored {field} = {at['value']}, "
                                       f"scb[{step.slot}].{name} held {held}, expected {value} ({expr})")
-        names = self._names(self.region.snapshot(), step.slot, {})
-        for name, order in step.expect.get("stores", {}).items():
-            want = [resolve_enum(name, v, names) for v in order]
-            seen = tracer.stores[name]
-            if seen != want:
-                cls = abi.enum_of_field(name)
-
-                def show(values):
-                    if cls is None:
-                        return str(values)
-                    return "[" + ", ".join(cls(v).name if v in cls._value2member_map_ else str(v)
-                                           for v in values) + "]"
-                raise StepFailure(f"{step.describe()}: the agent stored scb[{step.slot}].{name} = {show(seen)} "
-                                  f"(every store, in order, equal values included); expected {show(want)}")
 
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])

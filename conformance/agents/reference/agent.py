@@ -17,7 +17,10 @@ the memory orders of SCB.md §3.1 are the real SDKs' business (and loom's), not 
 MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tests (never set otherwise):
   ack_before_yield      acknowledge before yielding (async);
   skip_registered       registration stores RUNNING straight after CLAIMED, never REGISTERED;
-  restore_on_fast_path  the fast path re-stores last_ack_seq with the value it already holds.
+  restore_on_fast_path  the fast path re-stores last_ack_seq with the value it already holds;
+  late_escapable        escapable and priority are stored after REGISTERED, not while CLAIMED;
+  reclaim_128           the reclaim clear covers only the 128 bytes of the 1.0 SCB, not the stride;
+  no_modes              the runtime mode never leaves DETERMINISTIC.
 """
 
 from __future__ import annotations
@@ -200,10 +203,14 @@ class Worker:
         self.store(S.SLOT_GENERATION, gen or 1)
         seq = self.load(S.PREEMPT_SEQ)
         self.store(S.LAST_ACK_SEQ, seq)
-        self.store(S.ESCAPABLE, escapable)
-        self.store(S.PRIORITY, priority)
+        if BREAK != "late_escapable":
+            self.store(S.ESCAPABLE, escapable)
+            self.store(S.PRIORITY, priority)
         if BREAK != "skip_registered":
             self.store(S.WORKER_STATE, W.REGISTERED)
+        if BREAK == "late_escapable":
+            self.store(S.ESCAPABLE, escapable)
+            self.store(S.PRIORITY, priority)
         # REGISTERED -> RUNNING, the runtime's part: escapable and priority are left as registered.
         self.store(S.RUNTIME_KIND, self.kind)
         self.store(S.RUNTIME_MODE, Mode.DETERMINISTIC)
@@ -242,8 +249,8 @@ class Worker:
             # be INIT, published before the clear is done).
             keep = sorted((f.offset, f.offset + f.size)
                           for f in [getattr(S, name.upper()) for name in RECLAIM_KEEP] + [S.WORKER_STATE])
-            at = 0
-            for lo, hi in keep + [(self.stride, self.stride)]:
+            at, end = 0, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride
+            for lo, hi in keep + [(end, end)]:
                 if at < lo:
                     self.mm[self.scb_base + at:self.scb_base + lo] = bytes(lo - at)
                 at = max(at, hi)
@@ -284,6 +291,8 @@ class Worker:
         if level is not None:  # no snapshot: keep what was known
             self.pressured = level == m.PressureLevel.HIGH
         mode = Mode.DEFENSIVE if grew else (Mode.PRESSURED if self.pressured else Mode.DETERMINISTIC)
+        if BREAK == "no_modes":
+            mode = Mode.DETERMINISTIC
         if mode != self.mode:
             self.mode = mode
             self.store(S.RUNTIME_MODE, mode)
