@@ -18,7 +18,7 @@ TARGETS = ("sdk", "gate")
 CHECKPOINT_MODES = ("sync", "async")
 # Agent operations a scenario may request, and the arguments each accepts (CONFORMANCE.md).
 AGENT_OPS = {
-    "attach": {"path", "discover"},
+    "attach": {"path"},
     "register": {"slot", "escapable", "priority"},
     "checkpoint": {"mode"},
     "checkpoint_loop": {"mode", "duration_ms"},
