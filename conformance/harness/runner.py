@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import abi
+import softdirty
 import stores
 from abi import HEADER_FIELDS, RECLAIM_KEEP, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
@@ -305,6 +306,7 @@ class CellRun:
 
         watcher = self._watch(step) if step.expect.get("watch") else None
         tracer = self._tracer(step) if step.expect.get("stores") or step.expect.get("at_store") else None
+        pages = self._page_watch(step) if step.expect.get("untouched") else None
         try:
             reply = self.agent.request(step.op, args, on_suspended=on_suspended)
         finally:
@@ -319,6 +321,12 @@ class CellRun:
             watcher.judge(step)
         if tracer:
             self._judge_stores(step, tracer)
+        if pages:
+            written = pages.written()
+            if written:
+                raise StepFailure(f"{step.describe()}: the agent stored into the page(s) at file offset(s) "
+                                  f"{written} holding scb[{step.slot}] (its soft-dirty bit is set), expected no "
+                                  "store at all")
         if suspended_failure:
             raise suspended_failure[0]
         if step.op == "checkpoint" and reply.get("ok"):
@@ -370,6 +378,14 @@ class CellRun:
                 if int(value) != stored:
                     raise StepFailure(f"{step.describe()}: state reports {name} = {value!r}, "
                                       f"scb[{slot}].{name} holds {stored}")
+
+    def _page_watch(self, step: Step) -> softdirty.PageWatch:
+        base = self.region.scb_offset(step.slot)
+        try:
+            return softdirty.PageWatch(self.agent.proc.pid, self.region.path, base,
+                                       base + self.region.header["scb_stride"])
+        except stores.Unavailable as err:
+            raise StepSkipped(f"{step.describe()}: expect.untouched: {err}") from None
 
     def _tracer(self, step: Step) -> stores.StoreTracer:
         base = self.region.scb_offset(step.slot)

@@ -32,7 +32,7 @@ AGENT_OPS = {
     "gate": {"slot", "runtime_ns"},
 }
 EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch", "stores",
-               "fill", "reclaimed", "at_store"}
+               "fill", "reclaimed", "at_store", "untouched"}
 STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent", "fill")
 MAX_STORE_WATCHES = 4  # hardware watchpoints of the CPU (harness/stores.py)
 
@@ -176,6 +176,8 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
             raise _fail(path, where, f"expect.stores and expect.at_store watch more than {MAX_STORE_WATCHES} fields")
     if "fill" in expect:
         _check_fill(path, where + " expect.fill", expect["fill"])
+    if "untouched" in expect and expect["untouched"] is not True:
+        raise _fail(path, where, "expect.untouched takes only `true`")
     if "reclaimed" in expect and expect["reclaimed"] is not True:
         raise _fail(path, where, "expect.reclaimed takes only `true`")
     if "during_yield" in expect:
