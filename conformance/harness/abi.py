@@ -42,12 +42,23 @@ HEADER_FIELDS.update({
 })
 SCB_FIELDS = {f.name: f for f in m.Scb.FIELDS}
 
-# The fields the reclaim clear keeps (SCB.md §4, abi.toml `reclaim = "keep"`): every other byte of the
-# slot's stride is zeroed. Taken from the generated ABI once it carries the list; until then the three
-# counters SCB.md §4 names. This is the harness's only copy.
-RECLAIM_KEEP: tuple[str, ...] = tuple(getattr(m, "SCB_RECLAIM_KEEP", ())) or (
-    "preempt_seq", "last_ack_seq", "slot_generation")
+def _clear_for_reuse_until_generated(buf, base: int, stride: int) -> None:
+    """The reclaim clear of SCB.md §4 until abi/python generates `scb_clear_for_reuse` from abi.toml's
+    `reclaim = "keep"` keys: every byte of the stride zeroed except the counters SCB.md §4 names and
+    worker_state (the caller publishes INIT after the clear). The harness's only copy of the list."""
+    keep = sorted((f.offset, f.offset + f.size) for f in (
+        SCB_FIELDS["preempt_seq"], SCB_FIELDS["last_ack_seq"], SCB_FIELDS["slot_generation"],
+        SCB_FIELDS["worker_state"]))
+    at = 0
+    for lo, hi in keep + [(stride, stride)]:
+        if at < lo:
+            buf[base + at:base + lo] = bytes(lo - at)
+        at = max(at, hi)
 
+
+# One reclaim clear for the harness's expected image and the reference agent: the generated one once
+# abi/python has it (the single source), else the stand-in above.
+scb_clear_for_reuse = getattr(m, "scb_clear_for_reuse", None) or _clear_for_reuse_until_generated
 
 def _snake(name: str) -> str:
     out = []

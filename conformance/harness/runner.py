@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import abi
 import softdirty
 import stores
-from abi import HEADER_FIELDS, RECLAIM_KEEP, SCB_FIELDS, m
+from abi import HEADER_FIELDS, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
 from region import Region, constants, first_difference, resolve_enum
@@ -197,13 +197,11 @@ class CellRun:
         slot = step.slot
         post_names = self._names(actual, slot, reply)
         if expect.get("reclaimed"):
-            # The reclaim clear (SCB.md §4): the whole stride zero, except the fields it keeps.
+            # The reclaim clear (SCB.md §4) over the whole stride, then INIT published.
             base = self.region.scb_offset(slot)
-            stride = self.region.header["scb_stride"]
-            expected[base:base + stride] = bytes(stride)
-            for name in RECLAIM_KEEP:
-                f = SCB_FIELDS[name]
-                expected[base + f.offset:base + f.offset + f.size] = before[base + f.offset:base + f.offset + f.size]
+            abi.scb_clear_for_reuse(expected, base, self.region.header["scb_stride"])
+            struct.pack_into(SCB_FIELDS["worker_state"].struct_format, expected,
+                             base + SCB_FIELDS["worker_state"].offset, int(m.WorkerState.INIT))
         if expect.get("fill"):
             start, end = self._fill_range(expect["fill"], slot, actual, step)
             expected[start:end] = bytes([expect["fill"]["byte"]]) * (end - start)

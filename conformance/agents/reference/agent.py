@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "harness"))
-from abi import RECLAIM_KEEP, m  # noqa: E402  (the generated ABI, imported by path)
+from abi import m, scb_clear_for_reuse  # noqa: E402  (the generated ABI, imported by path)
 
 _CTYPE = {"u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "i32": ctypes.c_int32}
 BREAK = os.environ.get("MORPHEUS_CONFORMANCE_BREAK", "")
@@ -245,15 +245,8 @@ class Worker:
             # Direct registration: the registrar's DEAD -> CLAIMED -> INIT rows (SCB.md §4), with the
             # reclaim clear over the whole stride in between.
             self.store(S.WORKER_STATE, W.CLAIMED)
-            # Zero every byte but the kept counters and worker_state itself (still CLAIMED: zero would
-            # be INIT, published before the clear is done).
-            keep = sorted((f.offset, f.offset + f.size)
-                          for f in [getattr(S, name.upper()) for name in RECLAIM_KEEP] + [S.WORKER_STATE])
-            at, end = 0, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride
-            for lo, hi in keep + [(end, end)]:
-                if at < lo:
-                    self.mm[self.scb_base + at:self.scb_base + lo] = bytes(lo - at)
-                at = max(at, hi)
+            # The generated reclaim clear (worker_state stays CLAIMED through it), then INIT.
+            scb_clear_for_reuse(self.mm, self.scb_base, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride)
             self.store(S.WORKER_STATE, W.INIT)
         # A lost worker: nothing written, no error (SCB.md §6).
         self.slot = None
