@@ -176,12 +176,9 @@ def vm_column(relpath: Path, commit: str, run_vm: bool) -> dict:
 
 def conformance_column(entry: dict, scratch: Path) -> dict:
     out = scratch / "column.json"
-    # The agents' manifests name their builds under the tree's own target/ (target/debug/..., target/sdk-c/):
-    # with a CARGO_TARGET_DIR elsewhere they would run a stale binary of another tree, or none.
-    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
-    print(f"release: conformance column {entry['conformance']} (builds under {ROOT}/target)", file=sys.stderr)
+    print(f"release: conformance column {entry['conformance']}", file=sys.stderr)
     proc = subprocess.run([sys.executable, "conformance/harness/cli.py", "gate", entry["conformance"],
-                           "--export", str(out)], cwd=ROOT, text=True, capture_output=True, env=env)
+                           "--export", str(out)], cwd=ROOT, text=True, capture_output=True)
     if not out.is_file():
         raise Refused(f"conformance column {entry['conformance']} did not run (exit {proc.returncode}):\n"
                       + (proc.stderr or proc.stdout)[-2000:])

@@ -87,6 +87,7 @@ code=0
 	--bin "$work/morpheus-e2e-worker-c" \
 	--file "$work/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
 	--module 9p --module 9pnet_virtio --share-host-root \
+	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \
 	--timeout "$timeout" --log "$log" || code=$?
 
 # The kernel column: judge the BPF gate's answers (a case without one fails its scenario, so a guest
