@@ -68,12 +68,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("role", choices=["cooperative", "spin", "critical", "unescapable"])
     args = parser.parse_args()
-    worker = morpheus.init_worker(escapable=args.role != "unescapable")
-    # The critical role enters its section at once: mapping the region for the report below takes the
-    # interpreter milliseconds under TCG, long enough to be escalated before the section began.
+    # The critical role opens its section before it registers: the depth is the thread's, so the SCB
+    # says in_critical before the worker is RUNNING (as the Rust SDK writes it at registration). Opened
+    # after, the interpreter's few milliseconds under TCG between the two were enough to be escalated.
     section = morpheus.critical() if args.role == "critical" else None
     if section:
         section.__enter__()
+    worker = morpheus.init_worker(escapable=args.role != "unescapable")
     if not worker.attached or worker.slot is None:
         print(f"role={args.role} sdk=python error=registered but detached ({worker.detach_reason})")
         return 1
