@@ -307,10 +307,10 @@ for sdk in rust c python; do
 	out=/tmp/live-$sdk-observer.out
 	if start_agent /tmp/live-$sdk-observer.log --mode observer; then
 		run_$sdk spin cooperative >"$out" 2>&1
-		rc=$?
+		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-observer.log
-		live $sdk observer_workers_ran "observer workers ran (exit $rc)" test $rc -eq 0
+		live $sdk observer_workers_ran "observer workers ran (exit $wrc)" test $wrc -eq 0
 		s0=$(field spin preempt_seq_start "$out")
 		s1=$(field spin preempt_seq "$out")
 		live $sdk observer_hints_advance_preempt_seq "spinning worker saw preempt_seq advance ($s0 -> $s1)" test "${s1:-0}" -gt "${s0:-0}"
@@ -324,10 +324,10 @@ for sdk in rust c python; do
 	out=/tmp/live-$sdk-enforced.out
 	if start_agent /tmp/live-$sdk-enforced.log --mode enforced --policy kick; then
 		run_$sdk spin critical unescapable >"$out" 2>&1
-		rc=$?
+		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-enforced.log
-		live $sdk enforced_workers_ran "enforced workers ran (exit $rc)" test $rc -eq 0
+		live $sdk enforced_workers_ran "enforced workers ran (exit $wrc)" test $wrc -eq 0
 		e=$(field spin escalations "$out")
 		live $sdk enforced_escapable_spinner_escalated "non-acknowledging escapable worker was escalated (escalations=$e)" test "${e:-0}" -gt 0
 		live $sdk enforced_critical_never_escalated "worker in a critical section was never escalated" test "$(field critical escalations "$out")" = 0

@@ -5,8 +5,9 @@ printing the same report line as worker.rs and worker_c.c.
 
     python3 worker_py.py --seconds S ROLE      (cooperative, spin, critical, unescapable)
 
-The SCB counters are read from the region the SDK attached to: the pinned BPF map is opened with
-BPF_OBJ_GET and mapped read-only; offsets come from the generated morpheus_abi module.
+The SCB counters are read from the region the SDK attached to: the SDK's own mapping of the agent's
+memfd (found in /proc/self/maps), a pinned BPF map opened with BPF_OBJ_GET, or a file, mapped
+read-only; offsets come from the generated morpheus_abi module.
 """
 
 from __future__ import annotations
@@ -26,8 +27,20 @@ BPF_OBJ_GET = 7
 SYS_BPF = 321  # x86_64
 
 
-def map_region(region) -> mmap.mmap:
+def map_region(region):
+    """The region's bytes, read-only: a buffer over the memory the SDK reads and writes."""
     path = os.fspath(region.path)
+    if region.backing == "AGENT_FD":
+        # The agent handed the SDK a memfd (SCB.md §10): find the SDK's own mapping of it.
+        size = len(region)
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                if len(parts) >= 6 and "morpheus-region" in parts[5] and int(parts[2], 16) == 0:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    if hi - lo >= size:
+                        return (ctypes.c_char * size).from_address(lo)
+        raise RuntimeError(f"no mapping of the region's memfd ({size} bytes) in /proc/self/maps")
     if region.backing == "PINNED_MAP":
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
@@ -46,7 +59,7 @@ def map_region(region) -> mmap.mmap:
 
 
 class ScbView:
-    def __init__(self, mapping: mmap.mmap, slot: int):
+    def __init__(self, mapping, slot: int):
         header = abi.RegionHeader
         size = struct.unpack_from(header.HEADER_SIZE.struct_format, mapping, header.HEADER_SIZE.offset)[0]
         stride = struct.unpack_from(header.SCB_STRIDE.struct_format, mapping, header.SCB_STRIDE.offset)[0]
