@@ -31,16 +31,26 @@ def map_region(region):
     """The region's bytes, read-only: a buffer over the memory the SDK reads and writes."""
     path = os.fspath(region.path)
     if region.backing == "AGENT_FD":
-        # The agent handed the SDK a memfd (SCB.md §10): find the SDK's own mapping of it.
+        # The agent handed the SDK a descriptor (SCB.md §10: a memfd under the sim backend, the BPF map
+        # under the kernel's): find the SDK's own mapping of it, the readable one that starts with the
+        # region magic and carries the generation the worker attached to.
         size = len(region)
         with open("/proc/self/maps") as maps:
             for line in maps:
                 parts = line.split()
-                if len(parts) >= 6 and "morpheus-region" in parts[5] and int(parts[2], 16) == 0:
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    if hi - lo >= size:
-                        return (ctypes.c_char * size).from_address(lo)
-        raise RuntimeError(f"no mapping of the region's memfd ({size} bytes) in /proc/self/maps")
+                name = parts[5] if len(parts) >= 6 else ""
+                if not parts[1].startswith("r") or int(parts[2], 16) != 0 or name.startswith("["):
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if hi - lo < size:
+                    continue
+                view = (ctypes.c_char * size).from_address(lo)
+                header = abi.RegionHeader
+                magic = struct.unpack_from(header.MAGIC.struct_format, view, header.MAGIC.offset)[0]
+                generation = struct.unpack_from(header.GENERATION.struct_format, view, header.GENERATION.offset)[0]
+                if magic == abi.REGION_MAGIC and generation == region.attached_generation:
+                    return view
+        raise RuntimeError(f"no mapping of the region ({size} bytes, generation {region.attached_generation:#x}) in /proc/self/maps")
     if region.backing == "PINNED_MAP":
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
