@@ -508,7 +508,11 @@ pub fn worker_status(token: u32) -> Result<(), Code> {
 /// Record a yield the application made on its own (`EXPLICIT`), acknowledging any pending request.
 #[napi]
 pub fn worker_record_explicit_yield(token: u32) -> Result<(), Code> {
-    with_held(token, "recordExplicitYield", |h| h.worker.record_explicit_yield().map_err(to_js))
+    // Detached: nothing to acknowledge, and an explicit yield never reports DETACHED (spec/SCB.md §7).
+    with_held(token, "recordExplicitYield", |h| match h.worker.record_explicit_yield() {
+        Err(Error::Detached { .. }) => Ok(()),
+        other => other.map_err(to_js),
+    })
 }
 
 /// The ABI's default for `escapable` of a Node worker (false, spec/SCB.md §5.5).
