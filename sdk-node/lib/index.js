@@ -17,20 +17,20 @@ const { MorpheusError, errors, fromNative } = require('./errors.js');
 // ------------------------------------------------------------------------------------------------
 // The fast path's state (this thread's)
 
-// preempt_seq as two little-endian Int32 halves (spec/SCB.md §0.1: the region is little-endian).
-const SEQ_LOW = Scb.fields.preempt_seq.offset / Int32Array.BYTES_PER_ELEMENT;
-const SEQ_HIGH = SEQ_LOW + 1;
+// preempt_seq as one BigInt64 element (measured faster than two Int32 halves: bench/, BENCHMARKS.md).
+// Signed: the core's FORCE_SLOW_PATH (u64::MAX) reads as -1n.
+const SEQ = Scb.fields.preempt_seq.offset / BigInt64Array.BYTES_PER_ELEMENT;
 // What a thread without a live view reads: a zeroed SCB, as the core's detached worker does (§7).
-const ZEROES = new Int32Array(new ArrayBuffer(Scb.size));
+const ZEROES = new BigInt64Array(new ArrayBuffer(Scb.size));
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
+// A value preempt_seq cannot reach (the core's FORCE_SLOW_PATH, u64::MAX): every check reaches the addon.
+const FORCE_SLOW_PATH = -1n;
 
 let seq = ZEROES;
-// The acknowledged sequence the view is compared with. ALWAYS_SLOW uses the core's FORCE_SLOW_PATH
-// (u64::MAX: both halves -1), a value preempt_seq cannot reach, so every check reaches the addon.
-let ackLow = 0;
-let ackHigh = 0;
+// The acknowledged sequence the view is compared with (as a signed 64-bit BigInt).
+let ack = 0n;
 // The view of the current registration (kept while it is live, dropped at close or on a restart).
 let view = null;
 
@@ -39,17 +39,14 @@ function refresh() {
   const [low, high, kind] = native.fastState();
   if (kind === KIND_VIEW && view !== null) {
     seq = view;
-    ackLow = low;
-    ackHigh = high;
+    ack = BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
   } else if (kind === KIND_ALWAYS_SLOW || (kind === KIND_VIEW && view === null)) {
     seq = ZEROES;
-    ackLow = -1;
-    ackHigh = -1;
+    ack = FORCE_SLOW_PATH;
   } else {
     // No worker, detached, or lost after a scheduler restart: zeroes, never a yield (§6, §7).
     seq = ZEROES;
-    ackLow = 0;
-    ackHigh = 0;
+    ack = 0n;
     view = null;
   }
 }
@@ -65,7 +62,7 @@ const NOT_YIELDED = Promise.resolve(false);
  * shared memory when nothing is pending.
  */
 function shouldYield() {
-  if (Atomics.load(seq, SEQ_LOW) === ackLow && Atomics.load(seq, SEQ_HIGH) === ackHigh) return false;
+  if (Atomics.load(seq, SEQ) === ack) return false;
   return shouldYieldSlow();
 }
 
@@ -81,7 +78,7 @@ function shouldYieldSlow() {
  * setImmediate semantics (the I/O poll runs), then acknowledges on resumption and resolves true.
  */
 function checkpoint() {
-  if (Atomics.load(seq, SEQ_LOW) === ackLow && Atomics.load(seq, SEQ_HIGH) === ackHigh) return NOT_YIELDED;
+  if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
   return checkpointSlow();
 }
 
@@ -421,7 +418,7 @@ function initWorker(options = {}) {
   }
   try {
     view = native.scbView(token);
-    view = view === null ? null : new Int32Array(view);
+    view = view === null ? null : new BigInt64Array(view);
   } catch (error) {
     native.unregister(token);
     throw fromNative(error);
