@@ -58,6 +58,7 @@ code=0
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/morpheus-e2e-worker" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
+	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \
 	--timeout "$timeout" --log "$log" || code=$?
 
 # The kernel column: judge the BPF gate's answers (a case without one fails its scenario, so a guest
@@ -73,6 +74,6 @@ sed "s/^/$PROG: /" "$work/import.out" >&2
 
 # The figures the guest printed, in one place.
 echo "$PROG: --- summary ---" >&2
-tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-veristat): |BPF counters|gate verdicts|reaction ' >&2 || true
+tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-stress|e2e-veristat): |BPF counters|gate verdicts|escalation lifts|reaction ' >&2 || true
 echo "$PROG: guest exit code $code" >&2
 exit "$code"

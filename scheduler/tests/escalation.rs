@@ -95,7 +95,8 @@ struct Agent {
     dir: tempfile::TempDir,
     printed: Arc<Mutex<Printed>>,
     reader: Option<JoinHandle<()>>,
-    region: Option<Arc<morpheus::Region>>,
+    /// This process's region, as the first worker received it from the agent.
+    region: RefCell<Option<Arc<morpheus::Region>>>,
 }
 
 impl Agent {
@@ -106,8 +107,6 @@ impl Agent {
         let mut child = Command::new(BIN)
             .args(["--backend", "sim", "--max-workers", "8", "--stats", "0.2"])
             .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &GRACE_US.to_string()])
-            .arg("--region")
-            .arg(dir.path().join("region"))
             .arg("--socket")
             .arg(dir.path().join("sock"))
             .args(extra)
@@ -123,14 +122,9 @@ impl Agent {
                 sink.lock().unwrap().absorb(&line);
             }
         });
-        let mut agent = Agent { child: RefCell::new(child), dir, printed, reader: Some(reader), region: None };
+        let agent = Agent { child: RefCell::new(child), dir, printed, reader: Some(reader), region: RefCell::new(None) };
         agent.wait("the agent's socket", || std::os::unix::net::UnixStream::connect(agent.socket()).ok().map(|_| ()));
-        agent.region = Some(morpheus::Region::open(agent.region_path()).expect("map the agent's region"));
         agent
-    }
-
-    fn region_path(&self) -> PathBuf {
-        self.dir.path().join("region")
     }
 
     fn socket(&self) -> PathBuf {
@@ -162,7 +156,8 @@ impl Agent {
 
     /// The SCB of `slot`, field by field with atomic loads (the agent writes it concurrently).
     fn scb(&self, slot: u32) -> ScbView {
-        let scb = self.region.as_ref().unwrap().scb_ptr(slot).unwrap();
+        let region = self.region.borrow().clone().expect("a worker registered");
+        let scb = region.scb_ptr(slot).unwrap();
         // SAFETY: scb points into the live mapping held by self.region; every field read is naturally
         // aligned and only ever accessed atomically by the agent and the SDK.
         unsafe {
@@ -184,7 +179,7 @@ impl Agent {
 
     /// SIGTERM and wait; the agent must exit cleanly and print its totals line.
     fn stop(mut self) -> Printed {
-        self.region = None;
+        self.region.get_mut().take();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.get_mut().id() as libc::pid_t, libc::SIGTERM) };
         let status = self.child.get_mut().wait().unwrap();
@@ -234,6 +229,8 @@ const CHECKPOINT: u32 = 1;
 const STOP: u32 = 2;
 /// Unregister and end the thread.
 const EXIT: u32 = 3;
+/// Enter a critical section and go on spinning inside it.
+const SPIN_IN_CRITICAL: u32 = 4;
 
 /// A thread of this process registered through the agent's socket with the morpheus SDK that spins
 /// without ever reaching a checkpoint until told otherwise.
@@ -250,7 +247,7 @@ struct Spinner {
 
 impl Spinner {
     fn start(agent: &Agent, kind: Kind) -> Spinner {
-        let (region, socket) = (agent.region_path(), agent.socket());
+        let socket = agent.socket();
         let command = Arc::new(AtomicU32::new(SPIN));
         let (registered_tx, registered) = mpsc::channel();
         let (left_tx, left) = mpsc::channel();
@@ -260,7 +257,8 @@ impl Spinner {
             .spawn(move || {
                 // SAFETY: 0 is the calling thread.
                 let original_policy = unsafe { libc::sched_getscheduler(0) };
-                let mut config = morpheus::Worker::builder().region_path(region).agent_socket(socket);
+                // Discovery through the agent: its reply carries this user's region.
+                let mut config = morpheus::Worker::builder().agent_socket(socket);
                 if kind == Kind::NotEscapable {
                     config = config.escapable(false);
                 }
@@ -270,10 +268,17 @@ impl Spinner {
                 };
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-                registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy))).unwrap();
-                let guard = (kind == Kind::InCritical).then(|| worker.critical_section());
+                let region = worker.region().expect("attached").clone();
+                registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy, region))).unwrap();
+                let mut guard = (kind == Kind::InCritical).then(|| worker.critical_section());
                 let mut x = 0u64;
-                while cmd.load(Ordering::Relaxed) == SPIN {
+                loop {
+                    match cmd.load(Ordering::Relaxed) {
+                        SPIN => {}
+                        SPIN_IN_CRITICAL if guard.is_none() => guard = Some(worker.critical_section()),
+                        SPIN_IN_CRITICAL => {}
+                        _ => break,
+                    }
                     for _ in 0..1000 {
                         x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
                     }
@@ -288,10 +293,11 @@ impl Spinner {
                 drop(worker);
             })
             .unwrap();
-        let (tid, slot, original_policy) = registered
+        let (tid, slot, original_policy, region) = registered
             .recv_timeout(PATIENCE)
             .expect("the worker thread did not report its registration")
             .unwrap_or_else(|e| panic!("{kind:?} worker: registration through the agent failed: {e}"));
+        agent.region.borrow_mut().get_or_insert(region);
         Spinner { tid, slot, original_policy, command, left, thread }
     }
 
@@ -386,8 +392,13 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     });
     assert!(after.last_ack_seq >= before.preempt_seq, "{before:?} -> {after:?}");
     assert_eq!(after.yield_count, before.yield_count + 1);
-    assert_eq!(after.escalations, before.escalations, "escalated again while blocked: {after:?}");
+    // (THREAD_KICK repeats once per grace period until the acknowledgement, so `escalations` may
+    // have grown while the demoted thread made its way to the checkpoint; after it, never.)
     agent.wait("the restore to show in the stats", || (agent.printed(|p| p.sum("actions.RESTORE")) >= 1).then_some(()));
+    let lines = agent.printed(|p| p.lines);
+    agent.wait("three more stats intervals", || (agent.printed(|p| p.lines) >= lines + 3).then_some(()));
+    let later = agent.scb(escapable.slot);
+    assert_eq!((later.escalations, later.escalated), (after.escalations, 0), "escalated again while blocked: {later:?}");
     escapable.exit();
 
     let printed = agent.stop();
@@ -470,4 +481,40 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     assert_eq!(printed.total("demote"), 0, "{:?}", printed.totals);
     assert!(printed.total("blocked_mode") > 0, "{:?}", printed.totals);
     assert!(printed.events.is_empty(), "escalation events in observer mode: {:?}", printed.events);
+}
+
+#[test]
+fn entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it() {
+    // A bound far beyond the test: only the critical section can lift the escalation here.
+    let agent = Agent::start(&["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
+    let worker = Spinner::start(&agent, Kind::Escapable);
+    let original_policy = worker.original_policy;
+    agent.wait("the spinning worker to be escalated and demoted", || {
+        let scb = agent.scb(worker.slot);
+        (scb.escalated == 1 && worker.policy() == libc::SCHED_IDLE).then_some(())
+    });
+
+    // Still spinning, never acknowledging, but now inside a critical section: the episode is lifted
+    // (the demotion undone) and no new one opens while the section lasts.
+    worker.command.store(SPIN_IN_CRITICAL, Ordering::Relaxed);
+    let lifted = agent.wait("the escalation to be lifted by the critical section", || {
+        let scb = agent.scb(worker.slot);
+        (scb.in_critical == 1 && scb.escalated == 0 && worker.policy() == original_policy).then_some(scb)
+    });
+    assert!(lifted.preempt_seq > lifted.last_ack_seq, "it never acknowledged: {lifted:?}");
+    let blocked = agent.printed(|p| p.sum("blocked.critical"));
+    agent.wait("the gate to block the worker in its section, tick after tick", || {
+        let scb = agent.scb(worker.slot);
+        assert_eq!((scb.escalated, scb.escalations), (0, lifted.escalations), "escalated inside the section: {scb:?}");
+        assert_eq!(worker.policy(), original_policy, "demoted inside the section");
+        (agent.printed(|p| p.sum("blocked.critical")) >= blocked + 3).then_some(())
+    });
+    assert_eq!(worker.leave(STOP), None);
+    let tid = worker.tid;
+    worker.exit();
+
+    let printed = agent.stop();
+    assert_eq!(printed.total("restore"), printed.total("demote"), "every demotion is undone: {:?}", printed.totals);
+    assert_eq!(printed.events("RESTORE", tid).len(), printed.events("DEMOTE", tid).len(), "{:?}", printed.events);
+    assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
 }

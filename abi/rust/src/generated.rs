@@ -50,7 +50,7 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/morpheus/agent.sock";
 pub const PIN_DIR: &str = "/sys/fs/bpf/morpheus";
 /// The pinned BPF_F_MMAPABLE array map holding the region (kernel backend).
 pub const PINNED_REGION_PATH: &str = "/sys/fs/bpf/morpheus/region";
-/// The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2).
+/// Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here.
 pub const PINNED_HINTS_PATH: &str = "/sys/fs/bpf/morpheus/hints";
 /// The shared-memory file holding the region (simulation backend).
 pub const SIM_REGION_PATH: &str = "/dev/shm/morpheus/region";
@@ -714,7 +714,7 @@ impl core::fmt::Display for RuntimeKind {
 pub mod feature {
     /// Optional: the header's pressure record is kept current.
     pub const PRESSURE_RECORD: u64 = 0x1;
-    /// Optional: hints are also published in a ring buffer (kernel backend: pinned map hints).
+    /// Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8).
     pub const HINT_RING: u64 = 0x2;
     /// Every bit this ABI version knows.
     pub const KNOWN: u64 = PRESSURE_RECORD | HINT_RING;
@@ -1069,6 +1069,35 @@ pub const fn escapable_default(kind: RuntimeKind) -> bool {
         RuntimeKind::Node => false,
         RuntimeKind::Java => false,
         _ => false,
+    }
+}
+
+/// The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.
+///
+/// # Safety
+/// `scb` must point to a slot of `stride` bytes (a multiple of 8, at least 128) in memory
+/// that every other party accesses atomically only.
+pub unsafe fn scb_clear_for_reuse(scb: *mut u8, stride: usize) {
+    use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+    AtomicU32::from_ptr(scb.add(28).cast()).store(0, Relaxed); // tid
+    AtomicU32::from_ptr(scb.add(32).cast()).store(0, Relaxed); // pid
+    AtomicU32::from_ptr(scb.add(48).cast()).store(0, Relaxed); // escalated
+    AtomicU32::from_ptr(scb.add(52).cast()).store(0, Relaxed); // _reserved0
+    AtomicU64::from_ptr(scb.add(56).cast()).store(0, Relaxed); // _reserved0
+    AtomicU64::from_ptr(scb.add(72).cast()).store(0, Relaxed); // yield_count
+    AtomicU32::from_ptr(scb.add(84).cast()).store(0, Relaxed); // in_critical
+    AtomicU32::from_ptr(scb.add(88).cast()).store(0, Relaxed); // escapable
+    AtomicU32::from_ptr(scb.add(92).cast()).store(0, Relaxed); // priority
+    AtomicU32::from_ptr(scb.add(96).cast()).store(0, Relaxed); // last_yield_reason
+    AtomicU32::from_ptr(scb.add(100).cast()).store(0, Relaxed); // runtime_mode
+    AtomicU32::from_ptr(scb.add(104).cast()).store(0, Relaxed); // runtime_kind
+    AtomicU32::from_ptr(scb.add(108).cast()).store(0, Relaxed); // _reserved1
+    AtomicU64::from_ptr(scb.add(112).cast()).store(0, Relaxed); // _reserved1
+    AtomicU64::from_ptr(scb.add(120).cast()).store(0, Relaxed); // _reserved1
+    let mut offset = 128; // bytes a newer version defined
+    while offset + 8 <= stride {
+        AtomicU64::from_ptr(scb.add(offset).cast()).store(0, Relaxed);
+        offset += 8;
     }
 }
 
