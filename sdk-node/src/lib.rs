@@ -106,7 +106,12 @@ fn release(token: Option<u32>) -> Result<bool, Code> {
         }
     });
     match held {
-        Some(h) => h.worker.shutdown().map(|()| true).map_err(to_js),
+        // A worker lost to a scheduler restart shuts down without error, writing nothing (spec/SCB.md
+        // §6); the core reports the restart it finds at shutdown after having written nothing.
+        Some(h) => match h.worker.shutdown() {
+            Ok(()) | Err(Error::GenerationChanged { .. }) => Ok(true),
+            Err(e) => Err(to_js(e)),
+        },
         None => Ok(false),
     }
 }
@@ -139,12 +144,14 @@ impl Region {
         self.inner.path().to_string_lossy().into_owned()
     }
 
-    /// `"PINNED_MAP"` (kernel backend, bpffs) or `"FILE"` (simulation backend).
+    /// `"PINNED_MAP"` (kernel backend, bpffs), `"FILE"` (a region file), or `"AGENT_FD"` (a descriptor
+    /// the agent handed over with the registration reply).
     #[napi(getter)]
     pub fn backing(&self) -> &'static str {
         match self.inner.backing() {
             morpheus::Backing::PinnedMap => "PINNED_MAP",
             morpheus::Backing::File => "FILE",
+            morpheus::Backing::AgentFd => "AGENT_FD",
         }
     }
 

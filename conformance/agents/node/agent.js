@@ -65,13 +65,15 @@ function needWorker(op) {
   return worker;
 }
 
-/** GENERATION_CHANGED if a scheduler restart detached the worker (spec/SCB.md §6). */
-function lost() {
-  if (worker === null) return;
+/** The SDK's status call (spec/SCB.md §6): attached, detached (false), or GENERATION_CHANGED when lost. */
+function status() {
+  const held = needWorker('status');
   try {
-    worker.status();
+    held.status();
+    return { attached: true };
   } catch (error) {
-    if (!(error instanceof morpheus.errors.DetachedError)) throw error;
+    if (error instanceof morpheus.errors.DetachedError) return { attached: false };
+    throw error;
   }
 }
 
@@ -126,7 +128,6 @@ async function checkpointLoop(request) {
       }
     }
   }
-  lost();
   return { iterations, yields };
 }
 
@@ -152,11 +153,15 @@ async function handle(id, request) {
       region = request.path === '' ? null : morpheus.attach(request.path ?? undefined);
       return { attached: region !== null };
     case 'register': {
+      // What the application asks for at registration (absent or null: the SDK's defaults).
+      const asked = {};
+      if (request.escapable !== undefined && request.escapable !== null) asked.escapable = request.escapable;
+      if (request.priority !== undefined && request.priority !== null) asked.priority = request.priority;
       if (region !== null) {
         if (!Number.isInteger(request.slot)) throw new ProtocolError('register needs an integer slot');
-        worker = morpheus.initWorker({ region, slot: request.slot });
+        worker = morpheus.initWorker({ region, slot: request.slot, ...asked });
       } else {
-        worker = morpheus.initWorker({ detached: true });
+        worker = morpheus.initWorker({ detached: true, ...asked });
       }
       return { slot: worker.slot, tid: gettid(), attached: worker.attached };
     }
@@ -165,7 +170,7 @@ async function handle(id, request) {
       if (request.mode === 'sync') yielded = morpheus.shouldYield();
       else if (request.mode === 'async') yielded = await checkpointAsync(id);
       else throw new ProtocolError(`mode must be sync or async, got ${JSON.stringify(request.mode)}`);
-      if (!yielded) lost();
+      // Reported exactly as the SDK returns it: a lost worker's checkpoint is a plain false (§6).
       return { yielded };
     }
     case 'checkpoint_loop':
@@ -184,6 +189,8 @@ async function handle(id, request) {
       return {};
     case 'state':
       return state();
+    case 'status':
+      return status();
     case 'shutdown': {
       const held = needWorker('shutdown');
       worker = null;
