@@ -149,7 +149,7 @@ EOF
 # Node: node and npm from the machine image, else Debian's. Each package's own
 # dependencies come from its package-lock.json (`npm ci` in its tree_test).
 # sdk-node needs nothing global: the napi-rs CLI, TypeScript, Fastify and mitata are its
-# devDependencies (sdk-node/package-lock.json, `npm ci` in sdk-node/tools/build.sh).
+# devDependencies (sdk-node/package-lock.json, installed by sdk-node/tools/build.sh).
 NPM_GLOBAL_PACKAGES=(
   # "binary package@version" pairs.
   # add here

@@ -14,7 +14,10 @@ exec 9>"$here/native/.build.lock"
 flock 9
 # Dependencies from the committed lock file, reinstalled only when it changed.
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
-  npm ci --no-audit --no-fund --loglevel=error >&2
+  # Not `npm ci`: the lock names @napi-rs/cli's optional per-platform packages that the registry does
+  # not serve for every platform, and npm ci refuses such a lock as "out of sync" on a fresh clone.
+  # `npm install --no-save` installs the locked versions and never rewrites the lock.
+  npm install --no-save --no-audit --no-fund --loglevel=error >&2
 fi
 tmp="$(mktemp -d "$here/native/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
