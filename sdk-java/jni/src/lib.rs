@@ -23,7 +23,7 @@ use jni::{
     sys::{jboolean, jint, jlong},
     EnvUnowned,
 };
-use morpheus::{Config, Error, RuntimeKind, RuntimeMode, Worker};
+use morpheus::{Config, Discovered, Error, Region, RuntimeKind, RuntimeMode, Worker};
 use morpheus_abi::{ErrorCode, Scb};
 
 thread_local! {
@@ -105,6 +105,34 @@ pub extern "system" fn Java_dev_morpheus_JniNative_register<'caller>(
 
 fn slot_of_current() -> Option<u32> {
     WORKER.with(|w| w.borrow().as_ref().and_then(Worker::slot))
+}
+
+/// Validate a region without registering (spec/SCB.md §1.3, writing nothing): 0 for a region a worker
+/// can attach to, 1 for none (`region` empty, or discovery found none), or the first failed check.
+/// `region` null discovers as registration does.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_checkRegion<'caller>(
+    mut env: EnvUnowned<'caller>,
+    _class: JClass<'caller>,
+    region: JByteArray<'caller>,
+) -> jint {
+    env.with_env(|env| -> Result<jint, jni::errors::Error> {
+        let checked = if region.is_null() {
+            morpheus::region::discover().map(|found| match found {
+                Discovered::Attached(_) => 0,
+                Discovered::Detached(_) => 1,
+            })
+        } else {
+            let region = env.convert_byte_array(&region)?;
+            if region.is_empty() {
+                return Ok(1);
+            }
+            // The mapping is dropped here: a check keeps nothing mapped.
+            Region::open(path(region)).map(|_| 0)
+        };
+        Ok(checked.unwrap_or_else(fail))
+    })
+    .resolve::<ThrowRuntimeExAndDefault>()
 }
 
 /// Shut the calling thread's worker down (QUIESCING, DEAD, the slot released).

@@ -8,4 +8,7 @@ interface Backend {
 
     /** Register the calling platform thread (the caller has checked it holds no worker). */
     Worker register(Options options);
+
+    /** See {@link Morpheus#checkRegion(String)}. */
+    boolean checkRegion(String path);
 }

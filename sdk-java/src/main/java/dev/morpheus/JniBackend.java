@@ -21,6 +21,11 @@ final class JniBackend implements Backend {
         return new JniWorker(Thread.currentThread());
     }
 
+    @Override
+    public boolean checkRegion(String path) {
+        return JniNative.check(JniNative.checkRegion(bytes(path))) == 0;
+    }
+
     private static byte[] bytes(String path) {
         return path == null ? null : path.getBytes(StandardCharsets.UTF_8);
     }

@@ -20,6 +20,9 @@ final class JniNative {
 
     static native int unregister();
 
+    /** 0: a region a worker can attach to; 1: none (detached); else a negated error. region null discovers. */
+    static native int checkRegion(byte[] region);
+
     /** A direct buffer over the worker's SCB, or over a static zeroed one when detached. */
     static native ByteBuffer scb();
 

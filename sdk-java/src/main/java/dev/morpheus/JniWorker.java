@@ -129,6 +129,12 @@ final class JniWorker extends Worker {
     }
 
     @Override
+    public long cachedAck() {
+        checkOwner("cachedAck");
+        return cachedAck;
+    }
+
+    @Override
     public String backend() {
         return "jni";
     }

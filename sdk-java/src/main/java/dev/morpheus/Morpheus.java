@@ -57,6 +57,16 @@ public final class Morpheus {
         return worker;
     }
 
+    /**
+     * Validate a region without registering: the header checks of spec/SCB.md §1.3 in their order, writing
+     * nothing. {@code path} null discovers the region as registration does; "" is detached mode. Returns
+     * true for a region a worker can attach to, false when there is none (a worker would run detached);
+     * throws the first failed check as a {@link MorpheusException.RegionException}.
+     */
+    public static boolean checkRegion(String path) {
+        return backend().checkRegion(path);
+    }
+
     /** The calling thread's worker, if it registered one through this SDK. Empty on virtual threads. */
     public static Optional<Worker> current() {
         return Optional.ofNullable(CURRENT.get());

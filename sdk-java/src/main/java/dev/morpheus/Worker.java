@@ -91,6 +91,13 @@ public abstract class Worker implements AutoCloseable {
     /** Yields performed for any reason. */
     public abstract long yieldCount();
 
+    /**
+     * What the checkpoint's fast path compares {@code preempt_seq} with: the last acknowledged sequence, or
+     * 2^64-1 (-1 as a signed long) in the modes where every checkpoint takes the slow path (spec/SCB.md §5.4);
+     * 0 when detached.
+     */
+    public abstract long cachedAck();
+
     /** The worker's runtime mode (spec/SCB.md §5.4). */
     public abstract RuntimeMode runtimeMode();
 

@@ -28,6 +28,18 @@ final class FfmBackend implements Backend {
     }
 
     @Override
+    public boolean checkRegion(String path) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment cPath = path == null ? MemorySegment.NULL : arena.allocateFrom(path);
+            return FfmLibmorpheus.check((int) FfmLibmorpheus.REGION_CHECK.invokeExact(cPath)) == 0;
+        } catch (MorpheusException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    @Override
     public Worker register(Options options) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment opts = arena.allocate(OPTIONS_SIZE, 8);

@@ -36,6 +36,7 @@ final class FfmLibmorpheus {
 
     static final MethodHandle LAYOUT_OFFSET = function("morpheus_layout_offset", FunctionDescriptor.of(JAVA_LONG, ADDRESS));
     static final MethodHandle OPTIONS_INIT = function("morpheus_options_init", FunctionDescriptor.ofVoid(ADDRESS));
+    static final MethodHandle REGION_CHECK = function("morpheus_region_check", FunctionDescriptor.of(JAVA_INT, ADDRESS));
     static final MethodHandle REGISTER = function("morpheus_worker_register", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
     static final MethodHandle UNREGISTER = function("morpheus_worker_unregister", FunctionDescriptor.of(JAVA_INT, ADDRESS));
     static final MethodHandle CHECKPOINT_SLOW =

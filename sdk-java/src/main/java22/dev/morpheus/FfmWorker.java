@@ -258,6 +258,12 @@ final class FfmWorker extends Worker {
     }
 
     @Override
+    public long cachedAck() {
+        checkOwner("cachedAck");
+        return cachedAck;
+    }
+
+    @Override
     public String backend() {
         return "ffm";
     }

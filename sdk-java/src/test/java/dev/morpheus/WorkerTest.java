@@ -116,6 +116,7 @@ class WorkerTest {
             assertEquals(1, region.load64(0, ScbOffsets.YIELD_COUNT));
             assertFalse(worker.checkpoint());
             assertEquals(1, worker.yieldCount());
+            assertEquals(seq, worker.cachedAck());
             assertEquals(RuntimeMode.DETERMINISTIC, worker.runtimeMode());
             assertTrue(Morpheus.checkpoint() == false);
             region.bump(0);
@@ -204,6 +205,20 @@ class WorkerTest {
                 Options.defaults().regionPath(dir.resolve("missing").toString()).directSlot(0)));
         assertFalse(Morpheus.current().isPresent());
         expect(ErrorCode.INVALID_ARGUMENT, () -> Options.defaults().regionPath(""));
+    }
+
+    @Test
+    void checkRegionValidatesWithoutRegisteringOrWriting() {
+        byte[] before = region.snapshot();
+        assertTrue(Morpheus.checkRegion(region.pathString()));
+        assertArrayEquals(before, region.snapshot());
+        assertFalse(Morpheus.checkRegion(""), "\"\" is detached mode");
+        Path bad = dir.resolve("zeros");
+        TestRegion.write(bad, new byte[256]);
+        MorpheusException e = expect(ErrorCode.BAD_MAGIC, () -> Morpheus.checkRegion(bad.toString()));
+        assertTrue(e.getMessage().contains("found"), e.getMessage());
+        assertArrayEquals(new byte[256], readAll(bad));
+        assertFalse(Morpheus.current().isPresent());
     }
 
     @Test
