@@ -85,7 +85,7 @@ int main(void)
 	FIELD(reg_request, tid);
 	FIELD(reg_request, slot);
 	FIELD(reg_request, runtime_kind);
-	FIELD(reg_request, size);
+	FIELD(reg_request, message_size);
 	FIELD(reg_request, _reserved0);
 	FIELD(reg_request, escapable);
 	FIELD(reg_request, priority);
@@ -97,7 +97,7 @@ int main(void)
 	FIELD(reg_reply, abi_minor);
 	FIELD(reg_reply, generation);
 	FIELD(reg_reply, slot_generation);
-	FIELD(reg_reply, size);
+	FIELD(reg_reply, message_size);
 	FIELD(reg_reply, region_path);
 	printf("enum scheduler_mode OBSERVER %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_OBSERVER);
 	printf("enum scheduler_mode ENFORCED %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_ENFORCED);

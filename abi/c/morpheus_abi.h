@@ -358,7 +358,7 @@ struct morpheus_reg_request {
 	morpheus_u32 tid; /* @12 plain, runtime: none. Thread to register (REGISTER). */
 	morpheus_u32 slot; /* @16 plain, runtime: none. Slot to release (UNREGISTER). */
 	morpheus_u32 runtime_kind; /* @20 plain, runtime: none. runtime_kind of the client. */
-	morpheus_u32 size; /* @24 plain, runtime: none. Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. */
+	morpheus_u32 message_size; /* @24 plain, runtime: none. Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. */
 	morpheus_u8 _reserved0[4]; /* @28 plain. Zero. */
 	morpheus_u32 escapable; /* @32 plain, runtime: none. reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). */
 	morpheus_s32 priority; /* @36 plain, runtime: none. Priority the registrar writes before REGISTERED, -20..19 (since 1.3). */
@@ -373,7 +373,7 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, op) == 8,
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, tid) == 12, "morpheus_reg_request.tid must be at offset 12");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, slot) == 16, "morpheus_reg_request.slot must be at offset 16");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, runtime_kind) == 20, "morpheus_reg_request.runtime_kind must be at offset 20");
-MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, size) == 24, "morpheus_reg_request.size must be at offset 24");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, message_size) == 24, "morpheus_reg_request.message_size must be at offset 24");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, _reserved0) == 28, "morpheus_reg_request._reserved0 must be at offset 28");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, escapable) == 32, "morpheus_reg_request.escapable must be at offset 32");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_request, priority) == 36, "morpheus_reg_request.priority must be at offset 36");
@@ -387,7 +387,7 @@ struct morpheus_reg_reply {
 	morpheus_u16 abi_minor; /* @14 plain, scheduler: none. The scheduler's ABI minor. */
 	morpheus_u64 generation; /* @16 plain, scheduler: none. The region's generation at assignment. */
 	morpheus_u32 slot_generation; /* @24 plain, scheduler: none. The slot's slot_generation after assignment. */
-	morpheus_u32 size; /* @28 plain, scheduler: none. Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. */
+	morpheus_u32 message_size; /* @28 plain, scheduler: none. Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. */
 	morpheus_u8 region_path[96]; /* @32 plain, scheduler: none. NUL-terminated path of the region to map (REGION_PATH_MAX bytes). */
 };
 
@@ -400,7 +400,7 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, abi_major) 
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, abi_minor) == 14, "morpheus_reg_reply.abi_minor must be at offset 14");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, generation) == 16, "morpheus_reg_reply.generation must be at offset 16");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, slot_generation) == 24, "morpheus_reg_reply.slot_generation must be at offset 24");
-MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, size) == 28, "morpheus_reg_reply.size must be at offset 28");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, message_size) == 28, "morpheus_reg_reply.message_size must be at offset 28");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, region_path) == 32, "morpheus_reg_reply.region_path must be at offset 32");
 
 /* The spec's name of a scheduler_mode value, or 0 if unknown. */

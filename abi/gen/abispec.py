@@ -20,6 +20,9 @@ CACHE_LINE = 64
 _BYTES = re.compile(r"u8\[(\d+)\]")
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 _UPPER_IDENT = re.compile(r"[A-Z][A-Z0-9_]*")
+# Names the generated code gives every record (Python attributes, Java constants such as SIZE, Node keys),
+# so no field may take them.
+RECORD_MEMBER_NAMES = {"size", "align", "fields", "name", "layout"}
 
 
 class SpecError(Exception):
@@ -241,6 +244,9 @@ def _parse_record(r: dict, spec: Spec) -> Record:
         fwhere = f"field {name}.{fname}"
         if not _IDENT.fullmatch(fname):
             raise SpecError(f"{fwhere}: name must be lower_snake_case")
+        if fname in RECORD_MEMBER_NAMES:
+            raise SpecError(f"{fwhere}: the name is taken by the generated code of every record "
+                            f"({', '.join(sorted(RECORD_MEMBER_NAMES))}); choose another")
         ftype = _need(f, "type", fwhere, str)
         tsize, talign = _type_layout(ftype, spec, fwhere)
         offset = _need(f, "offset", fwhere, int)

@@ -266,3 +266,11 @@ def test_verify_dump_reports_the_first_disagreeing_line():
     bad = good.replace("field scb in_critical 84 4", "field scb in_critical 88 4")
     problems = morpheus_abigen.verify_dump(spec, bad)
     assert "-field scb in_critical 84 4" in problems and "+field scb in_critical 88 4" in problems
+
+
+def test_a_field_named_like_a_generated_record_member_is_refused():
+    spec = raw()
+    req = next(r for r in spec["record"] if r["name"] == "reg_request")
+    next(f for f in req["fields"] if f["name"] == "message_size")["name"] = "size"
+    with pytest.raises(SpecError, match="field reg_request.size: the name is taken by the generated code"):
+        abispec.parse(spec)

@@ -317,7 +317,7 @@ export declare const RegRequest: {
     readonly tid: FieldLayout;
     readonly slot: FieldLayout;
     readonly runtime_kind: FieldLayout;
-    readonly size: FieldLayout;
+    readonly message_size: FieldLayout;
     readonly _reserved0: FieldLayout;
     readonly escapable: FieldLayout;
     readonly priority: FieldLayout;
@@ -336,7 +336,7 @@ export declare const RegReply: {
     readonly abi_minor: FieldLayout;
     readonly generation: FieldLayout;
     readonly slot_generation: FieldLayout;
-    readonly size: FieldLayout;
+    readonly message_size: FieldLayout;
     readonly region_path: FieldLayout;
   };
 };

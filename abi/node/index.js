@@ -313,7 +313,7 @@ exports.RegRequest = Object.freeze({
     tid: Object.freeze({ offset: 12, size: 4, type: 'u32', atomic: false }),
     slot: Object.freeze({ offset: 16, size: 4, type: 'u32', atomic: false }),
     runtime_kind: Object.freeze({ offset: 20, size: 4, type: 'u32', atomic: false }),
-    size: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: false }),
+    message_size: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: false }),
     _reserved0: Object.freeze({ offset: 28, size: 4, type: 'u8[4]', atomic: false }),
     escapable: Object.freeze({ offset: 32, size: 4, type: 'u32', atomic: false }),
     priority: Object.freeze({ offset: 36, size: 4, type: 'i32', atomic: false }),
@@ -332,7 +332,7 @@ exports.RegReply = Object.freeze({
     abi_minor: Object.freeze({ offset: 14, size: 2, type: 'u16', atomic: false }),
     generation: Object.freeze({ offset: 16, size: 8, type: 'u64', atomic: false }),
     slot_generation: Object.freeze({ offset: 24, size: 4, type: 'u32', atomic: false }),
-    size: Object.freeze({ offset: 28, size: 4, type: 'u32', atomic: false }),
+    message_size: Object.freeze({ offset: 28, size: 4, type: 'u32', atomic: false }),
     region_path: Object.freeze({ offset: 32, size: 96, type: 'u8[96]', atomic: false }),
   }),
 });

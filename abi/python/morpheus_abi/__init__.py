@@ -445,11 +445,11 @@ class RegRequest:
     TID = Field('tid', 'u32', 12, 4, False, '<I')
     SLOT = Field('slot', 'u32', 16, 4, False, '<I')
     RUNTIME_KIND = Field('runtime_kind', 'u32', 20, 4, False, '<I')
-    SIZE = Field('size', 'u32', 24, 4, False, '<I')
+    MESSAGE_SIZE = Field('message_size', 'u32', 24, 4, False, '<I')
     _RESERVED0 = Field('_reserved0', 'u8[4]', 28, 4, False, '')
     ESCAPABLE = Field('escapable', 'u32', 32, 4, False, '<I')
     PRIORITY = Field('priority', 'i32', 36, 4, False, '<i')
-    FIELDS = (MAGIC, ABI_MAJOR, ABI_MINOR, OP, TID, SLOT, RUNTIME_KIND, SIZE, _RESERVED0, ESCAPABLE, PRIORITY,)
+    FIELDS = (MAGIC, ABI_MAJOR, ABI_MINOR, OP, TID, SLOT, RUNTIME_KIND, MESSAGE_SIZE, _RESERVED0, ESCAPABLE, PRIORITY,)
 
 
 class RegReply:
@@ -464,9 +464,9 @@ class RegReply:
     ABI_MINOR = Field('abi_minor', 'u16', 14, 2, False, '<H')
     GENERATION = Field('generation', 'u64', 16, 8, False, '<Q')
     SLOT_GENERATION = Field('slot_generation', 'u32', 24, 4, False, '<I')
-    SIZE = Field('size', 'u32', 28, 4, False, '<I')
+    MESSAGE_SIZE = Field('message_size', 'u32', 28, 4, False, '<I')
     REGION_PATH = Field('region_path', 'u8[96]', 32, 96, False, '')
-    FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, SIZE, REGION_PATH,)
+    FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, MESSAGE_SIZE, REGION_PATH,)
 
 
 class PressureStruct(ctypes.LittleEndianStructure):
@@ -577,7 +577,7 @@ class RegRequestStruct(ctypes.LittleEndianStructure):
         ('tid', ctypes.c_uint32),
         ('slot', ctypes.c_uint32),
         ('runtime_kind', ctypes.c_uint32),
-        ('size', ctypes.c_uint32),
+        ('message_size', ctypes.c_uint32),
         ('_reserved0', ctypes.c_uint8 * 4),
         ('escapable', ctypes.c_uint32),
         ('priority', ctypes.c_int32),
@@ -595,6 +595,6 @@ class RegReplyStruct(ctypes.LittleEndianStructure):
         ('abi_minor', ctypes.c_uint16),
         ('generation', ctypes.c_uint64),
         ('slot_generation', ctypes.c_uint32),
-        ('size', ctypes.c_uint32),
+        ('message_size', ctypes.c_uint32),
         ('region_path', ctypes.c_uint8 * 96),
     ]

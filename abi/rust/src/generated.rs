@@ -1143,7 +1143,7 @@ pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", tid),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", slot),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", runtime_kind),
-    crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", size),
+    crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", message_size),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", _reserved0),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", escapable),
     crate::field_layout!(crate::raw::morpheus_reg_request, "reg_request", priority),
@@ -1154,7 +1154,7 @@ pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", abi_minor),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", generation),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", slot_generation),
-    crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", size),
+    crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", message_size),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", region_path),
 ];
 

@@ -20,7 +20,7 @@ public final class RegReplyLayout {
             ValueLayout.JAVA_SHORT.withName("abi_minor"),
             ValueLayout.JAVA_LONG.withName("generation"),
             ValueLayout.JAVA_INT.withName("slot_generation"),
-            ValueLayout.JAVA_INT.withName("size"),
+            ValueLayout.JAVA_INT.withName("message_size"),
             MemoryLayout.sequenceLayout(96, ValueLayout.JAVA_BYTE).withName("region_path"))
             .withByteAlignment(8)
             .withName("morpheus_reg_reply");
@@ -54,6 +54,6 @@ public final class RegReplyLayout {
             LAYOUT.varHandle(PathElement.groupElement("slot_generation"));
 
     /** Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. (plain; none) */
-    public static final VarHandle SIZE =
-            LAYOUT.varHandle(PathElement.groupElement("size"));
+    public static final VarHandle MESSAGE_SIZE =
+            LAYOUT.varHandle(PathElement.groupElement("message_size"));
 }

@@ -23,7 +23,7 @@ public final class RegReplyOffsets {
     /** The slot's slot_generation after assignment. */
     public static final long SLOT_GENERATION = 24;
     /** Bytes in this reply (since 1.3); 0 means 128. Never more than the request's version understands. */
-    public static final long SIZE = 28;
+    public static final long MESSAGE_SIZE = 28;
     /** NUL-terminated path of the region to map (REGION_PATH_MAX bytes). */
     public static final long REGION_PATH = 32;
 }

@@ -20,7 +20,7 @@ public final class RegRequestLayout {
             ValueLayout.JAVA_INT.withName("tid"),
             ValueLayout.JAVA_INT.withName("slot"),
             ValueLayout.JAVA_INT.withName("runtime_kind"),
-            ValueLayout.JAVA_INT.withName("size"),
+            ValueLayout.JAVA_INT.withName("message_size"),
             MemoryLayout.sequenceLayout(4, ValueLayout.JAVA_BYTE).withName("_reserved0"),
             ValueLayout.JAVA_INT.withName("escapable"),
             ValueLayout.JAVA_INT.withName("priority"))
@@ -56,8 +56,8 @@ public final class RegRequestLayout {
             LAYOUT.varHandle(PathElement.groupElement("runtime_kind"));
 
     /** Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. (plain; none) */
-    public static final VarHandle SIZE =
-            LAYOUT.varHandle(PathElement.groupElement("size"));
+    public static final VarHandle MESSAGE_SIZE =
+            LAYOUT.varHandle(PathElement.groupElement("message_size"));
 
     /** reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). (plain; none) */
     public static final VarHandle ESCAPABLE =

@@ -23,7 +23,7 @@ public final class RegRequestOffsets {
     /** runtime_kind of the client. */
     public static final long RUNTIME_KIND = 20;
     /** Bytes in this request (since 1.3); 0 means 32, a 1.0-1.2 client. At most REG_MESSAGE_MAX. */
-    public static final long SIZE = 24;
+    public static final long MESSAGE_SIZE = 24;
     /** Zero. */
     public static final long _RESERVED0 = 28;
     /** reg_escapable: the escapable flag the registrar writes before REGISTERED (since 1.3). */
