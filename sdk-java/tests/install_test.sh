@@ -48,11 +48,11 @@ for jdk in "$JDK25 ffm" "$JDK17 jni"; do
     --slot "$slot" --yields 1 --seconds 60 >"$out" 2>&1 &
   pid=$!
   "$tool" wait-state "$region" "$slot" RUNNING 30000 || fail "the worker on $home never reached RUNNING"
-  grep -q "registered, slot $slot (attached), backend $backend" "$out" ||
-    fail "expected the $backend backend attached to slot $slot on $home"
   seq="$("$tool" request "$region" "$slot")"
   wait "$pid" || fail "the example exited with status $? on $home"
   pid=""
+  grep -q "registered, slot $slot (attached), backend $backend" "$out" ||
+    fail "expected the $backend backend attached to slot $slot on $home"
   grep -q "checkpoint yielded, acknowledged preempt_seq $seq\$" "$out" || fail "no checkpoint acknowledged request $seq"
   show="$("$tool" show "$region" "$slot")"
   [[ "$show" == *"state=INIT "* ]] || fail "slot $slot not released after close: $show"
