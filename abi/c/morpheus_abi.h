@@ -71,7 +71,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_PIN_DIR "/sys/fs/bpf/morpheus"
 /* The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 #define MORPHEUS_PINNED_REGION_PATH "/sys/fs/bpf/morpheus/region"
-/* The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+/* Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here. */
 #define MORPHEUS_PINNED_HINTS_PATH "/sys/fs/bpf/morpheus/hints"
 /* The shared-memory file holding the region (simulation backend). */
 #define MORPHEUS_SIM_REGION_PATH "/dev/shm/morpheus/region"
@@ -139,7 +139,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 
 /* enum feature: Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 #define MORPHEUS_FEATURE_PRESSURE_RECORD 1ULL /* Optional: the header's pressure record is kept current. */
-#define MORPHEUS_FEATURE_HINT_RING 2ULL /* Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */
+#define MORPHEUS_FEATURE_HINT_RING 2ULL /* Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8). */
 
 /* enum reg_op: Operation of a registration request. */
 #define MORPHEUS_REG_OP_REGISTER 1u /* Assign a slot to the thread `tid` of the calling process. */
@@ -264,7 +264,7 @@ struct morpheus_scb {
 	morpheus_u32 kernel_pressure_level; /* @36 atomic, scheduler: relaxed (advisory). pressure_level as the scheduler sees it for this worker's CPU. */
 	morpheus_u32 hints_dropped; /* @40 atomic, scheduler: relaxed; a runtime that sees it grow enters DEFENSIVE mode. Hints for this worker that were rate limited or did not fit the ring buffer. */
 	morpheus_u32 escalations; /* @44 atomic, scheduler: relaxed. Escalations applied to this worker. */
-	morpheus_u32 escalated; /* @48 atomic, scheduler: relaxed. 1 while an escalation (throttle or demotion) is in force, else 0. */
+	morpheus_u32 escalated; /* @48 atomic, scheduler: relaxed. 1 exactly while an escalation episode is open (SCB.md 5.6), whatever its action; else 0. */
 	morpheus_u8 _reserved0[12]; /* @52 plain. Zero. */
 	/* Cache line 1: runtime -> scheduler. */
 	morpheus_u64 last_ack_seq; /* @64 atomic, runtime: runtime: acquire load, then compare-and-swap (acq_rel on success, acquire on failure); scheduler: acquire load. Highest preempt_seq the runtime has honoured by yielding; never ahead of preempt_seq, never decreases. */

@@ -55,7 +55,7 @@ export declare const DEFAULT_SOCKET_PATH: string;
 export declare const PIN_DIR: string;
 /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 export declare const PINNED_REGION_PATH: string;
-/** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+/** Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here. */
 export declare const PINNED_HINTS_PATH: string;
 /** The shared-memory file holding the region (simulation backend). */
 export declare const SIM_REGION_PATH: string;
@@ -144,7 +144,7 @@ export declare const RuntimeKind: {
 /** Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 export declare const Feature: {
   /** Optional: the header's pressure record is kept current. */ readonly PRESSURE_RECORD: bigint;
-  /** Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */ readonly HINT_RING: bigint;
+  /** Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8). */ readonly HINT_RING: bigint;
 };
 
 /** Operation of a registration request. */

@@ -50,7 +50,7 @@ exports.DEFAULT_SOCKET_PATH = "/run/morpheus/agent.sock";
 exports.PIN_DIR = "/sys/fs/bpf/morpheus";
 /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
 exports.PINNED_REGION_PATH = "/sys/fs/bpf/morpheus/region";
-/** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+/** Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here. */
 exports.PINNED_HINTS_PATH = "/sys/fs/bpf/morpheus/hints";
 /** The shared-memory file holding the region (simulation backend). */
 exports.SIM_REGION_PATH = "/dev/shm/morpheus/region";
@@ -139,7 +139,7 @@ exports.RuntimeKind = Object.freeze({
 /** Feature bits of the region header, one namespace for both fields: a bit set in required_features must be known to the reader (else UNKNOWN_REQUIRED_FEATURE); a bit set in optional_features may be ignored. KNOWN is the set of values this enum defines in the reader's ABI version. */
 exports.Feature = Object.freeze({
   /** Optional: the header's pressure record is kept current. */ PRESSURE_RECORD: 0x1n,
-  /** Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */ HINT_RING: 0x2n,
+  /** Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8). */ HINT_RING: 0x2n,
 });
 
 /** Operation of a registration request. */

@@ -2,10 +2,12 @@
 """The scheduler-side scenarios as flat cases, for runs where neither the harness nor an agent process
 can live (the busybox guest of the real-kernel VM test), and the way their answers come back.
 
-    export: every `gate` step of every target = "gate" scenario becomes one JSON line holding the whole
-            region image at that moment (hex), the slot, runtime_ns and the expected answer:
-            {"case": "gate_critical_blocks#4", "scenario": ..., "step": 4, "slot": 0, "runtime_ns": ...,
-             "region_hex": "...", "expect": {"escalate": false, "verdict": "BLOCKED_CRITICAL"}}
+    export: every `gate` or `escalate` step of every target = "gate" scenario becomes one JSON line
+            holding the whole region image at that moment (hex), the op, the slot, runtime_ns (and for
+            escalate now_ns, and reset on a scenario's first) and the expected answer:
+            {"case": "gate_critical_blocks#4", "scenario": ..., "step": 4, "op": "gate", "slot": 0,
+             "runtime_ns": ..., "region_hex": "...", "expect": {"escalate": false, "verdict": "BLOCKED_CRITICAL"}}
+            escalate cases of one scenario are in step order: the replayer keeps the episode between them.
     replay (someone else's program, e.g. in the VM): for each case, put region_hex where the BPF gate
             reads it, evaluate, print {"case": ..., "escalate": ..., "verdict": ...} per line.
     import: the harness judges those lines against the expectations and writes a mergeable column
@@ -22,6 +24,7 @@ from pathlib import Path
 from region import Region, constants, resolve_enum
 from abi import HEADER_FIELDS, SCB_FIELDS
 from expr import evaluate
+from scenario import EXPR_ARGS, GATE_OPS
 
 
 def export_cases(scenarios) -> list[dict]:
@@ -31,6 +34,7 @@ def export_cases(scenarios) -> list[dict]:
             continue
         with tempfile.TemporaryDirectory(prefix="morpheus-gatecases-") as tmp:
             region = Region(os.path.join(tmp, "region"), sc.region)
+            escalated_before = False
             try:
                 for step in sc.steps:
                     names = {**constants(), **region.header, **region.scb_fields(step.slot)}
@@ -45,16 +49,22 @@ def export_cases(scenarios) -> list[dict]:
                                 region.write_header(name, value)
                     elif step.kind == "bump":
                         region.write_scb(step.slot, "preempt_seq", region.read_scb(step.slot, "preempt_seq") + step.by)
-                    elif step.kind == "agent" and step.op == "gate":
-                        runtime = step.args["runtime_ns"]
-                        if isinstance(runtime, str):
-                            runtime = evaluate(runtime, names)
-                        cases.append({
+                    elif step.kind == "agent" and step.op in GATE_OPS:
+                        values = {k: step.args[k] for k in EXPR_ARGS if k in step.args}
+                        for key, value in values.items():
+                            if isinstance(value, str):
+                                values[key] = evaluate(value, names)
+                        case = {
                             "case": f"{sc.name}#{step.index}", "scenario": sc.name, "step": step.index,
-                            "label": step.label, "slot": step.slot, "runtime_ns": runtime,
+                            "label": step.label, "op": step.op, "slot": step.slot, **values,
                             "region_hex": region.snapshot().hex(),
                             "expect": step.expect.get("reply", {}),
-                        })
+                        }
+                        if step.op == "escalate":
+                            # The state machine's episodes start afresh with each scenario.
+                            case["reset"] = not escalated_before
+                            escalated_before = True
+                        cases.append(case)
             finally:
                 region.close()
     return cases

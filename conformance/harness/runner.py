@@ -21,7 +21,7 @@ from abi import HEADER_FIELDS, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
 from region import Region, constants, first_difference, resolve_enum
-from scenario import Scenario, Step
+from scenario import EXPR_ARGS, Scenario, Step
 
 
 # Optional `state` result fields (CONFORMANCE.md §2.3) and their JSON types; an agent lists those its SDK
@@ -243,9 +243,10 @@ class CellRun:
             args["mode"] = self.variant
         if step.op == "attach" and "path" in args and args["path"] == "@region":
             args["path"] = self.region.path
-        if isinstance(args.get("runtime_ns"), str):  # e.g. "slice_ns + grace_ns + 1"
-            names = {**constants(), **self._names(self.expected, step.slot, {})}
-            args["runtime_ns"] = evaluate(args["runtime_ns"], names)
+        for key in EXPR_ARGS:
+            if isinstance(args.get(key), str):  # e.g. "slice_ns + grace_ns + 1"
+                names = {**constants(), **self._names(self.expected, step.slot, {})}
+                args[key] = evaluate(args[key], names)
         during_yield = step.expect.get("during_yield", {})
         suspended_failure: list[StepFailure] = []
 

@@ -29,7 +29,11 @@ AGENT_OPS = {
     "state": set(),
     "shutdown": set(),
     "gate": {"slot", "runtime_ns"},
+    "escalate": {"slot", "runtime_ns", "now_ns"},
 }
+# Gate-target ops and their integer arguments that may be written as expressions.
+GATE_OPS = ("gate", "escalate")
+EXPR_ARGS = ("runtime_ns", "now_ns")
 EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch"}
 STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent")
 
@@ -173,8 +177,11 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         bad = set(args) - AGENT_OPS[op] - {"slot"}
         if bad:
             raise _fail(path, where, f"{op} takes no argument(s) {sorted(bad)}")
-        if op in ("register", "gate"):
+        if op in ("register",) + GATE_OPS:
             args["slot"] = slot
+        missing = {"runtime_ns", "now_ns"} & AGENT_OPS[op] - set(args)
+        if missing:
+            raise _fail(path, where, f"{op} needs {sorted(missing)}")
         if "mode" in args and args["mode"] not in CHECKPOINT_MODES:
             raise _fail(path, where, f"mode {args['mode']!r} is not one of {CHECKPOINT_MODES}")
         step.op, step.args = op, args

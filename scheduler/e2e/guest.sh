@@ -7,15 +7,20 @@
 #   2. observer mode: a spinning worker sees preempt_seq advance, a cooperative one acknowledges,
 #      nobody is escalated;
 #   3. enforced mode (policy kick): the non-acknowledging escapable worker is escalated, the one in a
-#      critical section and the one with escapable=0 never are (their SCB counters stay 0, and the BPF
-#      gate counted them as blocked);
+#      critical section and the one registered with escapable=0 never are (their SCB counters stay 0,
+#      and the BPF gate counted them as blocked);
 #   4. enforced mode (policy throttle): the agent caps the non-acknowledging worker's cgroup with cpu.max,
 #      the BPF scheduler enforces the cap (the spinner gets < 50% of a CPU), the cap is lifted and
 #      cpu.max restored;
 #   5. enforced mode (policy hybrid): the non-acknowledging worker is kicked first, then throttled
 #      (BPF kick and throttle counters, in that order in the agent's log), and the cap is lifted;
-#   6. every stop unpins the maps and the kernel returns to its default scheduler;
-#   7. first of all, with no scheduler attached: the BPF program's escalation gate answers the
+#   6. stress (policy hybrid): a racer enters and leaves a critical section thousands of times while
+#      being escalated, beside a spinner and a worker registered with escapable=0: no escalation took
+#      hold inside a section (BPF held_in_critical = 0) and the escapable=0 worker was never escalated;
+#      the verdicts are counts, not timings;
+#   7. every stop unpins the region, the hint ring is never pinned (its one consumer is the agent,
+#      which drained its records), and the kernel returns to its default scheduler;
+#   8. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
 #      each, judged on the host into the matrix's "kernel" column.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
@@ -72,7 +77,7 @@ stop_agent() { # stop_agent LOG: Ctrl-C, wait, show the agent's output
 	while [ "$(state)" != disabled ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 	check "sched_ext state back to 'disabled' (is '$(state)')" test "$(state)" = disabled
 	check "pinned region removed" test ! -e /sys/fs/bpf/morpheus/region
-	check "pinned hint ring removed" test ! -e /sys/fs/bpf/morpheus/hints
+	check "no hint ring pinned" test ! -e /sys/fs/bpf/morpheus/hints
 }
 
 echo "e2e: kernel $(uname -r), $(nproc) CPUs"
@@ -100,6 +105,7 @@ if start_agent /tmp/observer.log --mode observer; then
 	check "sched_ext state is 'enabled'" test "$(state)" = enabled
 	case "$ops" in morpheus*) ok "root/ops starts with morpheus" ;; *) bad "root/ops is '$ops', expected morpheus..." ;; esac
 	check "region pinned at /sys/fs/bpf/morpheus/region" test -e /sys/fs/bpf/morpheus/region
+	check "the hint ring is not pinned: the agent is its one consumer (SCB.md §8)" test ! -e /sys/fs/bpf/morpheus/hints
 	# Verifier complexity of each program, as the agent logged it (recorded in scheduler/veristat/).
 	sed -n 's/.*verified_insns: /e2e-veristat: /p' /tmp/observer.log
 
@@ -123,6 +129,8 @@ if start_agent /tmp/observer.log --mode observer; then
 		test "$(field cooperative last_ack_seq /tmp/observer.out)" -le "$(field cooperative preempt_seq /tmp/observer.out)"
 	check "cooperative worker was never escalated" test "$(field cooperative escalations /tmp/observer.out)" = 0
 	stop_agent /tmp/observer.log
+	drained=$(sed -n 's/.*hint records drained: \([0-9]*\).*/\1/p' /tmp/observer.log | tail -n 1)
+	check "the agent drained the hint ring's records (${drained:-none})" test "${drained:-0}" -gt 0
 else
 	bad "scx_morpheus (observer) did not start"
 fi
@@ -220,6 +228,34 @@ if [ -d "$CG" ] && start_agent /tmp/hybrid.log --mode enforced --policy hybrid -
 	check "cpu.max restored after hybrid ($(cat "$CG/cpu.max"))" test "$(cat "$CG/cpu.max")" = "$cpu_max_before"
 else
 	bad "scx_morpheus (hybrid) did not start, or $CG is missing"
+fi
+
+# --- stress, policy hybrid: critical-section entries racing escalations -------------------------
+# The racer (escapable, never acknowledging) enters and leaves a critical section STRESS_SECTIONS
+# times; the scheduler escalates it (kick, then the agent's cpu.max cap, enforced in BPF) whenever it
+# is outside one. Every hold re-reads in_critical where it takes effect, so none may take hold inside a
+# section: the BPF program counts a worker it releases from the hold while in a section
+# (held_in_critical), which must stay 0. The escapable=0 worker beside it must never be escalated.
+# The verdicts are counts; how fast the VM runs changes only how many races there are.
+STRESS_SECTIONS=${STRESS_SECTIONS:-50000}
+if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; then
+	cpu_max_before=$(cat "$CG/cpu.max")
+	morpheus-e2e-worker --cgroup "$CG" --stress "$STRESS_SECTIONS" >/tmp/stress.out 2>&1
+	check "stress workers ran (exit $?)" test $? -eq 0
+	cat /tmp/stress.out
+	stop_agent /tmp/stress.log
+	counters=$(grep 'BPF counters' /tmp/stress.log | tail -n 1)
+	bpf() { echo "$counters" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"; }
+	sections=$(field racer sections /tmp/stress.out)
+	echo "e2e-stress: sections=$sections racer_escalations=$(field racer escalations /tmp/stress.out) spin_escalations=$(field spin escalations /tmp/stress.out) kicks=$(bpf kicks) throttles=$(bpf throttles) kicks_spared_critical=$(bpf kicks_spared_critical) holds_spared_critical=$(bpf holds_spared_critical) held_in_critical=$(bpf held_in_critical) unescapable_escalations=$(field unescapable escalations /tmp/stress.out)"
+	check "the racer entered $STRESS_SECTIONS critical sections (sections=$sections)" test "${sections:-0}" -eq "$STRESS_SECTIONS"
+	check "the BPF counters were reported" test -n "$(bpf held_in_critical)"
+	check "no escalation took hold inside a critical section (held_in_critical=$(bpf held_in_critical))" test "$(bpf held_in_critical)" = 0
+	check "the worker registered with escapable=0 was never escalated (escalations=$(field unescapable escalations /tmp/stress.out))" \
+		test "$(field unescapable escalations /tmp/stress.out)" = 0
+	check "cpu.max restored after the stress ($(cat "$CG/cpu.max"))" test "$(cat "$CG/cpu.max")" = "$cpu_max_before"
+else
+	bad "scx_morpheus (stress) did not start, or $CG is missing"
 fi
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------

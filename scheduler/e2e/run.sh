@@ -73,6 +73,6 @@ sed "s/^/$PROG: /" "$work/import.out" >&2
 
 # The figures the guest printed, in one place.
 echo "$PROG: --- summary ---" >&2
-tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-veristat): |BPF counters|gate verdicts|reaction ' >&2 || true
+tr -d '\r' <"$log" | grep -aE '^(e2e|e2e-bench|e2e-stress|e2e-veristat): |BPF counters|gate verdicts|escalation lifts|reaction ' >&2 || true
 echo "$PROG: guest exit code $code" >&2
 exit "$code"

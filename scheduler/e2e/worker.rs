@@ -7,16 +7,22 @@
 //! mapping; the scheduler-written counters are what the test checks).
 //!
 //! usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE...
+//!        morpheus-e2e-worker [--cgroup DIR] --stress SECTIONS
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
 //! roles: cooperative   checkpoint_sync between pieces of work, sched_yield when it says so; escapable
 //!        spin          never checkpoints, escapable (the one enforced mode must escalate)
 //!        critical      never checkpoints, escapable, but inside a critical section throughout
-//!        unescapable   never checkpoints, opted out of escalation (set_escapable(false))
+//!        unescapable   never checkpoints, registered with escapable = 0 (Config::escapable(false), so
+//!                      the SCB says so before the worker is RUNNING: from its first instruction)
+//! --stress: a `racer` (escapable, never checkpoints) enters and leaves a critical section SECTIONS
+//!        times, racing the scheduler's escalations of it, while `spin` and `unescapable` run beside it
+//!        until it is done. The end is a count, not a time, so the run does not depend on speed.
 
 use std::io::Write;
 use std::mem::offset_of;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use morpheus::{Worker, YieldReason};
@@ -28,6 +34,7 @@ enum Role {
     Spin,
     Critical,
     Unescapable,
+    Racer,
 }
 
 impl Role {
@@ -47,6 +54,7 @@ impl Role {
             Role::Spin => "spin",
             Role::Critical => "critical",
             Role::Unescapable => "unescapable",
+            Role::Racer => "racer",
         }
     }
 }
@@ -76,13 +84,14 @@ impl ScbView {
 }
 
 fn register(role: Role) -> Result<Worker, String> {
-    let worker = Worker::builder().register().map_err(|e| format!("registration through the agent: {e}"))?;
+    // The Rust SDK's default is escapable; this role opts out in its registration, so the SCB says
+    // escapable = 0 before the worker is RUNNING and no gate can ever see it escapable.
+    let worker = Worker::builder()
+        .escapable(role != Role::Unescapable)
+        .register()
+        .map_err(|e| format!("registration through the agent: {e}"))?;
     if !worker.is_attached() {
         return Err(format!("registered but detached ({:?}): is the agent running?", worker.detach_reason()));
-    }
-    // The Rust SDK's default is escapable; this role opts out at run time, as an application would.
-    if role == Role::Unescapable {
-        worker.set_escapable(false).map_err(|e| format!("set_escapable(false): {e}"))?;
     }
     Ok(worker)
 }
@@ -97,25 +106,54 @@ fn burn(iterations: u64) -> u64 {
     std::hint::black_box(x)
 }
 
-fn run_role(role: Role, seconds: f64) -> Result<String, String> {
+/// How long a role runs: for a time, or (stress) until a racer has done its sections.
+#[derive(Clone)]
+enum Until {
+    Seconds(f64),
+    /// Sections for the racer; the others run until `done` is set.
+    Sections(u64, Arc<AtomicBool>),
+}
+
+fn run_role(role: Role, until: Until) -> Result<String, String> {
     let worker = register(role)?;
     let scb = ScbView::of(&worker)?;
     let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
     // A critical section for the whole run: the gate must never escalate this worker.
     let critical = (role == Role::Critical).then(|| worker.critical_section());
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    while Instant::now() < deadline {
-        burn(20_000);
-        // checkpoint_sync acknowledges as it returns true; returning true is the yield point.
-        if role == Role::Cooperative && worker.checkpoint_sync() {
-            // SAFETY: no preconditions.
-            unsafe { libc::sched_yield() };
+    let mut sections = 0u64;
+    match &until {
+        Until::Seconds(seconds) => {
+            let deadline = Instant::now() + Duration::from_secs_f64(*seconds);
+            while Instant::now() < deadline {
+                burn(20_000);
+                // checkpoint_sync acknowledges as it returns true; returning true is the yield point.
+                if role == Role::Cooperative && worker.checkpoint_sync() {
+                    // SAFETY: no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+            }
+        }
+        Until::Sections(count, _) if role == Role::Racer => {
+            // In and out of a section, never a checkpoint: escalations of it race its section entries.
+            while sections < *count {
+                {
+                    let _section = worker.critical_section();
+                    burn(1_000);
+                }
+                sections += 1;
+                burn(1_000);
+            }
+        }
+        Until::Sections(_, done) => {
+            while !done.load(Ordering::Acquire) {
+                burn(20_000);
+            }
         }
     }
     // Read while still inside the critical section: once it ends, this worker (escapable, far past
     // slice + grace, never acknowledging) may rightly be escalated before it shuts down.
     let line = format!(
-        "role={} slot={} tid={} cpu_ms={:.0} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={}",
+        "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={}",
         role.name(),
         worker.slot().unwrap_or(u32::MAX),
         gettid(),
@@ -158,7 +196,7 @@ fn bench_cpu(iterations: u64, threads: usize) {
     println!("bench_cpu threads={threads} iterations={iterations} elapsed_ms={:.1}", start.elapsed().as_secs_f64() * 1e3);
 }
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE... | --bench-cpu ITERATIONS --threads N");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
@@ -169,6 +207,7 @@ fn main() -> ExitCode {
         args.get(i + 1).cloned().ok_or_else(|| format!("{what} needs a value"))
     };
     let mut seconds = None;
+    let mut stress = None;
     let mut bench = None;
     let mut threads = 2usize;
     let mut roles = Vec::new();
@@ -182,6 +221,11 @@ fn main() -> ExitCode {
                     return Err(format!("--seconds {s}: must be in (0, 3600]"));
                 }
                 seconds = Some(s);
+                i += 1;
+                Ok(())
+            }),
+            "--stress" => value(i, "--stress").and_then(|v| {
+                stress = Some(v.parse::<u64>().ok().filter(|&n| n > 0).ok_or(format!("--stress: '{v}' must be a positive count"))?);
                 i += 1;
                 Ok(())
             }),
@@ -212,21 +256,37 @@ fn main() -> ExitCode {
         bench_cpu(iterations, threads);
         return ExitCode::SUCCESS;
     }
-    let Some(seconds) = seconds else {
-        eprintln!("morpheus-e2e-worker: --seconds is required with roles");
-        return usage();
+    let until = match (seconds, stress) {
+        (Some(s), None) if !roles.is_empty() => Until::Seconds(s),
+        (None, Some(n)) if roles.is_empty() => {
+            roles = vec![Role::Racer, Role::Spin, Role::Unescapable];
+            Until::Sections(n, Arc::new(AtomicBool::new(false)))
+        }
+        _ => {
+            eprintln!("morpheus-e2e-worker: give --seconds with roles, or --stress alone");
+            return usage();
+        }
     };
-    if roles.is_empty() {
-        eprintln!("morpheus-e2e-worker: no role given");
-        return usage();
-    }
     if let Some(dir) = &cgroup {
         if let Err(e) = join_cgroup(dir) {
             eprintln!("morpheus-e2e-worker: {e}");
             return ExitCode::FAILURE;
         }
     }
-    let handles: Vec<_> = roles.into_iter().map(|r| std::thread::spawn(move || (r, run_role(r, seconds)))).collect();
+    let handles: Vec<_> = roles
+        .into_iter()
+        .map(|r| {
+            let until = until.clone();
+            std::thread::spawn(move || {
+                let result = run_role(r, until.clone());
+                // However the racer ended (a failed registration too), the others stop with it.
+                if let (Role::Racer, Until::Sections(_, done)) = (r, &until) {
+                    done.store(true, Ordering::Release);
+                }
+                (r, result)
+            })
+        })
+        .collect();
     let mut ok = true;
     for h in handles {
         let (role, result) = h.join().expect("worker thread panicked");

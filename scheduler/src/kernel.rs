@@ -7,10 +7,13 @@
 //!   [`Backend::tick`] reports such an exit as an error so the agent stops.
 //! * The region is the BPF_F_MMAPABLE array map `region`: mmapped here and wrapped in a [`Region`],
 //!   so the header is written exactly like the simulation backend's. It is pinned at
-//!   PINNED_REGION_PATH and the hint ring at PIN_DIR/hints; both are unpinned on exit.
+//!   PINNED_REGION_PATH and unpinned on exit.
+//! * The hint ring has one consumer, this agent (spec/SCB.md §8): it is not pinned, so no runtime can
+//!   take records from it; runtimes learn of hints from preempt_seq and the SCB's hint fields.
 //! * Registrations update the BPF `worker_slots` map (tid -> slot) before the registry replies.
 //! * Escalation events: KICK was already done by the BPF side (logged here); THROTTLE caps the worker's
-//!   cgroup with cpu.max until the worker acknowledges or `throttle_max_ns` passes. Under sched_ext the
+//!   cgroup with cpu.max until the BPF side's state machine lifts the episode (UNTHROTTLE record:
+//!   acknowledged, not RUNNING, a critical section, or `throttle_max_ns`). Under sched_ext the
 //!   kernel does not enforce cpu.max for our tasks; it hands the value to ops.cgroup_set_bandwidth and
 //!   the BPF program enforces it (src/bpf/main.bpf.c, `cgroup_bw`).
 
@@ -46,11 +49,6 @@ use crate::region::{self, Region, RegionParams};
 use crate::replay::{self, GateCase};
 use crate::stats::Counters;
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
-
-/// Where the hint ring is pinned.
-fn hints_pin_path() -> PathBuf {
-    PathBuf::from(abi::PINNED_HINTS_PATH)
-}
 
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
 /// and grace, never busier than every 100 µs.
@@ -167,12 +165,15 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     let builder = BpfSkelBuilder::default();
     let mut skel = scx_ops_open!(builder, &mut open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
     let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
-    // The replay program's verifier complexity, beside the ops' (scheduler/veristat/).
-    if let Some(info) = libbpf_rs::query::ProgInfoIter::default()
-        .filter(|info| info.name.to_string_lossy() == "gate_replay")
-        .max_by_key(|info| info.id)
-    {
-        log::info!("verified_insns: gate_replay={}", info.verified_insns);
+    // The replay programs' verifier complexity, beside the ops' (scheduler/veristat/; names are
+    // truncated to 15 characters by the kernel).
+    for name in ["gate_replay", "escalation_repl"] {
+        if let Some(info) = libbpf_rs::query::ProgInfoIter::default()
+            .filter(|info| info.name.to_string_lossy() == name)
+            .max_by_key(|info| info.id)
+        {
+            log::info!("verified_insns: {name}={}", info.verified_insns);
+        }
     }
     let value_size = skel.maps.region.value_size() as usize;
     let key = 0u32.to_ne_bytes();
@@ -191,36 +192,59 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
             .region
             .update(&key, &value, MapFlags::ANY)
             .with_context(|| format!("case {}: cannot write the region image into the BPF region map", case.name))?;
-        let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
-        // SAFETY: a plain C struct viewed as its bytes for the duration of the call (the kernel copies
-        // a syscall program's context back, hence mutable).
-        let ctx_bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                (&mut ctx as *mut bpf_intf::morpheus_gate_replay_ctx).cast::<u8>(),
-                size_of::<bpf_intf::morpheus_gate_replay_ctx>(),
-            )
-        };
-        let input = ProgramInput { context_in: Some(ctx_bytes), ..Default::default() };
-        let output = skel
-            .progs
-            .gate_replay
-            .test_run(input)
-            .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
-        let verdict = replay::verdict_from_retval(output.return_value).ok_or_else(|| {
-            anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, output.return_value as i32)
-        })?;
-        writeln!(out, "{}", replay::answer_line(case, verdict))?;
+        match case.op {
+            replay::CaseOp::Gate => {
+                let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
+                let retval = run_syscall_prog(&skel.progs.gate_replay, &mut ctx)
+                    .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
+                let verdict = replay::verdict_from_retval(retval).ok_or_else(|| {
+                    anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, retval as i32)
+                })?;
+                writeln!(out, "{}", replay::answer_line(case, verdict))?;
+            }
+            replay::CaseOp::Escalate { now_ns, reset } => {
+                let mut ctx = bpf_intf::morpheus_escalation_replay_ctx {
+                    runtime_ns: case.runtime_ns,
+                    now_ns,
+                    slot: case.slot,
+                    reset: reset as u32,
+                    verdict: 0,
+                    step: 0,
+                    escalated: 0,
+                    steps: 0,
+                };
+                let retval = run_syscall_prog(&skel.progs.escalation_replay, &mut ctx)
+                    .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of escalation_replay failed", case.name))?;
+                if retval != 0 {
+                    bail!("case {}: escalation_replay returned {}", case.name, retval as i32);
+                }
+                let verdict = replay::verdict_from_retval(ctx.verdict)
+                    .ok_or_else(|| anyhow!("case {}: escalation_replay gave verdict {}", case.name, ctx.verdict))?;
+                let step = replay::step_from_raw(ctx.step)
+                    .ok_or_else(|| anyhow!("case {}: escalation_replay gave step {}", case.name, ctx.step))?;
+                writeln!(out, "{}", replay::escalation_answer_line(case, verdict, step, ctx.escalated != 0, ctx.steps))?;
+            }
+        }
     }
     out.flush()?;
     Ok(refused)
 }
 
+/// Runs a SEC("syscall") program once (BPF_PROG_TEST_RUN) with `ctx` as its context; the kernel copies
+/// a syscall program's context back into the buffer it came from (the results of escalation_replay).
+/// Returns the program's return value.
+fn run_syscall_prog<T: Copy>(prog: &libbpf_rs::ProgramMut<'_>, ctx: &mut T) -> Result<u32> {
+    // SAFETY: a plain C struct viewed as its bytes for the duration of the call.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((ctx as *mut T).cast::<u8>(), size_of::<T>()) };
+    let input = ProgramInput { context_in: Some(bytes), ..Default::default() };
+    Ok(prog.test_run(input)?.return_value)
+}
+
 /// A worker whose cgroup is capped.
 struct Throttle {
     cgroup: PathBuf,
-    since_ns: u64,
-    /// The request that led to it: the cap lifts once last_ack_seq reaches it.
-    preempt_seq: u64,
+    /// The thread the cap was applied for (a slot can change hands).
+    tid: u32,
 }
 
 /// Throttles in force; shared with the slot observer so that a released slot is lifted at once.
@@ -237,8 +261,11 @@ struct Throttles {
 }
 
 impl Throttles {
-    fn apply(&mut self, slot: u32, pid: u32, tid: u32, preempt_seq: u64, now_ns: u64) {
-        let scb = self.region.scb(slot);
+    fn apply(&mut self, slot: u32, pid: u32, tid: u32) {
+        if self.by_slot.contains_key(&slot) {
+            // Already capped for this episode (a repeated record); one cap per slot.
+            return;
+        }
         let result = self
             .cgroup2_root
             .as_deref()
@@ -248,13 +275,12 @@ impl Throttles {
         match result {
             Ok(cgroup) => {
                 log::info!("throttle: slot {slot} (tid {tid}) capped via {}/cpu.max", cgroup.display());
-                self.by_slot.insert(slot, Throttle { cgroup, since_ns: now_ns, preempt_seq });
+                self.by_slot.insert(slot, Throttle { cgroup, tid });
                 self.applied += 1;
             }
             Err(e) => {
-                // Nothing is in force: let the BPF side escalate again after another grace period.
+                // Nothing is in force; the BPF side's episode still ends by its own rules.
                 log::warn!("throttle of slot {slot} (tid {tid}) not applied: {e:#}");
-                scb.escalated().store(0, std::sync::atomic::Ordering::Relaxed);
                 self.fallbacks += 1;
             }
         }
@@ -266,29 +292,26 @@ impl Throttles {
             log::warn!("{e:#}");
             self.errors += 1;
         }
-        self.region.scb(slot).escalated().store(0, std::sync::atomic::Ordering::Relaxed);
         self.lifted += 1;
         log::info!("unthrottle: slot {slot} ({why})");
     }
 
-    /// Lifts caps whose worker acknowledged or whose time is up.
-    fn expire(&mut self, now_ns: u64, max_ns: u64) {
-        let due: Vec<(u32, &'static str)> = self
+    /// The BPF program decides when an episode ends (its UNTHROTTLE record); should that record be
+    /// lost to a full ring, a cap whose episode the SCB shows closed (escalated = 0), or whose slot
+    /// changed hands, is lifted here.
+    fn lift_closed(&mut self) {
+        let due: Vec<u32> = self
             .by_slot
             .iter()
-            .filter_map(|(&slot, t)| {
-                let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
-                if ack >= t.preempt_seq {
-                    Some((slot, "acknowledged"))
-                } else if now_ns.saturating_sub(t.since_ns) >= max_ns {
-                    Some((slot, "bound expired"))
-                } else {
-                    None
-                }
+            .filter(|(&slot, t)| {
+                let scb = self.region.scb(slot);
+                scb.escalated().load(std::sync::atomic::Ordering::Relaxed) == 0
+                    || scb.tid().load(std::sync::atomic::Ordering::Relaxed) != t.tid
             })
+            .map(|(&slot, _)| slot)
             .collect();
-        for (slot, why) in due {
-            self.lift(slot, why);
+        for slot in due {
+            self.lift(slot, "episode closed");
         }
     }
 }
@@ -365,7 +388,6 @@ pub struct KernelBackend {
     drained: Rc<RefCell<Drained>>,
     throttles: Arc<Mutex<Throttles>>,
     observer: Arc<KernelSlots>,
-    throttle_max_ns: u64,
     tick_interval: Duration,
     pinned: Vec<PathBuf>,
     /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
@@ -415,6 +437,7 @@ impl KernelBackend {
         let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
         rodata.check_interval_ns = check_interval_ns(config);
         rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+        rodata.throttle_max_ns = config.throttle_max_ns;
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
         let mut skel: BpfSkel<'static> = skel;
@@ -431,8 +454,12 @@ impl KernelBackend {
                 grace_ns: config.grace_ns,
                 hint_min_interval_ns: config.hint_min_interval_ns,
                 backend: abi::Backend::Kernel,
-                optional_features: abi::feature::HINT_RING
-                    | if crate::pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
+                // No HINT_RING: the ring is the agent's alone (SCB.md §8), nothing is pinned for runtimes.
+                optional_features: if crate::pressure::PressureFeed::psi_available() {
+                    abi::feature::PRESSURE_RECORD
+                } else {
+                    0
+                },
             },
             region::new_generation(previous),
         );
@@ -479,14 +506,12 @@ impl KernelBackend {
         fs::create_dir_all(abi::PIN_DIR)
             .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
         let mut pinned = Vec::new();
-        for (map, path) in [
-            (&mut skel.maps.region, PathBuf::from(abi::PINNED_REGION_PATH)),
-            (&mut skel.maps.hints, hints_pin_path()),
-        ] {
-            unpin_stale(&path)?;
-            map.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
-            pinned.push(path);
-        }
+        // A hint ring an older instance pinned would still be drained by its runtimes: remove it.
+        unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
+        let path = PathBuf::from(abi::PINNED_REGION_PATH);
+        unpin_stale(&path)?;
+        skel.maps.region.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
+        pinned.push(path);
         log::info!(
             "sched_ext scheduler attached (overrun check every {} µs); region pinned at {}",
             check_interval_ns(config) / 1000,
@@ -501,7 +526,6 @@ impl KernelBackend {
             drained,
             throttles,
             observer,
-            throttle_max_ns: config.throttle_max_ns,
             tick_interval: config.tick,
             pinned,
             hint_ack: HashMap::new(),
@@ -540,11 +564,14 @@ impl KernelBackend {
             ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
             ("cpu_max_held_back", bpf_intf::morpheus_counter_MORPHEUS_CNT_BW_THROTTLED),
             ("wake_preempts", bpf_intf::morpheus_counter_MORPHEUS_CNT_WAKE_PREEMPTS),
+            ("kicks_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL),
+            ("holds_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL),
+            ("held_in_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL),
         ];
         names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }
 
-    fn drain(&mut self, now_ns: u64) -> Result<()> {
+    fn drain(&mut self) -> Result<()> {
         self.rings.consume().context("consuming the BPF ring buffers")?;
         let drained = std::mem::take(&mut *self.drained.borrow_mut());
         for hint in drained.hints {
@@ -576,7 +603,10 @@ impl KernelBackend {
                     log::debug!("kick: slot {slot} (tid {}) {} µs past slice + grace", ev.tid, ev.overrun_ns / 1000);
                 }
                 Ok(abi::EscalationAction::Throttle) => {
-                    self.throttles.lock().unwrap().apply(slot, ev.pid, ev.tid, ev.preempt_seq, now_ns);
+                    self.throttles.lock().unwrap().apply(slot, ev.pid, ev.tid);
+                }
+                Ok(abi::EscalationAction::Unthrottle) => {
+                    self.throttles.lock().unwrap().lift(slot, "lifted by the scheduler");
                 }
                 other => log::warn!("unexpected escalation action {other:?} from the BPF program"),
             }
@@ -602,7 +632,7 @@ impl Backend for KernelBackend {
         self.tick_interval
     }
 
-    fn tick(&mut self, now_ns: u64) -> Result<()> {
+    fn tick(&mut self, _now_ns: u64) -> Result<()> {
         if uei_exited!(&self.skel, uei) {
             // The kernel has already fallen back to its default scheduler; say why and stop.
             let _ = self.link.take();
@@ -611,8 +641,8 @@ impl Backend for KernelBackend {
                 Err(e) => Err(e.context("the BPF scheduler exited with an error")),
             };
         }
-        self.drain(now_ns)?;
-        self.throttles.lock().unwrap().expire(now_ns, self.throttle_max_ns);
+        self.drain()?;
+        self.throttles.lock().unwrap().lift_closed();
         Ok(())
     }
 
@@ -630,6 +660,9 @@ impl Backend for KernelBackend {
         c.actions[abi::EscalationAction::Unthrottle.raw() as usize] = t.lifted;
         c.fallbacks = t.fallbacks;
         c.effect_errors = t.errors;
+        c.spared_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL)
+            + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
+        c.held_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL);
         c
     }
 
@@ -639,7 +672,7 @@ impl Backend for KernelBackend {
         }
         self.shut_down = true;
         // Drain what is left so the final report is complete; errors here do not stop the clean-up.
-        let _ = self.drain(crate::monotonic_ns());
+        let _ = self.drain();
         {
             let mut t = self.throttles.lock().unwrap();
             let slots: Vec<u32> = t.by_slot.keys().copied().collect();
@@ -674,6 +707,13 @@ impl Backend for KernelBackend {
                 .map(|i| unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) })
                 .collect::<Vec<_>>()
         );
+        let lifts: Vec<String> = morpheus_policy_ffi::EscalationStep::ALL
+            .iter()
+            .filter_map(|step| step.lift_reason().map(|why| (*step as usize, why)))
+            // SAFETY: as in `counter`.
+            .map(|(i, why)| format!("{why}={}", unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[i]) }))
+            .collect();
+        log::info!("escalation lifts: {}", lifts.join(" "));
         log::info!("reaction overrun->hint: {}", self.hint_reaction.summary());
         log::info!("reaction grace expiry->escalation: {}", self.escalation_reaction.summary());
         log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);

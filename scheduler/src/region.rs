@@ -281,10 +281,6 @@ impl Region {
         self.hdr_u64(offset_of!(RegionHeader, slice_ns)).load(Ordering::Relaxed)
     }
 
-    pub fn grace_ns(&self) -> u64 {
-        self.hdr_u64(offset_of!(RegionHeader, grace_ns)).load(Ordering::Relaxed)
-    }
-
     pub fn hint_min_interval_ns(&self) -> u64 {
         self.hdr_u64(offset_of!(RegionHeader, hint_min_interval_ns)).load(Ordering::Relaxed)
     }
@@ -342,7 +338,8 @@ impl Region {
         ScbRef { base: ptr, _region: std::marker::PhantomData }
     }
 
-    fn header_ptr(&self) -> *mut RegionHeader {
+    /// The header's address, for the shared policy code that loads the gate's inputs itself.
+    pub fn header_ptr(&self) -> *mut RegionHeader {
         self.base.as_ptr().cast()
     }
 
@@ -383,6 +380,11 @@ macro_rules! scb_field {
 }
 
 impl<'a> ScbRef<'a> {
+    /// The SCB's address, for the shared policy code that loads the gate's inputs itself.
+    pub fn as_ptr(&self) -> *const Scb {
+        self.base.cast()
+    }
+
     scb_field!(preempt_seq, AtomicU64);
     scb_field!(budget_remaining_ns, AtomicU64);
     scb_field!(last_hint_ns, AtomicU64);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `scx_morpheus --replay-gate CASES`: the conformance cases of the escalation gate
-//! (spec/CONFORMANCE.md §2.7, `conformance/harness/cli.py export-gate-cases`), judged by the BPF
-//! program's gate.
+//! `scx_morpheus --replay-gate CASES`: the conformance cases of the escalation gate and its state
+//! machine (spec/CONFORMANCE.md §2.7, `conformance/harness/cli.py export-gate-cases`), judged by the
+//! BPF program.
 //!
 //! This module reads and checks the case lines and writes the answer lines; the kernel backend
 //! (`kernel::replay_gate`) puts each case's region image into the BPF region map and runs the
-//! `gate_replay` program, which evaluates the same gate, with the same loads, as the live scheduler.
+//! `gate_replay` program (a `gate` case) or `escalation_replay` (an `escalate` case, the episode kept
+//! in the BPF program between the cases of a scenario), which evaluate the same gate and state
+//! machine, with the same loads, as the live scheduler.
 //! Everything here is independent of BPF so that bad input is refused (and tested) on any kernel.
 
 use std::path::Path;
@@ -13,14 +15,25 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use morpheus_abi as abi;
 use morpheus_abi::{ErrorCode, RegionHeader};
-use morpheus_policy_ffi::GateVerdict;
+use morpheus_policy_ffi::{EscalationStep, GateVerdict};
 
 use crate::region::{HEADER_SIZE, SCB_STRIDE};
 
-/// One `export-gate-cases` line: the whole region image at a `gate` step of a scenario.
+/// What a case asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseOp {
+    /// The gate's verdict.
+    Gate,
+    /// One step of the escalation state machine at `now_ns`; `reset`: the scenario's first (a fresh
+    /// episode).
+    Escalate { now_ns: u64, reset: bool },
+}
+
+/// One `export-gate-cases` line: the whole region image at a `gate` or `escalate` step of a scenario.
 #[derive(Debug)]
 pub struct GateCase {
     pub name: String,
+    pub op: CaseOp,
     pub slot: u32,
     pub runtime_ns: u64,
     pub image: Vec<u8>,
@@ -52,7 +65,19 @@ fn parse_case(line: &str) -> Result<GateCase> {
     let runtime_ns = field("runtime_ns")?.as_u64().context("\"runtime_ns\" is not a non-negative integer")?;
     let hex = field("region_hex")?.as_str().context("\"region_hex\" is not a string")?;
     let image = decode_hex(hex).context("\"region_hex\"")?;
-    Ok(GateCase { name, slot, runtime_ns, image })
+    let op = match value.get("op").map(|op| op.as_str().context("\"op\" is not a string")).transpose()? {
+        None | Some("gate") => CaseOp::Gate,
+        Some("escalate") => {
+            let now_ns = field("now_ns")?.as_u64().context("\"now_ns\" is not a non-negative integer")?;
+            let reset = match value.get("reset") {
+                None => false,
+                Some(reset) => reset.as_bool().context("\"reset\" is not a boolean")?,
+            };
+            CaseOp::Escalate { now_ns, reset }
+        }
+        Some(other) => bail!("\"op\" {other:?} is neither \"gate\" nor \"escalate\""),
+    };
+    Ok(GateCase { name, op, slot, runtime_ns, image })
 }
 
 fn decode_hex(hex: &str) -> Result<Vec<u8>> {
@@ -131,6 +156,29 @@ pub fn answer_line(case: &GateCase, verdict: GateVerdict) -> String {
     .to_string()
 }
 
+/// The step's enumerator name without its MORPHEUS_STEP_ prefix, from the policy header (bindgen).
+pub fn step_name(step: EscalationStep) -> String {
+    let name = format!("{step:?}");
+    name.strip_prefix("MORPHEUS_STEP_").unwrap_or(&name).to_owned()
+}
+
+/// The step an escalation_replay result stands for, if it is one.
+pub fn step_from_raw(raw: u32) -> Option<EscalationStep> {
+    EscalationStep::ALL.get(raw as usize).copied()
+}
+
+/// The answer to an `escalate` case: the verdict, the step and the episode after it.
+pub fn escalation_answer_line(case: &GateCase, verdict: GateVerdict, step: EscalationStep, escalated: bool, steps: u32) -> String {
+    serde_json::json!({
+        "case": case.name,
+        "verdict": verdict_name(verdict),
+        "step": step_name(step),
+        "escalated": escalated,
+        "steps": steps,
+    })
+    .to_string()
+}
+
 pub fn refusal_line(case: &GateCase, code: ErrorCode, message: &str) -> String {
     serde_json::json!({"case": case.name, "error": code.name(), "message": message}).to_string()
 }
@@ -160,7 +208,7 @@ mod tests {
     }
 
     fn case(slot: u32, image: Vec<u8>) -> GateCase {
-        GateCase { name: "x#1".into(), slot, runtime_ns: 1, image }
+        GateCase { name: "x#1".into(), op: CaseOp::Gate, slot, runtime_ns: 1, image }
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -208,7 +256,18 @@ mod tests {
         let c = parse_case(&line).unwrap();
         assert_eq!((c.name.as_str(), c.slot, c.runtime_ns, c.image.len()), ("gate_x#3", 1, 7000001, image(2).len()));
 
+        assert_eq!(c.op, CaseOp::Gate);
+        let esc = format!(
+            r#"{{"case": "gate_y#4", "op": "escalate", "slot": 0, "runtime_ns": 9, "now_ns": 77, "reset": true, "region_hex": "{}"}}"#,
+            hex(&image(1))
+        );
+        assert_eq!(parse_case(&esc).unwrap().op, CaseOp::Escalate { now_ns: 77, reset: true });
+
         for (bad, why) in [
+            (r#"{"case": "a", "op": "escalate", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "no \"now_ns\""),
+            (r#"{"case": "a", "op": "escalate", "slot": 0, "runtime_ns": 1, "now_ns": 1, "reset": 1, "region_hex": ""}"#, "\"reset\""),
+            (r#"{"case": "a", "op": "kick", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "neither"),
+            (r#"{"case": "a", "op": 3, "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "\"op\" is not a string"),
             ("not json", "not JSON"),
             (r#"{"slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "no \"case\""),
             (r#"{"case": "a", "slot": -1, "runtime_ns": 1, "region_hex": ""}"#, "\"slot\""),
@@ -232,5 +291,20 @@ mod tests {
         assert_eq!(verdict_from_retval(5), Some(GateVerdict::MORPHEUS_GATE_BLOCKED_CRITICAL));
         assert_eq!(verdict_from_retval(GATE_VERDICTS as u32), None);
         assert_eq!(verdict_from_retval(u32::MAX), None);
+
+        let v: serde_json::Value = serde_json::from_str(&escalation_answer_line(
+            &c,
+            GateVerdict::MORPHEUS_GATE_ESCALATE,
+            EscalationStep::MORPHEUS_STEP_LIFT_EXPIRED,
+            false,
+            0,
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"case": "x#1", "verdict": "ESCALATE", "step": "LIFT_EXPIRED", "escalated": false, "steps": 0})
+        );
+        assert_eq!(step_from_raw(2), Some(EscalationStep::MORPHEUS_STEP_THROTTLE));
+        assert_eq!(step_from_raw(EscalationStep::ALL.len() as u32), None);
     }
 }

@@ -5,9 +5,14 @@
 //! kernel's sum_exec_runtime), keeps the CPU time since the worker's last yield point, and runs the
 //! same decision functions the BPF program runs (src/policy/morpheus_policy.h, through FFI): hints
 //! bump preempt_seq; escalations use effects a normal kernel offers — demoting the thread to
-//! SCHED_IDLE (THREAD_KICK: there is no cross-CPU kick from userspace) or capping its cgroup v2
-//! cpu.max (CGROUP_THROTTLE; demotion when the cgroup is not writable). An escalation is lifted when
-//! the worker acknowledges or after throttle_max_ns.
+//! SCHED_IDLE (KICK: there is no cross-CPU kick from userspace) or capping its cgroup v2 cpu.max
+//! (THROTTLE; demotion when the cgroup is not writable). When to act, to act again and to lift is the
+//! shared escalation state machine (morpheus_escalation_decide), the one the BPF program runs.
+//!
+//! Critical sections (spec/SCB.md §5.6): these effects act asynchronously, so right after applying
+//! one the backend loads in_critical again and undoes it at once if a section began meanwhile
+//! (`spared_in_critical`); a section entered while an effect is in force lifts it at the next tick
+//! (`held_in_critical`: the window is one tick).
 //!
 //! Precision: sum_exec_runtime of a thread that is on a CPU is brought up to date at the scheduler
 //! tick (CONFIG_HZ), so overruns are seen up to one kernel tick late.
@@ -22,7 +27,7 @@ use std::time::Duration;
 use anyhow::Result;
 use morpheus_abi as abi;
 use morpheus_abi::{EscalationAction, WorkerState};
-use morpheus_policy_ffi::{self as policy, GateInput, GateVerdict, HintDecision};
+use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecision};
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
@@ -43,19 +48,6 @@ enum Effect {
     Throttled(PathBuf),
 }
 
-#[derive(Debug)]
-struct Escalation {
-    since_ns: u64,
-    pid: u32,
-    /// The unacknowledged preempt_seq that led to it (reported again in the lifting events).
-    preempt_seq: u64,
-    /// last_ack_seq when it started: any advance is an acknowledgement.
-    ack_at_start: u64,
-    effects: Vec<Effect>,
-    /// HYBRID's second step was taken.
-    repeated: bool,
-}
-
 struct Worker {
     tid: u32,
     pid: u32,
@@ -67,7 +59,14 @@ struct Worker {
     since_yield_ns: u64,
     last_ack: u64,
     last_yield_count: u64,
-    escalation: Option<Escalation>,
+    /// The escalation episode (shared state machine) and the effects it has in force.
+    episode: Episode,
+}
+
+#[derive(Default)]
+struct Episode {
+    state: policy::Escalation,
+    effects: Vec<Effect>,
 }
 
 pub struct SimBackend {
@@ -179,7 +178,7 @@ impl SimBackend {
             since_yield_ns: 0,
             last_ack: 0,
             last_yield_count: 0,
-            escalation: None,
+            episode: Episode::default(),
         })
     }
 
@@ -286,11 +285,11 @@ impl SimBackend {
         effects
     }
 
-    fn lift(&mut self, slot: u32, tid: u32, escalation: Escalation, why: &str) {
+    /// Undoes every effect of an episode and marks it closed in the SCB.
+    fn lift(&mut self, slot: u32, tid: u32, pid: u32, episode: Episode, why: &str) {
         // Undoing is not about an overrun: overrun_ns 0; preempt_seq names the request escalated for.
-        let cause = Cause { preempt_seq: escalation.preempt_seq, overrun_ns: 0 };
-        let pid = escalation.pid;
-        for effect in escalation.effects {
+        let cause = Cause { preempt_seq: episode.state.preempt_seq, overrun_ns: 0 };
+        for effect in episode.effects {
             match effect {
                 Effect::Demoted(demotion) => {
                     if Self::restore(tid, &demotion) {
@@ -324,10 +323,75 @@ impl SimBackend {
 
     fn drop_worker(&mut self, slot: u32, why: &str) {
         if let Some(mut worker) = self.workers[slot as usize].take() {
-            if let Some(escalation) = worker.escalation.take() {
-                self.lift(slot, worker.tid, escalation, why);
+            let episode = std::mem::take(&mut worker.episode);
+            if episode.state.open != 0 || !episode.effects.is_empty() {
+                self.lift(slot, worker.tid, worker.pid, episode, why);
             }
         }
+    }
+
+    /// Runs the shared escalation state machine for one worker and carries out its step.
+    fn escalate(&mut self, slot: u32, since_yield: u64, now_ns: u64) {
+        let region = Arc::clone(&self.region);
+        let scb = region.scb(slot);
+        // SAFETY: header and SCB of the live mapping `region` holds.
+        let input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
+        let verdict = policy::gate(&input);
+        if since_yield > input.slice_ns {
+            self.counters.gate[verdict as usize] += 1;
+        }
+        let worker = self.workers[slot as usize].as_mut().expect("tracked");
+        let (tid, pid) = (worker.tid, worker.pid);
+        if worker.episode.state.open != 0 && input.in_critical != 0 && !worker.episode.effects.is_empty() {
+            // An effect was in force over a section entered after it took hold: lifted now, one tick late.
+            self.counters.held_in_critical += 1;
+        }
+        let step = policy::escalation_decide(&worker.episode.state, &input, verdict, now_ns, self.config.throttle_max_ns);
+        if let Some(why) = step.lift_reason() {
+            self.close(slot, step, &input, now_ns, why);
+            return;
+        }
+        let Some(action) = step.action() else { return };
+        let overrun_ns = (since_yield - input.slice_ns).saturating_sub(input.grace_ns);
+        let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
+        let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
+        let effects = self.apply(slot, action, tid, pid, cause, demoted);
+        let worker = self.workers[slot as usize].as_mut().expect("tracked");
+        worker.episode.effects.extend(effects);
+        policy::escalation_commit(&mut worker.episode.state, step, &input, now_ns);
+        scb.escalations().fetch_add(1, Ordering::Relaxed);
+        scb.escalated().store(1, Ordering::Relaxed);
+        log::debug!(
+            "slot {slot}: escalated tid {tid} (pid {pid}), step {step:?}, {} µs past slice + grace, policy {}",
+            overrun_ns / 1000,
+            abi::EscalationPolicy::try_from(input.escalation_policy).map(|p| p.name()).unwrap_or("?")
+        );
+        // Where the effect takes hold: a section that began after the decision is not held.
+        // SAFETY: as above.
+        if !unsafe { policy::effect_may_hold(scb.as_ptr()) } {
+            self.counters.spared_in_critical += 1;
+            // SAFETY: as above.
+            let input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
+            let step = policy::escalation_decide(
+                &self.workers[slot as usize].as_ref().expect("tracked").episode.state,
+                &input,
+                policy::gate(&input),
+                now_ns,
+                self.config.throttle_max_ns,
+            );
+            if let Some(why) = step.lift_reason() {
+                self.close(slot, step, &input, now_ns, why);
+            }
+        }
+    }
+
+    /// Lifts the worker's episode for a lift step of the state machine.
+    fn close(&mut self, slot: u32, step: EscalationStep, input: &GateInput, now_ns: u64, why: &str) {
+        let worker = self.workers[slot as usize].as_mut().expect("tracked");
+        let (tid, pid) = (worker.tid, worker.pid);
+        let mut episode = std::mem::take(&mut worker.episode);
+        policy::escalation_commit(&mut episode.state, step, input, now_ns);
+        self.lift(slot, tid, pid, episode, why);
     }
 
     fn tick_slot(&mut self, slot: u32, now_ns: u64) {
@@ -377,28 +441,17 @@ impl SimBackend {
         } else {
             worker.since_yield_ns = worker.since_yield_ns.saturating_add(ran);
         }
-        let acknowledged = ack != worker.last_ack;
         worker.last_ack = ack;
         worker.last_yield_count = yields;
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
-        // Lift an escalation once acknowledged, or when its time bound is up.
-        if let Some(escalation) = &worker.escalation {
-            let expired = now_ns.saturating_sub(escalation.since_ns) >= self.config.throttle_max_ns;
-            if acknowledged || ack != escalation.ack_at_start || expired {
-                let escalation = worker.escalation.take().expect("checked");
-                let why = if expired { "time bound reached" } else { "acknowledged" };
-                self.lift(slot, tid, escalation, why);
-            }
-        }
-        let worker = self.workers[slot as usize].as_mut().expect("tracked above");
-
         match policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), region.hint_min_interval_ns()) {
             HintDecision::MORPHEUS_HINT_EMIT => {
-                let seq = scb.preempt_seq().fetch_add(1, Ordering::Release) + 1;
+                // The hint's fields first, the signal last (release): SCB.md §5.2.
                 scb.last_hint_ns().store(now_ns, Ordering::Relaxed);
                 scb.budget_remaining_ns().store(0, Ordering::Relaxed);
+                let seq = scb.preempt_seq().fetch_add(1, Ordering::Release) + 1;
                 self.counters.hints_emitted += 1;
                 log::trace!("slot {slot}: hint to tid {tid}, preempt_seq {seq}, {} µs since its last yield", since_yield / 1000);
             }
@@ -408,70 +461,10 @@ impl SimBackend {
             }
             HintDecision::MORPHEUS_HINT_NONE => {}
         }
-        if since_yield <= slice_ns {
-            return; // nothing to judge: the gate is for workers past their slice
-        }
-
-        let mode = region.mode();
-        let esc_policy = region.policy();
-        let input = GateInput {
-            scheduler_mode: mode,
-            escalation_policy: esc_policy,
-            worker_state: state,
-            escapable: scb.escapable().load(Ordering::Acquire),
-            in_critical: scb.in_critical().load(Ordering::Acquire),
-            _pad: 0,
-            preempt_seq: scb.preempt_seq().load(Ordering::Acquire),
-            last_ack_seq: scb.last_ack_seq().load(Ordering::Acquire),
-            runtime_ns: since_yield,
-            slice_ns,
-            grace_ns: region.grace_ns(),
-        };
-        let verdict = policy::gate(&input);
-        match &worker.escalation {
-            None => {
-                self.counters.gate[verdict as usize] += 1;
-                if verdict != GateVerdict::MORPHEUS_GATE_ESCALATE {
-                    return;
-                }
-                let action = policy::escalation_action(esc_policy, false);
-                let ack_at_start = input.last_ack_seq;
-                let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
-                let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
-                let effects = self.apply(slot, action, tid, pid, cause, false);
-                if effects.is_empty() {
-                    return;
-                }
-                scb.escalations().fetch_add(1, Ordering::Relaxed);
-                scb.escalated().store(1, Ordering::Relaxed);
-                log::debug!(
-                    "slot {slot}: escalated tid {tid} (pid {pid}), {} µs past slice + grace, policy {}",
-                    overrun_ns / 1000,
-                    abi::EscalationPolicy::try_from(esc_policy).map(|p| p.name()).unwrap_or("?")
-                );
-                self.workers[slot as usize].as_mut().expect("tracked").escalation =
-                    Some(Escalation { since_ns: now_ns, pid, preempt_seq: input.preempt_seq, ack_at_start, effects, repeated: false });
-            }
-            Some(escalation) => {
-                // HYBRID: still unacknowledged a further grace period after the kick -> throttle too.
-                let second = verdict == GateVerdict::MORPHEUS_GATE_ESCALATE
-                    && !escalation.repeated
-                    && now_ns.saturating_sub(escalation.since_ns) > input.grace_ns
-                    && esc_policy == abi::EscalationPolicy::Hybrid.raw();
-                if second {
-                    let action = policy::escalation_action(esc_policy, true);
-                    self.counters.gate[verdict as usize] += 1;
-                    let overrun_ns = (since_yield - slice_ns).saturating_sub(input.grace_ns);
-                    let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
-                    let demoted = escalation.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
-                    let effects = self.apply(slot, action, tid, pid, cause, demoted);
-                    let worker = self.workers[slot as usize].as_mut().expect("tracked");
-                    let escalation = worker.escalation.as_mut().expect("present");
-                    escalation.repeated = true;
-                    escalation.effects.extend(effects);
-                    scb.escalations().fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        // The gate is for workers past their slice; an open episode is looked at for its lifts.
+        let open = self.workers[slot as usize].as_ref().is_some_and(|w| w.episode.state.open != 0);
+        if open || since_yield > slice_ns {
+            self.escalate(slot, since_yield, now_ns);
         }
     }
 }

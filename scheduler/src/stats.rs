@@ -28,6 +28,12 @@ pub struct Counters {
     pub fallbacks: u64,
     /// Errors applying or lifting an effect (the thread vanished, permission denied, ...).
     pub effect_errors: u64,
+    /// Effects not applied, or undone at once, because the worker was in a critical section where the
+    /// effect takes hold (spec/SCB.md §5.6: the section began after the decision).
+    pub spared_in_critical: u64,
+    /// Effects that took hold while the worker was inside a critical section (kernel: a held worker seen
+    /// in a section; sim: an effect found in force over a section at a tick, then lifted). Kernel: 0.
+    pub held_in_critical: u64,
     /// Workers currently registered (gauge).
     pub workers: u64,
 }
@@ -47,6 +53,8 @@ impl Counters {
         }
         d.fallbacks -= earlier.fallbacks.min(d.fallbacks);
         d.effect_errors -= earlier.effect_errors.min(d.effect_errors);
+        d.spared_in_critical -= earlier.spared_in_critical.min(d.spared_in_critical);
+        d.held_in_critical -= earlier.held_in_critical.min(d.held_in_critical);
         d
     }
 
@@ -102,7 +110,11 @@ impl Counters {
         for verdict in GateVerdict::ALL.iter().skip(1) {
             let _ = write!(line, " blocked_{}={}", verdict.label(), self.gate[*verdict as usize]);
         }
-        let _ = write!(line, " fallbacks={} effect_errors={}", self.fallbacks, self.effect_errors);
+        let _ = write!(
+            line,
+            " fallbacks={} effect_errors={} spared_in_critical={} held_in_critical={}",
+            self.fallbacks, self.effect_errors, self.spared_in_critical, self.held_in_critical
+        );
         line
     }
 }

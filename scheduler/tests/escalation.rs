@@ -234,6 +234,8 @@ const CHECKPOINT: u32 = 1;
 const STOP: u32 = 2;
 /// Unregister and end the thread.
 const EXIT: u32 = 3;
+/// Enter a critical section and go on spinning inside it.
+const SPIN_IN_CRITICAL: u32 = 4;
 
 /// A thread of this process registered through the agent's socket with the morpheus SDK that spins
 /// without ever reaching a checkpoint until told otherwise.
@@ -271,9 +273,15 @@ impl Spinner {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
                 registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy))).unwrap();
-                let guard = (kind == Kind::InCritical).then(|| worker.critical_section());
+                let mut guard = (kind == Kind::InCritical).then(|| worker.critical_section());
                 let mut x = 0u64;
-                while cmd.load(Ordering::Relaxed) == SPIN {
+                loop {
+                    match cmd.load(Ordering::Relaxed) {
+                        SPIN => {}
+                        SPIN_IN_CRITICAL if guard.is_none() => guard = Some(worker.critical_section()),
+                        SPIN_IN_CRITICAL => {}
+                        _ => break,
+                    }
                     for _ in 0..1000 {
                         x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
                     }
@@ -386,8 +394,13 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     });
     assert!(after.last_ack_seq >= before.preempt_seq, "{before:?} -> {after:?}");
     assert_eq!(after.yield_count, before.yield_count + 1);
-    assert_eq!(after.escalations, before.escalations, "escalated again while blocked: {after:?}");
+    // (THREAD_KICK repeats once per grace period until the acknowledgement, so `escalations` may
+    // have grown while the demoted thread made its way to the checkpoint; after it, never.)
     agent.wait("the restore to show in the stats", || (agent.printed(|p| p.sum("actions.RESTORE")) >= 1).then_some(()));
+    let lines = agent.printed(|p| p.lines);
+    agent.wait("three more stats intervals", || (agent.printed(|p| p.lines) >= lines + 3).then_some(()));
+    let later = agent.scb(escapable.slot);
+    assert_eq!((later.escalations, later.escalated), (after.escalations, 0), "escalated again while blocked: {later:?}");
     escapable.exit();
 
     let printed = agent.stop();
@@ -470,4 +483,40 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     assert_eq!(printed.total("demote"), 0, "{:?}", printed.totals);
     assert!(printed.total("blocked_mode") > 0, "{:?}", printed.totals);
     assert!(printed.events.is_empty(), "escalation events in observer mode: {:?}", printed.events);
+}
+
+#[test]
+fn entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it() {
+    // A bound far beyond the test: only the critical section can lift the escalation here.
+    let agent = Agent::start(&["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
+    let worker = Spinner::start(&agent, Kind::Escapable);
+    let original_policy = worker.original_policy;
+    agent.wait("the spinning worker to be escalated and demoted", || {
+        let scb = agent.scb(worker.slot);
+        (scb.escalated == 1 && worker.policy() == libc::SCHED_IDLE).then_some(())
+    });
+
+    // Still spinning, never acknowledging, but now inside a critical section: the episode is lifted
+    // (the demotion undone) and no new one opens while the section lasts.
+    worker.command.store(SPIN_IN_CRITICAL, Ordering::Relaxed);
+    let lifted = agent.wait("the escalation to be lifted by the critical section", || {
+        let scb = agent.scb(worker.slot);
+        (scb.in_critical == 1 && scb.escalated == 0 && worker.policy() == original_policy).then_some(scb)
+    });
+    assert!(lifted.preempt_seq > lifted.last_ack_seq, "it never acknowledged: {lifted:?}");
+    let blocked = agent.printed(|p| p.sum("blocked.critical"));
+    agent.wait("the gate to block the worker in its section, tick after tick", || {
+        let scb = agent.scb(worker.slot);
+        assert_eq!((scb.escalated, scb.escalations), (0, lifted.escalations), "escalated inside the section: {scb:?}");
+        assert_eq!(worker.policy(), original_policy, "demoted inside the section");
+        (agent.printed(|p| p.sum("blocked.critical")) >= blocked + 3).then_some(())
+    });
+    assert_eq!(worker.leave(STOP), None);
+    let tid = worker.tid;
+    worker.exit();
+
+    let printed = agent.stop();
+    assert_eq!(printed.total("restore"), printed.total("demote"), "every demotion is undone: {:?}", printed.totals);
+    assert_eq!(printed.events("RESTORE", tid).len(), printed.events("DEMOTE", tid).len(), "{:?}", printed.events);
+    assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
 }

@@ -35,7 +35,6 @@
 
 pub mod agent;
 mod error;
-pub mod hints;
 pub mod region;
 mod sys;
 #[cfg(feature = "testing")]

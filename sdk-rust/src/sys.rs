@@ -22,8 +22,6 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_F_MMAPABLE` map flag.
 const BPF_F_MMAPABLE: u32 = 1 << 10;
-/// `BPF_MAP_TYPE_RINGBUF`.
-pub(crate) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 /// `BPF_MAP_TYPE_ARRAY`.
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 
@@ -166,11 +164,6 @@ pub(crate) fn open_pinned_array(path: &Path) -> Result<(OwnedFd, usize)> {
         ));
     }
     Ok((fd, info.value_size as usize))
-}
-
-pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the scheduler's clock for last_hint_ns).

@@ -90,7 +90,7 @@ PINNED_REGION_PATH = '/sys/fs/bpf/morpheus/region'
 """The pinned BPF_F_MMAPABLE array map holding the region (kernel backend)."""
 
 PINNED_HINTS_PATH = '/sys/fs/bpf/morpheus/hints'
-"""The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2)."""
+"""Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here."""
 
 SIM_REGION_PATH = '/dev/shm/morpheus/region'
 """The shared-memory file holding the region (simulation backend)."""
@@ -234,7 +234,7 @@ class Feature(enum.IntFlag):
     PRESSURE_RECORD = 0x1
     """Optional: the header's pressure record is kept current."""
     HINT_RING = 0x2
-    """Optional: hints are also published in a ring buffer (kernel backend: pinned map hints)."""
+    """Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8)."""
 
 
 class RegOp(enum.IntEnum):

@@ -50,7 +50,7 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/morpheus/agent.sock";
 pub const PIN_DIR: &str = "/sys/fs/bpf/morpheus";
 /// The pinned BPF_F_MMAPABLE array map holding the region (kernel backend).
 pub const PINNED_REGION_PATH: &str = "/sys/fs/bpf/morpheus/region";
-/// The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2).
+/// Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here.
 pub const PINNED_HINTS_PATH: &str = "/sys/fs/bpf/morpheus/hints";
 /// The shared-memory file holding the region (simulation backend).
 pub const SIM_REGION_PATH: &str = "/dev/shm/morpheus/region";
@@ -714,7 +714,7 @@ impl core::fmt::Display for RuntimeKind {
 pub mod feature {
     /// Optional: the header's pressure record is kept current.
     pub const PRESSURE_RECORD: u64 = 0x1;
-    /// Optional: hints are also published in a ring buffer (kernel backend: pinned map hints).
+    /// Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8).
     pub const HINT_RING: u64 = 0x2;
     /// Every bit this ABI version knows.
     pub const KNOWN: u64 = PRESSURE_RECORD | HINT_RING;

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 /*
- * Policy conformance agent: the scheduler side of spec/SCB.md §5.6 (the escalation gate).
+ * Policy conformance agent: the scheduler side of spec/SCB.md §5.6 (the escalation gate and its state
+ * machine).
  *
  * It speaks the agent protocol of spec/CONFORMANCE.md (target "gate"): `attach` maps the harness's
- * region read-only, `gate` loads the header and one SCB with the orders SCB.md gives, exactly as the
- * simulation backend does at decision time, and asks morpheus_gate() from the shared policy header,
- * the code compiled into both the BPF program and the simulation backend. The verdict name is the
- * enumerator's name without its MORPHEUS_GATE_ prefix, produced by the preprocessor from the header.
+ * region read-only; `gate` loads the header and one SCB with morpheus_gate_load() and judges them with
+ * morpheus_gate(); `escalate` does the same and runs the escalation state machine on the slot's episode
+ * (kept here, one per slot, for the life of the process), all from the shared policy header, the code
+ * compiled into both the BPF program and the simulation backend. Names are the enumerators' names
+ * without their MORPHEUS_GATE_ / MORPHEUS_STEP_ prefix, produced by the preprocessor from the header.
  *
  * (The policy header is GPL-2.0-only; a binary built from this file is therefore GPL-2.0-only.)
  */
@@ -34,11 +36,50 @@ static const char *const verdict_names[MORPHEUS_GATE_NR_VERDICTS] = {
 	VERDICT(BLOCKED_WITHIN_GRACE),
 };
 
+#define STEP(name) [MORPHEUS_STEP_##name] = #name
+static const char *const step_names[MORPHEUS_NR_STEPS] = {
+	STEP(NONE),
+	STEP(KICK),
+	STEP(THROTTLE),
+	STEP(LIFT_ACKNOWLEDGED),
+	STEP(LIFT_NOT_RUNNING),
+	STEP(LIFT_CRITICAL),
+	STEP(LIFT_REVOKED),
+	STEP(LIFT_EXPIRED),
+};
+
 static unsigned char *region;
+static size_t region_len;
+/* The episode of each slot, as the scheduler keeps it privately (zero: none open). */
+static struct morpheus_escalation episodes[MORPHEUS_MAX_WORKERS];
+
 static const char *verdict_name(enum morpheus_gate_verdict v);
 static int evaluate(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
-		    enum morpheus_gate_verdict *out);
-static size_t region_len;
+		    struct morpheus_gate_input *in, enum morpheus_gate_verdict *out);
+
+/*
+ * One decision of the state machine for `slot` at `now_ns`, recorded as a scheduler records it. The
+ * bound of an episode is DEFAULT_THROTTLE_MAX_NS, the scheduler's default (CONFORMANCE.md §2.6).
+ * Returns -1 for a slot outside the region.
+ */
+static int escalate_step(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
+			 unsigned long long now_ns, enum morpheus_gate_verdict *verdict, enum morpheus_escalation_step *step)
+{
+	struct morpheus_gate_input in;
+	if (slot >= MORPHEUS_MAX_WORKERS || evaluate(image, len, slot, runtime_ns, &in, verdict))
+		return -1;
+	*step = morpheus_escalation_decide(&episodes[slot], &in, *verdict, now_ns, MORPHEUS_DEFAULT_THROTTLE_MAX_NS);
+	morpheus_escalation_commit(&episodes[slot], *step, &in, now_ns);
+	return 0;
+}
+
+static void print_escalation(const char *prefix, unsigned long long slot, enum morpheus_gate_verdict v,
+			     enum morpheus_escalation_step step)
+{
+	printf("%s\"verdict\":\"%s\",\"step\":\"%s\",\"escalated\":%s,\"steps\":%u}\n", prefix, verdict_name(v),
+	       (unsigned)step < MORPHEUS_NR_STEPS ? step_names[step] : "UNKNOWN", episodes[slot].open ? "true" : "false",
+	       (unsigned)episodes[slot].steps);
+}
 
 static void attach(long long id, const char *line)
 {
@@ -91,14 +132,37 @@ static void gate(long long id, const char *line)
 		return;
 	}
 	const char *name;
+	struct morpheus_gate_input in;
 	enum morpheus_gate_verdict v;
-	if (evaluate(region, region_len, slot, runtime_ns, &v)) {
+	if (evaluate(region, region_len, slot, runtime_ns, &in, &v)) {
 		reply_error(id, "SLOT_OUT_OF_RANGE", "slot outside the region");
 		return;
 	}
 	name = verdict_name(v);
 	printf("{\"id\":%lld,\"ok\":true,\"escalate\":%s,\"verdict\":\"%s\"}\n", id,
 	       v == MORPHEUS_GATE_ESCALATE ? "true" : "false", name);
+}
+
+static void escalate(long long id, const char *line)
+{
+	unsigned long long slot, runtime_ns, now_ns;
+	enum morpheus_gate_verdict v;
+	enum morpheus_escalation_step step;
+	char prefix[64];
+	if (!region) {
+		reply_error(id, "DETACHED", "escalate before attach");
+		return;
+	}
+	if (json_u64(line, "slot", &slot) || json_u64(line, "runtime_ns", &runtime_ns) || json_u64(line, "now_ns", &now_ns)) {
+		reply_error(id, "BAD_REQUEST", "escalate needs integer slot, runtime_ns and now_ns");
+		return;
+	}
+	if (escalate_step(region, region_len, slot, runtime_ns, now_ns, &v, &step)) {
+		reply_error(id, "SLOT_OUT_OF_RANGE", "slot outside the region");
+		return;
+	}
+	snprintf(prefix, sizeof(prefix), "{\"id\":%lld,\"ok\":true,", id);
+	print_escalation(prefix, slot, v, step);
 }
 
 static const char *verdict_name(enum morpheus_gate_verdict v)
@@ -108,27 +172,15 @@ static const char *verdict_name(enum morpheus_gate_verdict v)
 
 /* The gate on a region image: the loads a scheduler makes at decision time, with SCB.md's orders. */
 static int evaluate(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
-		    enum morpheus_gate_verdict *out)
+		    struct morpheus_gate_input *in, enum morpheus_gate_verdict *out)
 {
 	const struct morpheus_region_header *h = (const void *)image;
 	if (len < sizeof(*h) || slot >= h->scb_count ||
 	    h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > len)
 		return -1;
 	const struct morpheus_scb *scb = (const void *)(image + h->header_size + slot * h->scb_stride);
-	/* The loads a scheduler makes at decision time, with SCB.md's orders. */
-	struct morpheus_gate_input in = {
-		.scheduler_mode = __atomic_load_n(&h->scheduler_mode, __ATOMIC_RELAXED),
-		.escalation_policy = __atomic_load_n(&h->escalation_policy, __ATOMIC_RELAXED),
-		.worker_state = __atomic_load_n(&scb->worker_state, __ATOMIC_ACQUIRE),
-		.escapable = __atomic_load_n(&scb->escapable, __ATOMIC_ACQUIRE),
-		.in_critical = __atomic_load_n(&scb->in_critical, __ATOMIC_ACQUIRE),
-		.preempt_seq = __atomic_load_n(&scb->preempt_seq, __ATOMIC_ACQUIRE),
-		.last_ack_seq = __atomic_load_n(&scb->last_ack_seq, __ATOMIC_ACQUIRE),
-		.runtime_ns = runtime_ns,
-		.slice_ns = __atomic_load_n(&h->slice_ns, __ATOMIC_RELAXED),
-		.grace_ns = __atomic_load_n(&h->grace_ns, __ATOMIC_RELAXED),
-	};
-	*out = morpheus_gate(&in);
+	/* The loads a scheduler makes at decision time: the shared helper, with SCB.md's orders. */
+	*out = morpheus_gate_decide(h, scb, runtime_ns, in);
 	return 0;
 }
 
@@ -143,9 +195,13 @@ static int replay(void)
 	size_t cap = 0;
 	unsigned char *image = NULL;
 	while (getline(&line, &cap, stdin) > 0) {
-		unsigned long long slot, runtime_ns;
+		unsigned long long slot, runtime_ns, now_ns;
 		size_t n = strlen(line);
+		struct morpheus_gate_input in;
 		enum morpheus_gate_verdict v;
+		enum morpheus_escalation_step step;
+		char op[16] = "gate", prefix[300];
+		bool reset = false;
 		hex = realloc(hex, n + 1);
 		image = realloc(image, n / 2 + 1);
 		if (!hex || !image || json_str(line, "case", scenario_case, sizeof(scenario_case)) ||
@@ -157,7 +213,27 @@ static int replay(void)
 		size_t len = strlen(hex) / 2;
 		for (size_t i = 0; i < len; i++)
 			sscanf(hex + 2 * i, "%2hhx", &image[i]);
-		if (evaluate(image, len, slot, runtime_ns, &v)) {
+		if (json_value(line, "op") && json_str(line, "op", op, sizeof(op))) {
+			fprintf(stderr, "policy agent: malformed case line (op)\n");
+			return 2;
+		}
+		if (!strcmp(op, "escalate")) {
+			/* Cases of one scenario come in order; reset marks a scenario's first. */
+			if (json_u64(line, "now_ns", &now_ns) || (json_value(line, "reset") && json_bool(line, "reset", &reset))) {
+				fprintf(stderr, "policy agent: malformed escalate case line\n");
+				return 2;
+			}
+			if (reset && slot < MORPHEUS_MAX_WORKERS)
+				memset(&episodes[slot], 0, sizeof(episodes[slot]));
+			if (escalate_step(image, len, slot, runtime_ns, now_ns, &v, &step)) {
+				printf("{\"case\":\"%s\",\"error\":\"SLOT_OUT_OF_RANGE\"}\n", scenario_case);
+				continue;
+			}
+			snprintf(prefix, sizeof(prefix), "{\"case\":\"%s\",", scenario_case);
+			print_escalation(prefix, slot, v, step);
+			continue;
+		}
+		if (evaluate(image, len, slot, runtime_ns, &in, &v)) {
 			printf("{\"case\":\"%s\",\"error\":\"SLOT_OUT_OF_RANGE\"}\n", scenario_case);
 			continue;
 		}
@@ -192,8 +268,10 @@ int main(int argc, char **argv)
 			attach(id, line);
 		} else if (!strcmp(op, "gate")) {
 			gate(id, line);
+		} else if (!strcmp(op, "escalate")) {
+			escalate(id, line);
 		} else {
-			reply_error(id, "UNSUPPORTED", "the policy agent knows attach and gate");
+			reply_error(id, "UNSUPPORTED", "the policy agent knows attach, gate and escalate");
 		}
 	}
 	free(line);

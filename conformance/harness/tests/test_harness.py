@@ -82,6 +82,8 @@ class ScenarioFilesTest(unittest.TestCase):
             "two_kinds": ("intent = 'x.'\n[[step]]\nbump = 1\nagent = 'state'\n", "exactly one of"),
             "bad_expect": ("intent = 'x.'\n[[step]]\nagent = 'state'\nexpect.scbb = {}\n", "unknown keys ['scbb']"),
             "no_steps": ("intent = 'x.'\n", "no [[step]]"),
+            "escalate_no_now": ("intent = 'x.'\ntarget = 'gate'\n[[step]]\nagent = 'escalate'\nruntime_ns = 1\n",
+                                "escalate needs ['now_ns']"),
         }
         with tempfile.TemporaryDirectory() as tmp:
             for name, (text, why) in cases.items():
@@ -228,6 +230,30 @@ class GateCasesTest(unittest.TestCase):
         red = {row: c for row, c in column["rows"].items() if c["status"] == "fail"}
         self.assertEqual(set(red), {"gate_critical_blocks"})
         self.assertIn("escalate = True, expected False", red["gate_critical_blocks"]["message"])
+        # The state machine's cases: in order, with a reset on each scenario's first.
+        escalate = [c for c in cases if c["op"] == "escalate"]
+        self.assertTrue(escalate)
+        firsts = {}
+        for c in escalate:
+            firsts.setdefault(c["scenario"], c["case"])
+            self.assertEqual(c["reset"], firsts[c["scenario"]] == c["case"], c["case"])
+        # A backend that repeats HYBRID's kick instead of throttling turns exactly that row red.
+        tampered = [line.replace('"step":"THROTTLE","escalated":true,"steps":2',
+                                 '"step":"KICK","escalated":true,"steps":2') for line in out]
+        red = {row for row, c in gatecases.import_answers(cases, tampered, "kernel")["rows"].items()
+               if c["status"] == "fail"}
+        self.assertEqual(red, {"gate_repeat_hybrid_kick_then_throttle"})
+        # Answered without the episode kept between cases (every case replayed on its own), the
+        # state-machine rows fail: the replay of a scenario depends on its order.
+        alone = []
+        for c in cases:
+            single = subprocess.run([str(REPO_ROOT / spec.command[0]), "--replay"],
+                                    input=json.dumps({**c, "reset": True}) + "\n", text=True,
+                                    capture_output=True, check=True).stdout.splitlines()
+            alone += single
+        column = gatecases.import_answers(cases, alone, "kernel")
+        self.assertEqual(column["rows"]["gate_repeat_per_policy"]["status"], "fail")
+        self.assertEqual(column["rows"]["gate_critical_blocks"]["status"], "pass")
         # A missing answer is a failure, not a pass.
         column = gatecases.import_answers(cases, out[1:], "kernel")
         self.assertEqual(column["rows"][cases[0]["scenario"]]["status"], "fail")

@@ -13,6 +13,10 @@ pub mod raw {
 pub use raw::morpheus_gate_input as GateInput;
 pub use raw::morpheus_gate_verdict as GateVerdict;
 pub use raw::morpheus_hint_decision as HintDecision;
+pub use raw::morpheus_escalation as Escalation;
+pub use raw::morpheus_escalation_step as EscalationStep;
+
+use morpheus_abi::{RegionHeader, Scb};
 
 /// Number of gate verdicts (for counter arrays indexed by verdict).
 pub const GATE_VERDICTS: usize = GateVerdict::MORPHEUS_GATE_NR_VERDICTS as usize;
@@ -21,6 +25,76 @@ pub const GATE_VERDICTS: usize = GateVerdict::MORPHEUS_GATE_NR_VERDICTS as usize
 pub fn gate(input: &GateInput) -> GateVerdict {
     // SAFETY: a pure function of the struct it reads; the reference is valid for the call.
     unsafe { raw::morpheus_ffi_gate(input) }
+}
+
+/// The gate's inputs, loaded from a live header and SCB with the orders of spec/SCB.md §5.6.
+///
+/// # Safety
+/// `hdr` and `scb` must point to a mapped region header and SCB that stay mapped for the call; other
+/// processes may write them concurrently (every load is atomic).
+pub unsafe fn gate_load(hdr: *const RegionHeader, scb: *const Scb, runtime_ns: u64) -> GateInput {
+    let mut input = GateInput::default();
+    raw::morpheus_ffi_gate_load(hdr, scb, runtime_ns, &mut input);
+    input
+}
+
+/// The escalation state machine's step for one worker (spec/SCB.md §5.6).
+pub fn escalation_decide(e: &Escalation, input: &GateInput, verdict: GateVerdict, now_ns: u64, throttle_max_ns: u64) -> EscalationStep {
+    // SAFETY: a pure function of the structs it reads.
+    unsafe { raw::morpheus_ffi_escalation_decide(e, input, verdict, now_ns, throttle_max_ns) }
+}
+
+/// Records a step the caller took (an action opens or advances the episode, a lift closes it).
+pub fn escalation_commit(e: &mut Escalation, step: EscalationStep, input: &GateInput, now_ns: u64) {
+    // SAFETY: writes only `e`, which the reference makes exclusive.
+    unsafe { raw::morpheus_ffi_escalation_commit(e, step, input, now_ns) }
+}
+
+/// Whether an effect may hold the worker now: in_critical loaded again (acquire), where the effect
+/// takes hold.
+///
+/// # Safety
+/// `scb` must point to a mapped SCB for the call.
+pub unsafe fn effect_may_hold(scb: *const Scb) -> bool {
+    raw::morpheus_ffi_effect_may_hold(scb) != 0
+}
+
+impl EscalationStep {
+    /// Every step, in the order of the enum (index = value).
+    pub const ALL: [EscalationStep; EscalationStep::MORPHEUS_NR_STEPS as usize] = [
+        EscalationStep::MORPHEUS_STEP_NONE,
+        EscalationStep::MORPHEUS_STEP_KICK,
+        EscalationStep::MORPHEUS_STEP_THROTTLE,
+        EscalationStep::MORPHEUS_STEP_LIFT_ACKNOWLEDGED,
+        EscalationStep::MORPHEUS_STEP_LIFT_NOT_RUNNING,
+        EscalationStep::MORPHEUS_STEP_LIFT_CRITICAL,
+        EscalationStep::MORPHEUS_STEP_LIFT_REVOKED,
+        EscalationStep::MORPHEUS_STEP_LIFT_EXPIRED,
+    ];
+
+    /// The escalation_action value this step takes, if it is an action.
+    pub fn action(self) -> Option<u32> {
+        // SAFETY: pure function of its argument.
+        let action = unsafe { raw::morpheus_ffi_step_action(self) };
+        (action != 0).then_some(action)
+    }
+
+    /// Whether the step lifts an open episode.
+    pub fn is_lift(self) -> bool {
+        self.lift_reason().is_some()
+    }
+
+    /// Why a lift step lifts, for logs and stats; None for other steps.
+    pub const fn lift_reason(self) -> Option<&'static str> {
+        match self {
+            EscalationStep::MORPHEUS_STEP_LIFT_ACKNOWLEDGED => Some("acknowledged"),
+            EscalationStep::MORPHEUS_STEP_LIFT_NOT_RUNNING => Some("not_running"),
+            EscalationStep::MORPHEUS_STEP_LIFT_CRITICAL => Some("critical"),
+            EscalationStep::MORPHEUS_STEP_LIFT_REVOKED => Some("revoked"),
+            EscalationStep::MORPHEUS_STEP_LIFT_EXPIRED => Some("expired"),
+            _ => None,
+        }
+    }
 }
 
 /// Whether a worker that ran `runtime_ns` since its last yield point gets a hint now.

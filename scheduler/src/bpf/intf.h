@@ -28,6 +28,22 @@ struct morpheus_gate_replay_ctx {
 	morpheus_u32 _pad;
 };
 
+/*
+ * Context of the escalation_replay program: the slot and time to decide for, the runtime, whether to
+ * start a fresh episode (a new scenario); the program fills in the verdict, the state machine's step
+ * (enum morpheus_escalation_step) and the episode after it (escalated = open, steps).
+ */
+struct morpheus_escalation_replay_ctx {
+	morpheus_u64 runtime_ns;
+	morpheus_u64 now_ns;
+	morpheus_u32 slot;
+	morpheus_u32 reset;
+	morpheus_u32 verdict;
+	morpheus_u32 step;
+	morpheus_u32 escalated;
+	morpheus_u32 steps;
+};
+
 /* Highest CPU id the per-CPU "current worker" table covers. */
 #define MORPHEUS_BPF_MAX_CPUS 1024
 
@@ -47,6 +63,9 @@ enum morpheus_counter {
 	MORPHEUS_CNT_TIMER_RUNS,          /* runs of the periodic overrun check */
 	MORPHEUS_CNT_BW_THROTTLED,        /* enqueues held back because the cgroup's cpu.max quota was used */
 	MORPHEUS_CNT_WAKE_PREEMPTS,       /* base policy: a waking task preempted one far ahead in vtime */
+	MORPHEUS_CNT_KICKS_SPARED_CRITICAL, /* kick's requeue skipped: the worker entered a section after the decision */
+	MORPHEUS_CNT_HOLDS_SPARED_CRITICAL, /* cpu.max hold skipped: the worker was in a critical section */
+	MORPHEUS_CNT_HELD_IN_CRITICAL,    /* a worker released from the hold was in a section while held: must stay 0 */
 	MORPHEUS_NR_COUNTERS,
 };
 

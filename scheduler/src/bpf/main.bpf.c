@@ -14,16 +14,15 @@
  */
 #include <scx/common.bpf.h>
 
-#include "intf.h"
-
-char _license[] SEC("license") = "GPL";
-
-UEI_DEFINE(uei);
-
 /*
  * Acquire loads. clang 19 has no BPF load-acquire instruction; on x86-64 (TSO) every load is an
  * acquire and a compiler barrier keeps later accesses after it. Other architectures would need
- * real barriers, so refuse to build for them rather than be silently wrong.
+ * real barriers, so refuse to build for them rather than be silently wrong. These are also the raw
+ * accessors of the shared policy header (MORPHEUS_LOAD_*), which does the gate's loads itself.
+ *
+ * Release side (spec/SCB.md §5.2): preempt_seq is incremented with a fetching atomic
+ * (__sync_fetch_and_add with its result used), which the BPF JITs emit fully ordered on x86-64 and
+ * arm64; a non-fetching BPF atomic add is unordered on arm64 and is never used for a signal.
  */
 #ifndef __SCX_TARGET_ARCH_x86
 #error "scx_morpheus's memory ordering is written for x86-64; see load_acquire()"
@@ -34,6 +33,36 @@ UEI_DEFINE(uei);
 		barrier();                              \
 		__v;                                    \
 	})
+#define MORPHEUS_LOAD_ACQUIRE(p) load_acquire(p)
+#define MORPHEUS_LOAD_RELAXED(p) READ_ONCE(*(p))
+
+/* A full barrier for the policy header (defined below, once the CPU bound is known). */
+static __always_inline void full_barrier(void);
+#define MORPHEUS_FULL_BARRIER() full_barrier()
+
+#include "intf.h"
+
+char _license[] SEC("license") = "GPL";
+
+/*
+ * BPF has no fence instruction, but a fetching atomic (its result used, so clang cannot emit the
+ * non-fetching form; adding 0 would be folded into a load) is fully ordered in every JIT. Each CPU
+ * uses its own cache line.
+ */
+struct barrier_line {
+	u64 v;
+	u64 _pad[7];
+};
+struct barrier_line barrier_lines[MORPHEUS_BPF_MAX_CPUS];
+
+static __always_inline void full_barrier(void)
+{
+	u64 v = __sync_fetch_and_add(&barrier_lines[bpf_get_smp_processor_id() % MORPHEUS_BPF_MAX_CPUS].v, 1);
+
+	barrier_var(v);
+}
+
+UEI_DEFINE(uei);
 
 /* The one shared dispatch queue of the base policy, ordered by virtual time. */
 #define SHARED_DSQ 0
@@ -45,6 +74,11 @@ UEI_DEFINE(uei);
 const volatile u64 task_slice_ns;
 const volatile u64 check_interval_ns = 1000000;
 const volatile u32 nr_possible_cpus = 1;
+/* Longest an escalation episode stays open without a lift (the agent's --throttle-max-ms). */
+const volatile u64 throttle_max_ns = MORPHEUS_DEFAULT_THROTTLE_MAX_NS;
+
+/* Escalation episodes open now: the timer looks for lifts of workers off CPU only while there are some. */
+s64 nr_open_episodes;
 
 /* Highest dsq_vtime seen starting to run: the clock a waking task's vtime is clamped against. */
 u64 vtime_now;
@@ -53,6 +87,8 @@ u64 vtime_now;
 u64 counters[MORPHEUS_NR_COUNTERS];
 u64 gate_verdicts[MORPHEUS_NR_GATE_VERDICTS];
 u64 escalations_by_policy[MORPHEUS_NR_POLICIES];
+/* Lifts of escalation episodes, by state machine step (enum morpheus_escalation_step). */
+u64 lifts_by_step[MORPHEUS_NR_STEPS];
 
 /* The region runtimes map: header + MORPHEUS_MAX_WORKERS SCBs, pinned by the agent. */
 struct {
@@ -71,7 +107,7 @@ struct {
 	__type(value, u32);
 } worker_slots SEC(".maps");
 
-/* Hint records for runtimes and the agent (pinned as PIN_DIR/hints). */
+/* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
@@ -88,13 +124,13 @@ struct worker_ctx {
 	u64 runtime_ns;         /* CPU time since the last yield point, up to run_start_ns */
 	u64 run_start_ns;       /* when the current run started (valid while cpu >= 0) */
 	u64 seen_ack_seq;       /* last_ack_seq at the last yield point */
-	u64 last_escalation_ns; /* time of the last escalation action in this episode */
 	u64 verdict_seq;        /* preempt_seq for which last_verdict was counted */
+	struct morpheus_escalation esc; /* the escalation episode (shared state machine) */
 	u32 tid;                /* thread this bookkeeping belongs to (a slot can be reused) */
 	s32 cpu;                /* CPU it runs on, -1 when not running */
-	u32 escalation_steps;   /* escalation actions since the last yield point */
 	u32 last_verdict;       /* gate verdict last counted for verdict_seq */
 	u32 kicked;             /* an escalation kick is pending: requeue it behind the others */
+	u32 deciding;           /* a CPU is running this worker's state machine (try-lock) */
 };
 
 struct {
@@ -226,6 +262,39 @@ static __always_inline s32 slot_of(u32 tid)
 	return *slot;
 }
 
+/* The SCB of task p if it is a registered worker (the tid map and the SCB agree), else NULL. */
+static __always_inline struct morpheus_scb *worker_scb_of(struct task_struct *p)
+{
+	struct morpheus_region *r;
+	struct morpheus_scb *scb;
+	s32 slot = slot_of(p->pid);
+
+	if (slot < 0)
+		return NULL;
+	r = get_region();
+	if (!r)
+		return NULL;
+	scb = scb_of(r, slot);
+	if (!scb || READ_ONCE(scb->tid) != p->pid)
+		return NULL;
+	return scb;
+}
+
+/*
+ * Whether a hold (cpu.max) may take p off the CPU now: not if p is a registered worker inside a
+ * critical section. This is where an escalation's throttle takes effect, so in_critical is loaded
+ * here again (SCB.md §5.6): a section entered after the decision is never held.
+ */
+static __always_inline bool hold_allowed(struct task_struct *p)
+{
+	struct morpheus_scb *scb = worker_scb_of(p);
+
+	if (!scb || morpheus_effect_may_hold(scb))
+		return true;
+	count(MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
+	return false;
+}
+
 /* The pressure level of the header's seqlocked record; keeps `fallback` if a write is in progress. */
 static __always_inline u32 read_pressure_level(struct morpheus_region *r, u32 fallback)
 {
@@ -246,8 +315,6 @@ static __always_inline void reset_runtime(struct worker_ctx *w, u64 ack, u64 now
 	w->runtime_ns = 0;
 	w->run_start_ns = now;
 	w->seen_ack_seq = ack;
-	w->escalation_steps = 0;
-	w->last_escalation_ns = 0;
 	w->kicked = 0;
 }
 
@@ -262,8 +329,11 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	if (__sync_val_compare_and_swap(&scb->last_hint_ns, seen_last_hint, now) != seen_last_hint)
 		return;
 	WRITE_ONCE(scb->budget_remaining_ns, 0);
-	/* Full barrier: the fields above are visible before the new sequence number. */
-	seq = __sync_add_and_fetch(&scb->preempt_seq, 1);
+	/*
+	 * The signal last (SCB.md §5.2): a fetching atomic is fully ordered, so last_hint_ns and
+	 * budget_remaining_ns above are visible to a runtime whose acquire load sees the new value.
+	 */
+	seq = __sync_fetch_and_add(&scb->preempt_seq, 1) + 1;
 
 	hint = bpf_ringbuf_reserve(&hints, sizeof(*hint), 0);
 	if (!hint) {
@@ -315,78 +385,111 @@ static __always_inline void count_verdict(struct worker_ctx *w, u64 seq, u32 ver
 		__sync_fetch_and_add(&gate_verdicts[verdict], 1);
 }
 
-/* Escalate a worker running on `cpu` that passed the gate, unless an action is still in force. */
-static void escalate(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w,
-		     u32 slot, u32 tid, s32 cpu, u64 now, u64 seq, u32 policy, u64 grace, u64 overrun)
+/*
+ * The escalation gate (spec/SCB.md §5.6) and its state machine for one SCB: every input loaded from
+ * the region at decision time by the shared policy header (morpheus_gate_load, SCB.md's orders), then
+ * the next step of the worker's episode. `runtime` is the worker's CPU time since its last yield
+ * point. The live path (run_escalation) and the conformance replays (gate_replay, escalation_replay)
+ * all call this, so the replayed answers are the live path's loads and rules.
+ */
+static __always_inline enum morpheus_escalation_step
+escalation_decide(struct morpheus_region *r, struct morpheus_scb *scb, struct morpheus_escalation *esc,
+		  u64 runtime, u64 now, struct morpheus_gate_input *in, enum morpheus_gate_verdict *verdict)
 {
-	u32 action;
+	*verdict = morpheus_gate_decide(&r->hdr, scb, runtime, in);
+	return morpheus_escalation_decide(esc, in, *verdict, now, throttle_max_ns);
+}
 
-	/* A throttle in force is lifted by the agent (ack or DEFAULT_THROTTLE_MAX_NS). */
-	if (READ_ONCE(scb->escalated))
-		return;
-	/* One action per grace period: the previous one gets time to work. */
-	if (w->escalation_steps && now - w->last_escalation_ns <= grace)
-		return;
+/* Close the worker's episode; a throttle in force is reported so the agent lifts its cgroup cap. */
+static __always_inline void lift_escalation(struct morpheus_scb *scb, struct worker_ctx *w, u32 slot, u64 now,
+			    enum morpheus_escalation_step step, struct morpheus_gate_input *in)
+{
+	if (w->esc.throttled)
+		send_escalation_event(scb, slot, w->tid, now, w->esc.preempt_seq, in->escalation_policy,
+				      MORPHEUS_ESCALATION_ACTION_UNTHROTTLE, 0);
+	morpheus_escalation_commit(&w->esc, step, in, now);
+	WRITE_ONCE(scb->escalated, 0);
+	if ((u32)step < MORPHEUS_NR_STEPS)
+		__sync_fetch_and_add(&lifts_by_step[step], 1);
+	if (__sync_fetch_and_sub(&nr_open_episodes, 1) <= 0)
+		WRITE_ONCE(nr_open_episodes, 0);
+}
 
-	action = morpheus_escalation_action(policy, w->escalation_steps > 0);
-	if (!action)
+/*
+ * Run the worker's escalation state machine and carry out its step. `cpu` is the CPU it runs on, or
+ * -1 when it is not on one (stopping, or the timer's look at workers off CPU): lifts then, no action,
+ * as there is nothing to preempt. Callers hold the worker's `deciding` try-lock (run_escalation).
+ */
+static __always_inline void run_escalation_locked(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
+			   s32 cpu, u64 runtime, u64 now)
+{
+	struct morpheus_gate_input in = {};
+	enum morpheus_gate_verdict verdict;
+	enum morpheus_escalation_step step;
+	u32 action, opened;
+
+	step = escalation_decide(r, scb, &w->esc, runtime, now, &in, &verdict);
+	if (cpu >= 0 && runtime > in.slice_ns)
+		count_verdict(w, in.preempt_seq, verdict);
+	if (step == MORPHEUS_STEP_NONE)
 		return;
-	w->escalation_steps++;
-	w->last_escalation_ns = now;
+	if (morpheus_step_is_lift(step)) {
+		lift_escalation(scb, w, slot, now, step, &in);
+		return;
+	}
+	action = morpheus_step_action(step);
+	if (!action || cpu < 0)
+		return;
+	opened = !w->esc.open;
+	morpheus_escalation_commit(&w->esc, step, &in, now);
+	if (opened)
+		__sync_fetch_and_add(&nr_open_episodes, 1);
+	/* One meaning in every backend: an episode is open (an action taken, not yet lifted). */
+	WRITE_ONCE(scb->escalated, 1);
 
 	if (action == MORPHEUS_ESCALATION_ACTION_KICK) {
 		/*
 		 * SCX_KICK_PREEMPT zeroes the current task's slice; ops.stopping sees `kicked` and requeues
-		 * it behind every task runnable now, as a kick means to (its vtime alone may be lowest).
+		 * it behind every task runnable now, as a kick means to (its vtime alone may be lowest),
+		 * unless it entered a critical section meanwhile.
 		 */
 		WRITE_ONCE(w->kicked, 1);
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_KICKS);
-	} else if (action == MORPHEUS_ESCALATION_ACTION_THROTTLE) {
-		/* The agent caps the cgroup; escalated stays 1 until it lifts the cap. */
-		WRITE_ONCE(scb->escalated, 1);
+	} else {
+		/* The agent caps the cgroup; the hold is enforced in enqueue, which re-checks in_critical. */
 		count(MORPHEUS_CNT_THROTTLES);
 	}
 	__sync_fetch_and_add(&scb->escalations, 1);
 	count(MORPHEUS_CNT_ESCALATIONS);
-	if (policy < MORPHEUS_NR_POLICIES)
-		__sync_fetch_and_add(&escalations_by_policy[policy], 1);
-	send_escalation_event(scb, slot, tid, now, seq, policy, action, overrun);
+	if (in.escalation_policy < MORPHEUS_NR_POLICIES)
+		__sync_fetch_and_add(&escalations_by_policy[in.escalation_policy], 1);
+	send_escalation_event(scb, slot, w->tid, now, in.preempt_seq, in.escalation_policy, action,
+			      runtime - in.slice_ns - in.grace_ns);
 }
 
 /*
- * The escalation gate (spec/SCB.md §5.6) for one SCB: every input loaded from the region at decision
- * time, with SCB.md's orders, and judged by morpheus_gate() of the shared policy header. `runtime` is
- * the worker's CPU time since its last yield point. The live path (check_worker) and the conformance
- * replay (gate_replay) both call this, so the replayed verdicts are the live path's loads and rule.
+ * The timer and ops.stopping may decide for one worker on two CPUs at once: one of them runs the
+ * state machine, the other skips this decision (the next one comes within a check interval). The
+ * exchange that releases the lock is a fetching atomic, so the episode's stores are visible first.
  */
-static __always_inline enum morpheus_gate_verdict gate_decide(struct morpheus_region *r,
-								struct morpheus_scb *scb, u64 runtime,
-								struct morpheus_gate_input *in)
+static __always_inline void run_escalation(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w,
+					   u32 slot, s32 cpu, u64 runtime, u64 now)
 {
-	in->preempt_seq = load_acquire(&scb->preempt_seq);
-	in->scheduler_mode = READ_ONCE(r->hdr.scheduler_mode);
-	in->escalation_policy = READ_ONCE(r->hdr.escalation_policy);
-	in->worker_state = load_acquire(&scb->worker_state);
-	in->escapable = load_acquire(&scb->escapable);
-	in->in_critical = load_acquire(&scb->in_critical);
-	in->last_ack_seq = load_acquire(&scb->last_ack_seq);
-	in->runtime_ns = runtime;
-	in->slice_ns = READ_ONCE(r->hdr.slice_ns);
-	in->grace_ns = READ_ONCE(r->hdr.grace_ns);
-	return morpheus_gate(in);
+	if (__sync_val_compare_and_swap(&w->deciding, 0, 1) != 0)
+		return;
+	run_escalation_locked(r, scb, w, slot, cpu, runtime, now);
+	__sync_lock_test_and_set(&w->deciding, 0);
 }
 
 /*
  * Hint and escalation decisions for one worker, every input loaded at decision time. `cpu` is the CPU
- * it is running on, or -1 when called as it stops (no escalation then: there is nothing to preempt).
+ * it is running on, or -1 when it is not on one (no escalation action then: nothing to preempt).
  */
 static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 {
 	struct morpheus_scb *scb;
-	struct morpheus_gate_input in = {};
 	enum morpheus_hint_decision hint;
-	enum morpheus_gate_verdict verdict;
 	u64 runtime, slice, ack, last_hint;
 	u32 state, tid = w->tid;
 
@@ -420,14 +523,9 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
 	}
 
-	if (cpu < 0 || runtime <= slice)
-		return;
-
-	verdict = gate_decide(r, scb, runtime, &in);
-	count_verdict(w, in.preempt_seq, verdict);
-	if (verdict == MORPHEUS_GATE_ESCALATE)
-		escalate(r, scb, w, slot, tid, cpu, now, in.preempt_seq, in.escalation_policy, in.grace_ns,
-			 runtime - in.slice_ns - in.grace_ns);
+	/* The gate is for workers past their slice; an open episode is looked at for its lifts. */
+	if (w->esc.open || (cpu >= 0 && runtime > slice))
+		run_escalation(r, scb, w, slot, cpu, runtime, now);
 }
 
 /*
@@ -447,7 +545,41 @@ int gate_replay(struct morpheus_gate_replay_ctx *ctx)
 	scb = scb_of(r, ctx->slot);
 	if (!scb)
 		return -ERANGE;
-	return gate_decide(r, scb, ctx->runtime_ns, &in);
+	return morpheus_gate_decide(&r->hdr, scb, ctx->runtime_ns, &in);
+}
+
+/*
+ * Conformance replay of the escalation state machine (`scx_morpheus --replay-gate`, `escalate` cases):
+ * the gate and the next step on the SCB of ctx->slot at time ctx->now_ns, with the episode kept in the
+ * slot's worker_ctx between runs (ctx->reset clears it: a new scenario). The step is recorded as the
+ * live path records it, without its effects. Results go back in ctx; returns 0 or a negative errno.
+ */
+SEC("syscall")
+int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
+{
+	struct morpheus_gate_input in = {};
+	struct morpheus_region *r = get_region();
+	enum morpheus_gate_verdict verdict;
+	enum morpheus_escalation_step step;
+	struct morpheus_scb *scb;
+	struct worker_ctx *w;
+	u32 slot = ctx->slot;
+
+	if (!r)
+		return -ENOENT;
+	scb = scb_of(r, slot);
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (!scb || !w)
+		return -ERANGE;
+	if (ctx->reset)
+		__builtin_memset(&w->esc, 0, sizeof(w->esc));
+	step = escalation_decide(r, scb, &w->esc, ctx->runtime_ns, ctx->now_ns, &in, &verdict);
+	morpheus_escalation_commit(&w->esc, step, &in, ctx->now_ns);
+	ctx->verdict = verdict;
+	ctx->step = step;
+	ctx->escalated = w->esc.open;
+	ctx->steps = w->esc.steps;
+	return 0;
 }
 
 static __always_inline u64 task_cgid(struct task_struct *p)
@@ -496,6 +628,23 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 			w = bpf_map_lookup_elem(&workers, &slot);
 			if (w && w->cpu == (s32)cpu)
 				check_worker(r, slot, w, cpu, now);
+		}
+		/*
+		 * Open episodes of workers off CPU still end (acknowledged, gone, or their bound): swept
+		 * every 16th run, over the SCBs the region has, and only while an episode is open.
+		 */
+		if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
+			u32 slot, nr_slots = READ_ONCE(r->hdr.scb_count);
+
+			if (nr_slots > MORPHEUS_MAX_WORKERS)
+				nr_slots = MORPHEUS_MAX_WORKERS;
+			bpf_for(slot, 0, nr_slots) {
+				struct morpheus_scb *scb = scb_of(r, slot);
+				struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
+
+				if (scb && w && w->esc.open && w->cpu < 0)
+					run_escalation(r, scb, w, slot, -1, w->runtime_ns, now);
+			}
 		}
 	}
 	/* Throttled tasks become runnable at a period boundary: wake idle CPUs to dispatch them. */
@@ -549,7 +698,7 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 	u64 cgid, vtime = queue_vtime(p);
 
 	bw = task_bw(p, &cgid);
-	if (bw && bw_exhausted(bw, bpf_ktime_get_ns())) {
+	if (bw && bw_exhausted(bw, bpf_ktime_get_ns()) && hold_allowed(p)) {
 		scx_bpf_dsq_insert(p, THROTTLED_DSQ, base_slice(), enq_flags);
 		count(MORPHEUS_CNT_BW_THROTTLED);
 		return;
@@ -573,6 +722,11 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 
 			bw = task_bw(p, &cgid);
 			if (!bw || !bw_exhausted(bw, now)) {
+				struct morpheus_scb *scb = worker_scb_of(p);
+
+				/* A held task cannot run, so cannot enter a section: this sees holds that began inside one. */
+				if (scb && !morpheus_effect_may_hold(scb))
+					count(MORPHEUS_CNT_HELD_IN_CRITICAL);
 				scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, queue_vtime(p));
 				scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
 			}
@@ -600,8 +754,8 @@ void BPF_STRUCT_OPS(morpheus_tick, struct task_struct *p)
 		run->start_ns = now;
 		return;
 	}
-	if (bw->used_ns + (now - run->start_ns) >= bw->quota_ns)
-		p->scx.slice = 0;
+	if (bw->used_ns + (now - run->start_ns) >= bw->quota_ns && hold_allowed(p))
+		scx_bpf_task_set_slice(p, 0);
 }
 
 void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us,
@@ -727,6 +881,10 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
 		w->verdict_seq = 0;
 		w->last_verdict = 0;
+		/* The previous holder's episode ended with its slot (the agent lifted its cap). */
+		if (w->esc.open && __sync_fetch_and_sub(&nr_open_episodes, 1) <= 0)
+			WRITE_ONCE(nr_open_episodes, 0);
+		__builtin_memset(&w->esc, 0, sizeof(w->esc));
 	}
 	cpu = scx_bpf_task_cpu(p);
 	w->run_start_ns = now;
@@ -789,7 +947,10 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 		u64 behind = READ_ONCE(vtime_now) + base_slice();
 
 		WRITE_ONCE(w->kicked, 0);
-		if (time_before(p->scx.dsq_vtime, behind))
+		/* Where the kick takes effect: a section begun since the decision keeps its place. */
+		if (!morpheus_effect_may_hold(scb))
+			count(MORPHEUS_CNT_KICKS_SPARED_CRITICAL);
+		else if (time_before(p->scx.dsq_vtime, behind))
 			scx_bpf_task_set_dsq_vtime(p, behind);
 	}
 	/* Preempted or slice expired while still runnable: account, hint if overrun. */

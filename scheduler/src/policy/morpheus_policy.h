@@ -1,15 +1,34 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The scheduler's decisions as pure functions: the one source of the policy, compiled into the BPF
- * program (src/bpf/main.bpf.c) and into the agent's simulation backend (through src/policy/policy.c),
- * and tested table-driven by policy_test.cc. Normative text: spec/SCB.md, "Escalation gate" and
- * "Hints". Callers load the SCB and header fields with the orders SCB.md gives, at decision time, and
- * pass the values here; nothing in this file touches memory shared with a runtime.
+ * program (src/bpf/main.bpf.c), into the agent's simulation backend (through src/policy/policy.c) and
+ * into the conformance policy agent (conformance/agents/policy/), and tested table-driven by
+ * policy_test.cc. Normative text: spec/SCB.md §5.2 (hints) and §5.6 (escalation gate and its state
+ * machine).
+ *
+ * Shared memory is touched in two places only, morpheus_gate_load() and morpheus_effect_may_hold(),
+ * through accessors each build defines before including this header: MORPHEUS_LOAD_ACQUIRE(p),
+ * MORPHEUS_LOAD_RELAXED(p) and MORPHEUS_FULL_BARRIER(). The defaults below are the C11 builtins
+ * (userspace C and C++); the BPF program defines its own.
  */
 #ifndef MORPHEUS_POLICY_H
 #define MORPHEUS_POLICY_H
 
 #include "../../../abi/c/morpheus_abi.h"
+
+#ifndef MORPHEUS_LOAD_ACQUIRE
+#define MORPHEUS_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#endif
+#ifndef MORPHEUS_LOAD_RELAXED
+#define MORPHEUS_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#endif
+/* Orders everything the scheduler did before (its effect) against the in_critical load after it. */
+#ifndef MORPHEUS_FULL_BARRIER
+#define MORPHEUS_FULL_BARRIER() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+
+/* Inlined everywhere: the BPF verifier then sees the loads where the caller's pointers come from. */
+#define MORPHEUS_POLICY_FN static inline __attribute__((always_inline))
 
 /* Why the gate said no, or that it said yes. Counters are kept per verdict. */
 enum morpheus_gate_verdict {
@@ -43,7 +62,7 @@ struct morpheus_gate_input {
  * The escalation gate. Every condition must hold; the first that fails is reported, in the order
  * below, so counters say why a worker was spared.
  */
-static inline enum morpheus_gate_verdict morpheus_gate(const struct morpheus_gate_input *in)
+MORPHEUS_POLICY_FN enum morpheus_gate_verdict morpheus_gate(const struct morpheus_gate_input *in)
 {
 	if (in->scheduler_mode != MORPHEUS_SCHEDULER_MODE_ENFORCED)
 		return MORPHEUS_GATE_BLOCKED_MODE;
@@ -70,7 +89,7 @@ enum morpheus_hint_decision {
 	MORPHEUS_HINT_RATE_LIMITED, /* would hint, but the last one is too recent: count a dropped hint */
 };
 
-static inline enum morpheus_hint_decision
+MORPHEUS_POLICY_FN enum morpheus_hint_decision
 morpheus_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns, morpheus_u64 slice_ns,
 		     morpheus_u64 now_ns, morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns)
 {
@@ -82,7 +101,7 @@ morpheus_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns, morpheu
 }
 
 /* Which action an escalation takes under a policy: the first step, and the step after a further grace. */
-static inline morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, int repeated)
+MORPHEUS_POLICY_FN morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, int repeated)
 {
 	switch (policy) {
 	case MORPHEUS_ESCALATION_POLICY_THREAD_KICK:
@@ -96,14 +115,183 @@ static inline morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, int r
 	}
 }
 
-/* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: pressure_level docs). */
-static inline morpheus_u32 morpheus_pressure_level(morpheus_u32 cpu_some_avg10_centi)
+/*
+ * The gate's inputs, loaded at decision time with SCB.md §5.6's orders: a full barrier, worker_state
+ * first (acquire: it pairs with the store-release of RUNNING, which follows the registrar's store of
+ * escapable and the runtime's of in_critical, so a worker is judged with the values it registered
+ * with), then escapable, in_critical
+ * and last_ack_seq (acquire, each pairing with the runtime's release store or CAS), preempt_seq, and
+ * the header's fields, which only the agent writes (relaxed). `runtime_ns` is the scheduler's own
+ * measurement. Every backend calls this; none loads the gate's inputs itself.
+ */
+MORPHEUS_POLICY_FN void morpheus_gate_load(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb,
+					   morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
 {
-	if (cpu_some_avg10_centi >= 5000)
+	/* The scheduler's half of the in_critical pairing (SCB.md §3.1), as in morpheus_effect_may_hold. */
+	MORPHEUS_FULL_BARRIER();
+	in->worker_state = MORPHEUS_LOAD_ACQUIRE(&scb->worker_state);
+	in->escapable = MORPHEUS_LOAD_ACQUIRE(&scb->escapable);
+	in->in_critical = MORPHEUS_LOAD_ACQUIRE(&scb->in_critical);
+	in->last_ack_seq = MORPHEUS_LOAD_ACQUIRE(&scb->last_ack_seq);
+	in->preempt_seq = MORPHEUS_LOAD_ACQUIRE(&scb->preempt_seq);
+	in->scheduler_mode = MORPHEUS_LOAD_RELAXED(&hdr->scheduler_mode);
+	in->escalation_policy = MORPHEUS_LOAD_RELAXED(&hdr->escalation_policy);
+	in->slice_ns = MORPHEUS_LOAD_RELAXED(&hdr->slice_ns);
+	in->grace_ns = MORPHEUS_LOAD_RELAXED(&hdr->grace_ns);
+	in->runtime_ns = runtime_ns;
+	in->_pad = 0;
+}
+
+/* Load and judge in one call: the verdict on the SCB as it is now. */
+MORPHEUS_POLICY_FN enum morpheus_gate_verdict
+morpheus_gate_decide(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb, morpheus_u64 runtime_ns,
+		     struct morpheus_gate_input *in)
+{
+	morpheus_gate_load(hdr, scb, runtime_ns, in);
+	return morpheus_gate(in);
+}
+
+/*
+ * One worker's escalation episode, the scheduler's private state (one per slot, zeroed when the slot
+ * changes hands). An episode opens with the first action taken for an unacknowledged request and
+ * stays open (scb.escalated = 1) until it is lifted.
+ */
+struct morpheus_escalation {
+	morpheus_u64 opened_ns;      /* time of the episode's first action */
+	morpheus_u64 last_action_ns; /* time of its latest action */
+	morpheus_u64 ack_at_open;    /* last_ack_seq when it opened: any change of it is an acknowledgement */
+	morpheus_u64 preempt_seq;    /* preempt_seq when it opened (named again by the lifting events) */
+	morpheus_u32 open;           /* 1 while an episode is open */
+	morpheus_u32 steps;          /* actions taken in it */
+	morpheus_u32 throttled;      /* a THROTTLE was taken: the episode's last step */
+	morpheus_u32 _pad;
+};
+
+/* What the scheduler does about one worker at one decision: nothing, an action, or a lift (and why). */
+enum morpheus_escalation_step {
+	MORPHEUS_STEP_NONE = 0,
+	MORPHEUS_STEP_KICK,              /* take ESCALATION_ACTION_KICK */
+	MORPHEUS_STEP_THROTTLE,          /* take ESCALATION_ACTION_THROTTLE */
+	MORPHEUS_STEP_LIFT_ACKNOWLEDGED, /* last_ack_seq moved since the episode opened */
+	MORPHEUS_STEP_LIFT_NOT_RUNNING,  /* the worker left RUNNING */
+	MORPHEUS_STEP_LIFT_CRITICAL,     /* the worker entered a critical section */
+	MORPHEUS_STEP_LIFT_REVOKED,      /* observer mode, policy NONE or escapable = 0 now */
+	MORPHEUS_STEP_LIFT_EXPIRED,      /* open for throttle_max_ns without any of the above */
+	MORPHEUS_NR_STEPS,
+};
+
+MORPHEUS_POLICY_FN int morpheus_step_is_lift(enum morpheus_escalation_step step)
+{
+	return step >= MORPHEUS_STEP_LIFT_ACKNOWLEDGED && step < MORPHEUS_NR_STEPS;
+}
+
+/* The escalation_action an action step takes (0 for a step that is no action). */
+MORPHEUS_POLICY_FN morpheus_u32 morpheus_step_action(enum morpheus_escalation_step step)
+{
+	if (step == MORPHEUS_STEP_KICK)
+		return MORPHEUS_ESCALATION_ACTION_KICK;
+	if (step == MORPHEUS_STEP_THROTTLE)
+		return MORPHEUS_ESCALATION_ACTION_THROTTLE;
+	return 0;
+}
+
+/*
+ * The escalation state machine (SCB.md §5.6), given the episode, the gate's inputs and verdict as just
+ * loaded, the time, and the bound on an episode (throttle_max_ns). Pure: the caller applies the step
+ * and then records it with morpheus_escalation_commit().
+ *
+ *   open episode:  lifted, first rule that holds: last_ack_seq changed -> ACKNOWLEDGED; not RUNNING ->
+ *                  NOT_RUNNING; in_critical -> CRITICAL; observer mode, policy NONE or escapable 0 ->
+ *                  REVOKED; now - opened_ns >= throttle_max_ns -> EXPIRED.
+ *   gate ESCALATE: no episode -> the policy's first action (KICK; THROTTLE for CGROUP_THROTTLE);
+ *                  an open episode repeats once per grace period (now - last_action_ns > grace_ns)
+ *                  with the policy's next action (THREAD_KICK: KICK again; HYBRID: THROTTLE), and
+ *                  never after a THROTTLE, which holds until the episode is lifted.
+ *   otherwise:     nothing (an open episode stays open while the gate only says WITHIN_GRACE).
+ */
+MORPHEUS_POLICY_FN enum morpheus_escalation_step
+morpheus_escalation_decide(const struct morpheus_escalation *e, const struct morpheus_gate_input *in,
+			   enum morpheus_gate_verdict verdict, morpheus_u64 now_ns, morpheus_u64 throttle_max_ns)
+{
+	morpheus_u32 action;
+
+	if (e->open) {
+		if (in->last_ack_seq != e->ack_at_open)
+			return MORPHEUS_STEP_LIFT_ACKNOWLEDGED;
+		if (in->worker_state != MORPHEUS_WORKER_STATE_RUNNING)
+			return MORPHEUS_STEP_LIFT_NOT_RUNNING;
+		if (in->in_critical)
+			return MORPHEUS_STEP_LIFT_CRITICAL;
+		if (verdict == MORPHEUS_GATE_BLOCKED_MODE || verdict == MORPHEUS_GATE_BLOCKED_POLICY_NONE ||
+		    verdict == MORPHEUS_GATE_BLOCKED_NOT_ESCAPABLE)
+			return MORPHEUS_STEP_LIFT_REVOKED;
+		/* Written as a subtraction; a clock that went backwards never expires an episode early. */
+		if (now_ns >= e->opened_ns && now_ns - e->opened_ns >= throttle_max_ns)
+			return MORPHEUS_STEP_LIFT_EXPIRED;
+	}
+	if (verdict != MORPHEUS_GATE_ESCALATE)
+		return MORPHEUS_STEP_NONE;
+	if (e->open && (e->throttled || now_ns < e->last_action_ns || now_ns - e->last_action_ns <= in->grace_ns))
+		return MORPHEUS_STEP_NONE;
+	action = morpheus_escalation_action(in->escalation_policy, e->open && e->steps > 0);
+	if (action == MORPHEUS_ESCALATION_ACTION_KICK)
+		return MORPHEUS_STEP_KICK;
+	if (action == MORPHEUS_ESCALATION_ACTION_THROTTLE)
+		return MORPHEUS_STEP_THROTTLE;
+	return MORPHEUS_STEP_NONE;
+}
+
+/* Record a step the caller took: an action opens or advances the episode, a lift closes it. */
+MORPHEUS_POLICY_FN void morpheus_escalation_commit(struct morpheus_escalation *e, enum morpheus_escalation_step step,
+						   const struct morpheus_gate_input *in, morpheus_u64 now_ns)
+{
+	if (morpheus_step_is_lift(step)) {
+		e->opened_ns = 0;
+		e->last_action_ns = 0;
+		e->ack_at_open = 0;
+		e->preempt_seq = 0;
+		e->open = 0;
+		e->steps = 0;
+		e->throttled = 0;
+		return;
+	}
+	if (!morpheus_step_action(step))
+		return;
+	if (!e->open) {
+		e->open = 1;
+		e->opened_ns = now_ns;
+		e->ack_at_open = in->last_ack_seq;
+		e->preempt_seq = in->preempt_seq;
+		e->steps = 0;
+		e->throttled = 0;
+	}
+	e->steps++;
+	e->last_action_ns = now_ns;
+	if (step == MORPHEUS_STEP_THROTTLE)
+		e->throttled = 1;
+}
+
+/*
+ * Where an escalation's effect takes hold (the kernel backend holding a worker back in enqueue, the
+ * requeue after a kick; the simulation backend right after demoting or capping), the scheduler loads
+ * in_critical again: an effect never holds a worker whose section began after the decision. The full
+ * barrier pairs Dekker-style with the runtime's store of in_critical := 1 and its seq_cst fence
+ * (SCB.md §3.1): either this load sees 1, or the section begins after the effect is in force.
+ */
+MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
+{
+	MORPHEUS_FULL_BARRIER();
+	return MORPHEUS_LOAD_ACQUIRE(&scb->in_critical) == 0;
+}
+
+/* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: abi.toml PRESSURE_*_CENTI). */
+MORPHEUS_POLICY_FN morpheus_u32 morpheus_pressure_level(morpheus_u32 cpu_some_avg10_centi)
+{
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_HIGH_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_HIGH;
-	if (cpu_some_avg10_centi >= 2000)
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_MEDIUM_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_MEDIUM;
-	if (cpu_some_avg10_centi >= 500)
+	if (cpu_some_avg10_centi >= MORPHEUS_PRESSURE_LOW_CENTI)
 		return MORPHEUS_PRESSURE_LEVEL_LOW;
 	return MORPHEUS_PRESSURE_LEVEL_NONE;
 }

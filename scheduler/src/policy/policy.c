@@ -17,6 +17,36 @@ enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, 
 	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns);
 }
 
+void morpheus_ffi_gate_load(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb,
+			    morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
+{
+	morpheus_gate_load(hdr, scb, runtime_ns, in);
+}
+
+enum morpheus_escalation_step morpheus_ffi_escalation_decide(const struct morpheus_escalation *e,
+							     const struct morpheus_gate_input *in,
+							     enum morpheus_gate_verdict verdict, morpheus_u64 now_ns,
+							     morpheus_u64 throttle_max_ns)
+{
+	return morpheus_escalation_decide(e, in, verdict, now_ns, throttle_max_ns);
+}
+
+void morpheus_ffi_escalation_commit(struct morpheus_escalation *e, enum morpheus_escalation_step step,
+				    const struct morpheus_gate_input *in, morpheus_u64 now_ns)
+{
+	morpheus_escalation_commit(e, step, in, now_ns);
+}
+
+morpheus_u32 morpheus_ffi_step_action(enum morpheus_escalation_step step)
+{
+	return morpheus_step_action(step);
+}
+
+int morpheus_ffi_effect_may_hold(const struct morpheus_scb *scb)
+{
+	return morpheus_effect_may_hold(scb);
+}
+
 morpheus_u32 morpheus_ffi_escalation_action(morpheus_u32 policy, int repeated)
 {
 	return morpheus_escalation_action(policy, repeated);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Table-driven tests of morpheus_policy.h: every escalation-gate condition blocks on its own and all
-// together escalate; boundaries of slice + grace; overflow safety; the hint decision; actions; pressure.
+// together escalate; boundaries of slice + grace; overflow safety; the gate's loads; every transition
+// of the escalation state machine; the hint decision; actions; pressure.
 #include "morpheus_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -150,6 +152,208 @@ TEST(Gate, BoundariesAndOverflow)
 	EXPECT_EQ(morpheus_gate(&in), MORPHEUS_GATE_BLOCKED_ACKNOWLEDGED);
 }
 
+// morpheus_gate_load reads each input from its own field of a real header and SCB.
+TEST(GateLoad, ReadsEveryInputFromItsField)
+{
+	morpheus_region_header hdr{};
+	morpheus_scb scb{};
+	hdr.scheduler_mode = MORPHEUS_SCHEDULER_MODE_ENFORCED;
+	hdr.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	hdr.slice_ns = 11;
+	hdr.grace_ns = 13;
+	scb.worker_state = MORPHEUS_WORKER_STATE_RUNNING;
+	scb.escapable = 1;
+	scb.in_critical = 1;
+	scb.preempt_seq = 17;
+	scb.last_ack_seq = 16;
+	morpheus_gate_input in;
+	memset(&in, 0xa5, sizeof(in));
+	EXPECT_EQ(morpheus_gate_decide(&hdr, &scb, 99, &in), MORPHEUS_GATE_BLOCKED_CRITICAL);
+	EXPECT_EQ(in.scheduler_mode, (morpheus_u32)MORPHEUS_SCHEDULER_MODE_ENFORCED);
+	EXPECT_EQ(in.escalation_policy, (morpheus_u32)MORPHEUS_ESCALATION_POLICY_HYBRID);
+	EXPECT_EQ(in.worker_state, (morpheus_u32)MORPHEUS_WORKER_STATE_RUNNING);
+	EXPECT_EQ(in.escapable, 1u);
+	EXPECT_EQ(in.in_critical, 1u);
+	EXPECT_EQ(in._pad, 0u);
+	EXPECT_EQ(in.preempt_seq, 17u);
+	EXPECT_EQ(in.last_ack_seq, 16u);
+	EXPECT_EQ(in.runtime_ns, 99u);
+	EXPECT_EQ(in.slice_ns, 11u);
+	EXPECT_EQ(in.grace_ns, 13u);
+	scb.in_critical = 0;
+	EXPECT_EQ(morpheus_gate_decide(&hdr, &scb, 11 + 13 + 1, &in), MORPHEUS_GATE_ESCALATE);
+	EXPECT_TRUE(morpheus_effect_may_hold(&scb));
+	scb.in_critical = 1;
+	EXPECT_FALSE(morpheus_effect_may_hold(&scb));
+}
+
+constexpr morpheus_u64 kBound = MORPHEUS_DEFAULT_THROTTLE_MAX_NS;
+constexpr morpheus_u64 kT0 = 1000 * kBound; // an arbitrary "now" of the first action
+
+// An episode opened at kT0 by `steps` actions, the last at `last`, for a request acknowledged up to 4.
+morpheus_escalation Open(morpheus_u32 steps, morpheus_u64 last, bool throttled)
+{
+	morpheus_escalation e{};
+	e.open = 1;
+	e.opened_ns = kT0;
+	e.last_action_ns = last;
+	e.ack_at_open = 4;
+	e.preempt_seq = 5;
+	e.steps = steps;
+	e.throttled = throttled;
+	return e;
+}
+
+struct StepCase {
+	const char *name;
+	morpheus_escalation e;
+	morpheus_u32 policy;
+	void (*change)(morpheus_gate_input *); // applied to Escalatable(), may be null
+	morpheus_u64 now;
+	morpheus_escalation_step expected;
+};
+
+// Every transition of the state machine: first actions per policy, repeats, their spacing, the end of
+// repeats after a THROTTLE, and each lift with its precedence.
+TEST(Escalation, EveryTransition)
+{
+	const morpheus_escalation none{};
+	const morpheus_u32 KICK = MORPHEUS_ESCALATION_POLICY_THREAD_KICK, THR = MORPHEUS_ESCALATION_POLICY_CGROUP_THROTTLE,
+			   HYB = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	const morpheus_u64 soon = kT0 + kGrace, later = kT0 + kGrace + 1;
+	auto crit = [](morpheus_gate_input *in) { in->in_critical = 1; };
+	auto acked = [](morpheus_gate_input *in) { in->last_ack_seq = 5; in->preempt_seq = 6; };
+	auto quiescing = [](morpheus_gate_input *in) { in->worker_state = MORPHEUS_WORKER_STATE_QUIESCING; };
+	auto observer = [](morpheus_gate_input *in) { in->scheduler_mode = MORPHEUS_SCHEDULER_MODE_OBSERVER; };
+	auto policy_none = [](morpheus_gate_input *in) { in->escalation_policy = MORPHEUS_ESCALATION_POLICY_NONE; };
+	auto opted_out = [](morpheus_gate_input *in) { in->escapable = 0; };
+	auto within = [](morpheus_gate_input *in) { in->runtime_ns = kSlice; };
+	auto all_ack = [](morpheus_gate_input *in) { in->last_ack_seq = in->preempt_seq; };
+	const std::vector<StepCase> cases = {
+		// No episode: the gate decides, the policy picks the first action.
+		{"first_kick", none, KICK, nullptr, kT0, MORPHEUS_STEP_KICK},
+		{"first_throttle", none, THR, nullptr, kT0, MORPHEUS_STEP_THROTTLE},
+		{"first_hybrid_kicks", none, HYB, nullptr, kT0, MORPHEUS_STEP_KICK},
+		{"policy_none_nothing", none, MORPHEUS_ESCALATION_POLICY_NONE, nullptr, kT0, MORPHEUS_STEP_NONE},
+		{"blocked_gate_nothing", none, KICK, crit, kT0, MORPHEUS_STEP_NONE},
+		{"within_grace_nothing", none, KICK, within, kT0, MORPHEUS_STEP_NONE},
+		{"acknowledged_nothing", none, KICK, all_ack, kT0, MORPHEUS_STEP_NONE},
+		// Open, unacknowledged: one action per grace period.
+		{"kick_repeat_too_soon", Open(1, kT0, false), KICK, nullptr, soon, MORPHEUS_STEP_NONE},
+		{"kick_repeats_after_grace", Open(1, kT0, false), KICK, nullptr, later, MORPHEUS_STEP_KICK},
+		{"kick_repeats_again", Open(7, kT0, false), KICK, nullptr, later, MORPHEUS_STEP_KICK},
+		{"hybrid_too_soon", Open(1, kT0, false), HYB, nullptr, soon, MORPHEUS_STEP_NONE},
+		{"hybrid_throttles_after_grace", Open(1, kT0, false), HYB, nullptr, later, MORPHEUS_STEP_THROTTLE},
+		{"hybrid_nothing_after_throttle", Open(2, kT0, true), HYB, nullptr, kT0 + kBound - 1, MORPHEUS_STEP_NONE},
+		{"throttle_holds", Open(1, kT0, true), THR, nullptr, kT0 + kBound - 1, MORPHEUS_STEP_NONE},
+		{"open_within_grace_stays", Open(1, kT0, false), KICK, within, later, MORPHEUS_STEP_NONE},
+		{"clock_backwards_no_repeat", Open(1, kT0, false), KICK, nullptr, kT0 - 1, MORPHEUS_STEP_NONE},
+		// Lifts, each on its own.
+		{"lift_acknowledged", Open(1, kT0, true), THR, acked, later, MORPHEUS_STEP_LIFT_ACKNOWLEDGED},
+		{"lift_all_acknowledged", Open(1, kT0, false), KICK, [](morpheus_gate_input *in) { in->last_ack_seq = 5; in->preempt_seq = 5; },
+		 later, MORPHEUS_STEP_LIFT_ACKNOWLEDGED},
+		{"lift_not_running", Open(1, kT0, false), KICK, quiescing, later, MORPHEUS_STEP_LIFT_NOT_RUNNING},
+		{"lift_critical", Open(2, kT0, true), HYB, crit, soon, MORPHEUS_STEP_LIFT_CRITICAL},
+		{"lift_observer", Open(1, kT0, false), KICK, observer, later, MORPHEUS_STEP_LIFT_REVOKED},
+		{"lift_policy_none", Open(1, kT0, true), THR, policy_none, later, MORPHEUS_STEP_LIFT_REVOKED},
+		{"lift_not_escapable", Open(1, kT0, false), KICK, opted_out, later, MORPHEUS_STEP_LIFT_REVOKED},
+		{"lift_expired", Open(1, kT0, true), THR, nullptr, kT0 + kBound, MORPHEUS_STEP_LIFT_EXPIRED},
+		{"lift_expired_within_grace", Open(1, kT0, false), KICK, within, kT0 + kBound, MORPHEUS_STEP_LIFT_EXPIRED},
+		{"not_expired_one_ns_before", Open(1, kT0, true), THR, nullptr, kT0 + kBound - 1, MORPHEUS_STEP_NONE},
+		{"clock_backwards_no_expiry", Open(1, kT0, true), THR, nullptr, 0, MORPHEUS_STEP_NONE},
+		// Precedence: acknowledgement, then state, then critical, then revocation, then the bound.
+		{"ack_before_state", Open(1, kT0, false), KICK, [](morpheus_gate_input *in) { in->last_ack_seq = 5; in->worker_state = 0; },
+		 kT0 + kBound, MORPHEUS_STEP_LIFT_ACKNOWLEDGED},
+		{"state_before_critical", Open(1, kT0, false), KICK, [](morpheus_gate_input *in) { in->worker_state = 0; in->in_critical = 1; },
+		 kT0 + kBound, MORPHEUS_STEP_LIFT_NOT_RUNNING},
+		{"critical_before_revoked", Open(1, kT0, false), KICK, [](morpheus_gate_input *in) { in->in_critical = 1; in->escapable = 0; },
+		 kT0 + kBound, MORPHEUS_STEP_LIFT_CRITICAL},
+		{"revoked_before_expired", Open(1, kT0, false), KICK, observer, kT0 + kBound, MORPHEUS_STEP_LIFT_REVOKED},
+	};
+	for (const StepCase &c : cases) {
+		morpheus_gate_input in = Escalatable();
+		in.escalation_policy = c.policy;
+		if (c.change)
+			c.change(&in);
+		const morpheus_gate_verdict verdict = morpheus_gate(&in);
+		EXPECT_EQ(morpheus_escalation_decide(&c.e, &in, verdict, c.now, kBound), c.expected) << c.name;
+	}
+}
+
+// commit: actions open and advance an episode, a THROTTLE ends its repeats, any lift closes it.
+TEST(Escalation, CommitRecordsTheEpisode)
+{
+	morpheus_gate_input in = Escalatable(); // preempt_seq 5, last_ack_seq 4
+	in.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	morpheus_escalation e{};
+	morpheus_escalation_commit(&e, MORPHEUS_STEP_NONE, &in, kT0);
+	EXPECT_EQ(e.open, 0u);
+
+	morpheus_escalation_commit(&e, MORPHEUS_STEP_KICK, &in, kT0);
+	EXPECT_EQ(e.open, 1u);
+	EXPECT_EQ(e.steps, 1u);
+	EXPECT_EQ(e.opened_ns, kT0);
+	EXPECT_EQ(e.last_action_ns, kT0);
+	EXPECT_EQ(e.ack_at_open, 4u);
+	EXPECT_EQ(e.preempt_seq, 5u);
+	EXPECT_EQ(e.throttled, 0u);
+
+	in.preempt_seq = 9; // later hints do not move the episode's request
+	morpheus_escalation_commit(&e, MORPHEUS_STEP_THROTTLE, &in, kT0 + kGrace + 1);
+	EXPECT_EQ(e.steps, 2u);
+	EXPECT_EQ(e.opened_ns, kT0);
+	EXPECT_EQ(e.last_action_ns, kT0 + kGrace + 1);
+	EXPECT_EQ(e.preempt_seq, 5u);
+	EXPECT_EQ(e.throttled, 1u);
+	EXPECT_EQ(morpheus_escalation_decide(&e, &in, morpheus_gate(&in), kT0 + 2 * kGrace + 2, kBound), MORPHEUS_STEP_NONE);
+
+	for (morpheus_escalation_step lift : {MORPHEUS_STEP_LIFT_ACKNOWLEDGED, MORPHEUS_STEP_LIFT_NOT_RUNNING,
+					      MORPHEUS_STEP_LIFT_CRITICAL, MORPHEUS_STEP_LIFT_REVOKED, MORPHEUS_STEP_LIFT_EXPIRED}) {
+		morpheus_escalation closed = e;
+		morpheus_escalation_commit(&closed, lift, &in, kT0 + kBound);
+		const morpheus_escalation zero{};
+		EXPECT_EQ(memcmp(&closed, &zero, sizeof(zero)), 0) << "lift " << lift;
+		EXPECT_TRUE(morpheus_step_is_lift(lift));
+		EXPECT_EQ(morpheus_step_action(lift), 0u);
+		// After a lift, a worker still overrunning starts a new episode with the first action.
+		EXPECT_EQ(morpheus_escalation_decide(&closed, &in, morpheus_gate(&in), kT0 + kBound, kBound), MORPHEUS_STEP_KICK);
+	}
+	EXPECT_FALSE(morpheus_step_is_lift(MORPHEUS_STEP_NONE));
+	EXPECT_FALSE(morpheus_step_is_lift(MORPHEUS_STEP_KICK));
+	EXPECT_FALSE(morpheus_step_is_lift(MORPHEUS_NR_STEPS));
+	EXPECT_EQ(morpheus_step_action(MORPHEUS_STEP_KICK), (morpheus_u32)MORPHEUS_ESCALATION_ACTION_KICK);
+	EXPECT_EQ(morpheus_step_action(MORPHEUS_STEP_THROTTLE), (morpheus_u32)MORPHEUS_ESCALATION_ACTION_THROTTLE);
+	EXPECT_EQ(morpheus_step_action(MORPHEUS_STEP_NONE), 0u);
+}
+
+// A whole HYBRID episode driven through decide + commit, as every backend drives it.
+TEST(Escalation, HybridEpisodeEndToEnd)
+{
+	morpheus_gate_input in = Escalatable();
+	in.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	morpheus_escalation e{};
+	struct Tick {
+		morpheus_u64 now;
+		morpheus_escalation_step expected;
+	};
+	const std::vector<Tick> ticks = {
+		{kT0, MORPHEUS_STEP_KICK},
+		{kT0 + 1, MORPHEUS_STEP_NONE},
+		{kT0 + kGrace, MORPHEUS_STEP_NONE},
+		{kT0 + kGrace + 1, MORPHEUS_STEP_THROTTLE},
+		{kT0 + 3 * kGrace, MORPHEUS_STEP_NONE},
+		{kT0 + kBound, MORPHEUS_STEP_LIFT_EXPIRED},
+		{kT0 + kBound + 1, MORPHEUS_STEP_KICK},
+	};
+	for (const Tick &t : ticks) {
+		const morpheus_escalation_step step = morpheus_escalation_decide(&e, &in, morpheus_gate(&in), t.now, kBound);
+		EXPECT_EQ(step, t.expected) << "at " << t.now - kT0;
+		morpheus_escalation_commit(&e, step, &in, t.now);
+	}
+	EXPECT_EQ(e.open, 1u);
+	EXPECT_EQ(e.opened_ns, kT0 + kBound + 1);
+}
+
 struct HintCase {
 	const char *name;
 	morpheus_u32 state;
@@ -195,10 +399,14 @@ TEST(EscalationAction, PerPolicy)
 TEST(Pressure, Thresholds)
 {
 	const std::vector<std::pair<morpheus_u32, morpheus_u32>> cases = {
-		{0, MORPHEUS_PRESSURE_LEVEL_NONE},     {499, MORPHEUS_PRESSURE_LEVEL_NONE},
-		{500, MORPHEUS_PRESSURE_LEVEL_LOW},    {1999, MORPHEUS_PRESSURE_LEVEL_LOW},
-		{2000, MORPHEUS_PRESSURE_LEVEL_MEDIUM}, {4999, MORPHEUS_PRESSURE_LEVEL_MEDIUM},
-		{5000, MORPHEUS_PRESSURE_LEVEL_HIGH},  {10000, MORPHEUS_PRESSURE_LEVEL_HIGH},
+		{0, MORPHEUS_PRESSURE_LEVEL_NONE},
+		{MORPHEUS_PRESSURE_LOW_CENTI - 1, MORPHEUS_PRESSURE_LEVEL_NONE},
+		{MORPHEUS_PRESSURE_LOW_CENTI, MORPHEUS_PRESSURE_LEVEL_LOW},
+		{MORPHEUS_PRESSURE_MEDIUM_CENTI - 1, MORPHEUS_PRESSURE_LEVEL_LOW},
+		{MORPHEUS_PRESSURE_MEDIUM_CENTI, MORPHEUS_PRESSURE_LEVEL_MEDIUM},
+		{MORPHEUS_PRESSURE_HIGH_CENTI - 1, MORPHEUS_PRESSURE_LEVEL_MEDIUM},
+		{MORPHEUS_PRESSURE_HIGH_CENTI, MORPHEUS_PRESSURE_LEVEL_HIGH},
+		{10000, MORPHEUS_PRESSURE_LEVEL_HIGH},
 		{0xffffffffu, MORPHEUS_PRESSURE_LEVEL_HIGH},
 	};
 	for (const auto &c : cases)

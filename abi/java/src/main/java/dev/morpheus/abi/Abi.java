@@ -75,7 +75,7 @@ public final class Abi {
     /** The pinned BPF_F_MMAPABLE array map holding the region (kernel backend). */
     public static final String PINNED_REGION_PATH = "/sys/fs/bpf/morpheus/region";
 
-    /** The pinned BPF ring buffer of hint records (kernel backend, feature HINT_RING; since 1.2). */
+    /** Where 1.2 schedulers pinned the hint ring (since 1.2). Since 1.3 the ring has one consumer, the agent, and is not pinned; a scheduler removes a stale pin found here. */
     public static final String PINNED_HINTS_PATH = "/sys/fs/bpf/morpheus/hints";
 
     /** The shared-memory file holding the region (simulation backend). */

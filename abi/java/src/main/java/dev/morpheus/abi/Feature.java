@@ -9,7 +9,7 @@ public final class Feature {
     /** Optional: the header's pressure record is kept current. */
     public static final long PRESSURE_RECORD = 0x1L;
 
-    /** Optional: hints are also published in a ring buffer (kernel backend: pinned map hints). */
+    /** Optional: hints were also published in a pinned ring buffer (1.2). Not set since 1.3: the agent is the ring's only consumer (SCB.md 8). */
     public static final long HINT_RING = 0x2L;
 
     /** Every bit this ABI version knows. */

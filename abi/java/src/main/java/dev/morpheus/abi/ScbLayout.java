@@ -73,7 +73,7 @@ public final class ScbLayout {
     public static final VarHandle ESCALATIONS =
             LAYOUT.varHandle(PathElement.groupElement("escalations"));
 
-    /** 1 while an escalation (throttle or demotion) is in force, else 0. (atomic; relaxed) */
+    /** 1 exactly while an escalation episode is open (SCB.md 5.6), whatever its action; else 0. (atomic; relaxed) */
     public static final VarHandle ESCALATED =
             LAYOUT.varHandle(PathElement.groupElement("escalated"));
 

@@ -26,7 +26,7 @@ public final class ScbOffsets {
     public static final long HINTS_DROPPED = 40;
     /** Escalations applied to this worker. */
     public static final long ESCALATIONS = 44;
-    /** 1 while an escalation (throttle or demotion) is in force, else 0. */
+    /** 1 exactly while an escalation episode is open (SCB.md 5.6), whatever its action; else 0. */
     public static final long ESCALATED = 48;
     /** Zero. */
     public static final long _RESERVED0 = 52;
