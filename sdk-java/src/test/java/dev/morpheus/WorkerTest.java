@@ -147,6 +147,24 @@ class WorkerTest {
     }
 
     @Test
+    void theDepthBelongsToTheThreadAndIsPublishedAtTheNextRegistration() {
+        Worker first = register(1);
+        first.criticalEnter();
+        first.close(); // closed inside the section: the thread keeps its depth (spec/SCB.md §5.3)
+        assertEquals(0, region.load32(1, ScbOffsets.IN_CRITICAL), "the released slot is cleared");
+        try (Worker second = register(2)) {
+            assertEquals(1, second.criticalDepth());
+            assertEquals(WorkerState.RUNNING.value, region.load32(2, ScbOffsets.WORKER_STATE));
+            assertEquals(1, region.load32(2, ScbOffsets.IN_CRITICAL), "RUNNING is published inside the section");
+            region.bump(2);
+            assertFalse(second.checkpoint());
+            second.criticalExit();
+            assertEquals(0, region.load32(2, ScbOffsets.IN_CRITICAL));
+            assertTrue(second.checkpoint());
+        }
+    }
+
+    @Test
     void anUnbalancedExitIsNotInCriticalAndWritesNothing() {
         try (Worker worker = register(4)) {
             byte[] before = region.snapshot();
