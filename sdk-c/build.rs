@@ -3,7 +3,10 @@
 //! `libmorpheus.so.1` (the ABI major) as their dependency.
 
 fn main() {
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmorpheus.so.{}", morpheus_major());
+    let soname = format!("libmorpheus.so.{}", morpheus_major());
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    // tests/worker_layout.rs holds the soname to sdk-c/worker_layout.lock's entry for the current layout.
+    println!("cargo:rustc-env=MORPHEUS_SONAME={soname}");
     println!("cargo:rerun-if-changed=build.rs");
 }
 

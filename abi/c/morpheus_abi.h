@@ -403,6 +403,34 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, slot_genera
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, message_size) == 28, "morpheus_reg_reply.message_size must be at offset 28");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, region_path) == 32, "morpheus_reg_reply.region_path must be at offset 32");
 
+#ifndef __bpf__
+/* The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.
+ * `scb` points to the slot, `stride` is the header's scb_stride (a multiple of 8, >= 128). */
+static inline void morpheus_scb_clear_for_reuse(void *scb, morpheus_u64 stride)
+{
+	unsigned char *base = (unsigned char *)scb;
+	morpheus_u64 offset;
+
+	__atomic_store_n((morpheus_u32 *)(base + 28), 0, __ATOMIC_RELAXED); /* tid */
+	__atomic_store_n((morpheus_u32 *)(base + 32), 0, __ATOMIC_RELAXED); /* pid */
+	__atomic_store_n((morpheus_u32 *)(base + 48), 0, __ATOMIC_RELAXED); /* escalated */
+	__atomic_store_n((morpheus_u32 *)(base + 52), 0, __ATOMIC_RELAXED); /* _reserved0 */
+	__atomic_store_n((morpheus_u64 *)(base + 56), 0, __ATOMIC_RELAXED); /* _reserved0 */
+	__atomic_store_n((morpheus_u64 *)(base + 72), 0, __ATOMIC_RELAXED); /* yield_count */
+	__atomic_store_n((morpheus_u32 *)(base + 84), 0, __ATOMIC_RELAXED); /* in_critical */
+	__atomic_store_n((morpheus_u32 *)(base + 88), 0, __ATOMIC_RELAXED); /* escapable */
+	__atomic_store_n((morpheus_u32 *)(base + 92), 0, __ATOMIC_RELAXED); /* priority */
+	__atomic_store_n((morpheus_u32 *)(base + 96), 0, __ATOMIC_RELAXED); /* last_yield_reason */
+	__atomic_store_n((morpheus_u32 *)(base + 100), 0, __ATOMIC_RELAXED); /* runtime_mode */
+	__atomic_store_n((morpheus_u32 *)(base + 104), 0, __ATOMIC_RELAXED); /* runtime_kind */
+	__atomic_store_n((morpheus_u32 *)(base + 108), 0, __ATOMIC_RELAXED); /* _reserved1 */
+	__atomic_store_n((morpheus_u64 *)(base + 112), 0, __ATOMIC_RELAXED); /* _reserved1 */
+	__atomic_store_n((morpheus_u64 *)(base + 120), 0, __ATOMIC_RELAXED); /* _reserved1 */
+	for (offset = 128; offset + 8 <= stride; offset += 8) /* bytes a newer version defined */
+		__atomic_store_n((morpheus_u64 *)(base + offset), 0, __ATOMIC_RELAXED);
+}
+#endif
+
 /* The spec's name of a scheduler_mode value, or 0 if unknown. */
 static inline const char *morpheus_scheduler_mode_name(morpheus_u32 value)
 {

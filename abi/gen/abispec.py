@@ -15,6 +15,7 @@ from pathlib import Path
 PRIMITIVES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8}
 DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message"}
 ACCESS = {"atomic", "plain"}
+RECLAIM = {"zero", "keep"}
 CONSTANT_TYPES = {"u32", "u64", "i32", "str"}
 CACHE_LINE = 64
 _BYTES = re.compile(r"u8\[(\d+)\]")
@@ -41,6 +42,7 @@ class Field:
     access: str
     ordering: str
     doc: str
+    reclaim: str = "zero"
 
     @property
     def reserved(self) -> bool:
@@ -266,8 +268,11 @@ def _parse_record(r: dict, spec: Spec) -> Record:
                 raise SpecError(f"{fwhere}: only a primitive integer can be atomic, not {ftype}")
             if offset // CACHE_LINE != (offset + tsize - 1) // CACHE_LINE:
                 raise SpecError(f"{fwhere}: atomic field straddles a cache line (bytes {offset}-{offset + tsize - 1})")
+        reclaim = f.get("reclaim", "zero")
+        if reclaim not in RECLAIM:
+            raise SpecError(f"{fwhere}: unknown reclaim '{reclaim}' (expected one of {sorted(RECLAIM)})")
         fld = Field(fname, ftype, offset, tsize, talign, direction, _need(f, "writer", fwhere, str), access,
-                    _need(f, "ordering", fwhere, str), _need(f, "doc", fwhere, str))
+                    _need(f, "ordering", fwhere, str), _need(f, "doc", fwhere, str), reclaim)
         if fld.reserved and fld.writer != "nobody":
             raise SpecError(f"{fwhere}: reserved fields (leading '_') must have writer = \"nobody\"")
         fields.append(fld)
@@ -309,6 +314,21 @@ def _parse_record(r: dict, spec: Spec) -> Record:
                 if f.direction != lines[line]:
                     raise SpecError(f"field {name}.{f.name}: direction {f.direction} is not allowed in cache line {line} ({lines[line]} only)")
     return Record(name, size, align, _need(r, "doc", where, str), tuple(fields), lines)
+
+
+def reclaim_stores(record: Record) -> list[tuple[int, int]]:
+    """(offset, width) of the zero stores of the reclaim clear (SCB.md §4): every byte of the record
+    except the fields marked reclaim = "keep", as naturally aligned stores of 8, 4, 2 or 1 bytes."""
+    stores = []
+    for f in record.fields:
+        if f.reclaim == "keep":
+            continue
+        pos = f.offset
+        while pos < f.end:
+            width = next(w for w in (8, 4, 2, 1) if pos % w == 0 and pos + w <= f.end)
+            stores.append((pos, width))
+            pos += width
+    return stores
 
 
 # --- Compatibility gate -----------------------------------------------------------------------------------

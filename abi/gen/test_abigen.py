@@ -58,6 +58,7 @@ def test_the_real_spec_is_valid_and_the_scb_is_two_cache_lines():
         (lambda s: s["enum"][0]["values"].append({"name": "TURBO", "value": 1, "doc": "x"}), "duplicate enum value 1 (ENFORCED and TURBO)"),
         (lambda s: s["enum"][0]["values"].append({"name": "ENFORCED", "value": 9, "doc": "x"}), "duplicate enum value name 'ENFORCED'"),
         (lambda s: s["constant"].append(dict(s["constant"][0])), "duplicate constant 'REGION_MAGIC'"),
+        (lambda s: field(s, "tid").update(reclaim="sometimes"), "scb.tid: unknown reclaim 'sometimes'"),
         (lambda s: s["escapable_default"].update(COBOL=True), "escapable_default: 'COBOL' is not a runtime_kind"),
         (lambda s: s["record"][1].update(align=48), "align 48 is not a power of two"),
     ],
@@ -68,6 +69,35 @@ def test_bad_specs_fail_naming_what_is_wrong(mutate, message):
     with pytest.raises(SpecError) as err:
         abispec.parse(spec)
     assert message in str(err.value)
+
+
+def test_the_reclaim_clear_zeroes_every_byte_but_the_kept_fields_once():
+    scb = abispec.parse(raw()).record("scb")
+    zeroed = bytearray(scb.size)
+    for offset, width in abispec.reclaim_stores(scb):
+        assert offset % width == 0, f"store at {offset} is not aligned for {width} bytes"
+        assert not any(zeroed[offset:offset + width]), f"byte {offset} stored twice"
+        zeroed[offset:offset + width] = b"\x01" * width
+    for f in scb.fields:
+        expected = 0 if f.reclaim == "keep" else 1
+        assert set(zeroed[f.offset:f.end]) == {expected}, f.name
+    kept = {f.name for f in scb.fields if f.reclaim == "keep"}
+    assert {"preempt_seq", "last_ack_seq", "slot_generation", "worker_state"} <= kept
+    assert not kept & {"tid", "pid", "in_critical", "escapable", "priority"}
+
+
+def test_the_python_reclaim_clear_zeroes_the_whole_stride():
+    sys.path.insert(0, str(ROOT / "abi" / "python"))
+    import morpheus_abi as m
+    buf = bytearray(b"\xff" * 3 * 256)
+    m.scb_clear_for_reuse(buf, 256, 256)
+    assert buf[:256] == b"\xff" * 256 and buf[512:] == b"\xff" * 256, "only the one slot is written"
+    slot = buf[256:512]
+    assert slot[128:] == bytes(128), "bytes past the known SCB must not leak to the next occupant"
+    kept_names = {f.name for f in abispec.parse(raw()).record("scb").fields if f.reclaim == "keep"}
+    for f in m.Scb.FIELDS:
+        kept = f.name in kept_names
+        assert slot[f.offset:f.offset + f.size] == (b"\xff" * f.size if kept else bytes(f.size)), f.name
 
 
 def test_an_atomic_field_across_a_cache_line_is_refused_naming_it():

@@ -34,8 +34,17 @@ def _load():
 m = _load()
 
 HEADER_FIELDS = {f.name: f for f in m.RegionHeader.FIELDS}
+# The pressure record's fields, addressable as "pressure.level" etc. (offsets within the header).
+HEADER_FIELDS.update({
+    f"pressure.{f.name}": m.Field(f"pressure.{f.name}", f.type, m.RegionHeader.PRESSURE.offset + f.offset, f.size,
+                                  f.atomic, f.struct_format)
+    for f in m.Pressure.FIELDS
+})
 SCB_FIELDS = {f.name: f for f in m.Scb.FIELDS}
 
+# The reclaim clear of SCB.md §4, generated from abi.toml's `reclaim` keys: the harness's expected image and
+# the reference agent use the same function as every SDK.
+scb_clear_for_reuse = m.scb_clear_for_reuse
 
 def _snake(name: str) -> str:
     out = []
@@ -57,6 +66,7 @@ ENUMS: dict[str, type[enum.IntEnum]] = {
 def enum_of_field(field_name: str) -> type[enum.IntEnum] | None:
     """The enum a field holds: the one whose spec name ends the field name (last_yield_reason ->
     yield_reason, worker_state -> worker_state). None for plain numbers."""
+    field_name = field_name.replace(".", "_")  # pressure.level -> pressure_level
     best = None
     for enum_name, cls in ENUMS.items():
         if field_name == enum_name or field_name.endswith("_" + enum_name):

@@ -17,6 +17,7 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -38,6 +39,14 @@ AGENTS = CONFORMANCE / "agents"
 RESULTS = CONFORMANCE / "results"
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str) -> str:
+    """`${NAME}` and `${NAME:-default}` in a manifest's command and build (e.g. the cargo target dir)."""
+    return _ENV_REF.sub(lambda mt: os.environ.get(mt.group(1)) or (mt.group(2) or ""), text)
+
+
 def load_agents(directory: Path = AGENTS) -> dict[str, AgentSpec]:
     agents = {}
     manifests = []
@@ -55,8 +64,8 @@ def load_agents(directory: Path = AGENTS) -> dict[str, AgentSpec]:
         if data.get("target", "sdk") not in ("sdk", "gate"):
             raise SystemExit(f"{manifest}: target must be \"sdk\" or \"gate\"")
         agents[name] = AgentSpec(
-            name=name, target=data.get("target", "sdk"), command=command, cwd=str(REPO_ROOT),
-            build=data.get("build", []), description=data.get("description", ""),
+            name=name, target=data.get("target", "sdk"), command=[expand(c) for c in command], cwd=str(REPO_ROOT),
+            build=[[expand(c) for c in cmd] for cmd in data.get("build", [])], description=data.get("description", ""),
             env=data.get("env", {}),
         )
     return agents
@@ -174,6 +183,9 @@ def main(argv=None) -> int:
             if passed == 0:
                 print(f"gate {name}: no scenario passed (nothing ran?)", file=sys.stderr)
                 return 1
+        for row, col, cell in matrix_mod.skips(mx):
+            if col in columns:
+                print(f"gate {col}: {row} SKIPPED: {cell.get('message', '')}", file=sys.stderr)
         if failed:
             print(f"gate {', '.join(columns)}: {len(failed)} deviation(s); see the table", file=sys.stderr)
             return 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from abi import m
 
-SYMBOL = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "absent": "-"}
+SYMBOL = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "skip": "skip", "absent": "-"}
 
 
 def build(results, columns, scenarios, broken, merged=None) -> dict:
@@ -52,6 +52,11 @@ def failures(matrix: dict, column: str | None = None) -> list[tuple[str, str, di
     return out
 
 
+def skips(matrix: dict) -> list[tuple[str, str, dict]]:
+    return [(row, col, cell) for row, data in matrix["rows"].items() for col, cell in data["cells"].items()
+            if cell["status"] == "skip"]
+
+
 def markdown(matrix: dict) -> str:
     cols = matrix["columns"]
     lines = [
@@ -76,8 +81,14 @@ def markdown(matrix: dict) -> str:
         lines += ["", "Failures (first deviation of each failed cell):", ""]
         for row, col, cell in fails:
             lines.append(f"- **{col}** / {row}: {cell.get('message', '')}")
+    skipped = skips(matrix)
+    if skipped:
+        lines += ["", "Skipped (a check this host cannot make; not a pass):", ""]
+        for row, col, cell in skipped:
+            lines.append(f"- **{col}** / {row}: {cell.get('message', '')}")
     lines += ["", "pass = every step matched byte for byte; FAIL = see below; "
-              "n/a = the SDK has no such checkpoint flavour; - = not run for this column."]
+              "n/a = the SDK has no such checkpoint flavour; skip = the host cannot make a check the "
+              "scenario needs (see above); - = not run for this column."]
     return "\n".join(lines) + "\n"
 
 

@@ -189,6 +189,18 @@ class Region:
         self._view(f.offset, f).value = value
         self.header[name] = value
 
+    def fill(self, start: int, end: int, byte: int) -> None:
+        """Raw bytes (e.g. the part of a stride this ABI version does not define)."""
+        if self._mm is None:
+            raise RuntimeError(f"region {self.path} is not mapped (not created, or empty)")
+        self._mm[start:end] = bytes([byte]) * (end - start)
+
+    def mapping(self):
+        """The harness's shared mapping (read by the store tracer while the agent is stopped)."""
+        if self._mm is None:
+            raise RuntimeError(f"region {self.path} is not mapped (not created, or empty)")
+        return self._mm
+
     def snapshot(self) -> bytes:
         if self._mm is None:
             return b""

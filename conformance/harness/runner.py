@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 import abi
+import softdirty
+import stores
 from abi import HEADER_FIELDS, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
@@ -47,7 +49,7 @@ class CellResult:
     scenario: str
     variant: str | None
     agent: str
-    status: str  # pass | fail | n/a
+    status: str  # pass | fail | n/a | skip (a check this host cannot make; message says why)
     step: int | None = None
     step_label: str = ""
     message: str = ""
@@ -78,6 +80,10 @@ class StepFailure(Exception):
     def __init__(self, message: str, first_diff: dict | None = None):
         super().__init__(message)
         self.first_diff = first_diff
+
+
+class StepSkipped(Exception):
+    """The step needs a facility this host lacks (e.g. hardware watchpoints); never a pass."""
 
 
 def _diff_report(region: Region, expected: bytes, actual: bytes, context: str) -> StepFailure:
@@ -158,6 +164,26 @@ class CellRun:
                 self._apply(image, self.region.scb_offset(slot), SCB_FIELDS[name], resolve_enum(name, value))
         self.expected = bytes(image)
 
+    def _fill_range(self, fill: dict, slot: int, image: bytes, step: Step) -> tuple[int, int]:
+        """Absolute [start, end) of a `fill` table's offsets, which count from the slot's first byte."""
+        names = {**constants(), **self._names(image, slot, {}), "scb_size": m.Scb.SIZE}
+        try:
+            lo, hi = (int(evaluate(fill[k], names)) for k in ("from", "to"))
+        except ExprError as err:
+            raise StepFailure(f"{step.describe()}: fill: {err}") from None
+        stride = self.region.header["scb_stride"]
+        if not 0 <= lo <= hi <= stride:
+            raise StepFailure(f"{step.describe()}: fill {lo}..{hi} is outside the slot's stride of {stride} bytes")
+        base = self.region.scb_offset(slot)
+        return base + lo, base + hi
+
+    def _harness_fill(self, step: Step) -> None:
+        start, end = self._fill_range(step.fill, step.slot, self.expected, step)
+        self.region.fill(start, end, step.fill["byte"])
+        image = bytearray(self.expected)
+        image[start:end] = bytes([step.fill["byte"]]) * (end - start)
+        self.expected = bytes(image)
+
     def _bump(self, slot: int, by: int) -> None:
         seq = self.region.read_scb(slot, "preempt_seq") + by
         self._harness_write({"preempt_seq": seq}, slot)
@@ -170,6 +196,15 @@ class CellRun:
         expect = step.expect
         slot = step.slot
         post_names = self._names(actual, slot, reply)
+        if expect.get("reclaimed"):
+            # The reclaim clear (SCB.md §4) over the whole stride, then INIT published.
+            base = self.region.scb_offset(slot)
+            abi.scb_clear_for_reuse(expected, base, self.region.header["scb_stride"])
+            struct.pack_into(SCB_FIELDS["worker_state"].struct_format, expected,
+                             base + SCB_FIELDS["worker_state"].offset, int(m.WorkerState.INIT))
+        if expect.get("fill"):
+            start, end = self._fill_range(expect["fill"], slot, actual, step)
+            expected[start:end] = bytes([expect["fill"]["byte"]]) * (end - start)
         for table, fields, base in (
             (expect.get("scb", {}), SCB_FIELDS, self.region.scb_offset(slot) if expect.get("scb") else 0),
             (expect.get("header", {}), HEADER_FIELDS, 0),
@@ -264,15 +299,33 @@ class CellRun:
             if during_yield.get("write"):
                 # Another path of the same runtime (SCB.md §3: why last_ack_seq is a CAS) or the scheduler.
                 self._harness_write(during_yield["write"], step.slot)
+            if during_yield.get("write_header"):
+                # E.g. a scheduler restart while the task is suspended (SCB.md §6).
+                self._harness_write(during_yield["write_header"], None)
 
         watcher = self._watch(step) if step.expect.get("watch") else None
+        tracer = self._tracer(step) if step.expect.get("stores") or step.expect.get("at_store") else None
+        pages = self._page_watch(step) if step.expect.get("untouched") else None
         try:
             reply = self.agent.request(step.op, args, on_suspended=on_suspended)
         finally:
             if watcher:
                 watcher.stop()
+            if tracer:
+                try:
+                    tracer.stop()
+                except stores.Unavailable as err:
+                    raise StepSkipped(f"{step.describe()}: expect.stores: {err}") from None
         if watcher:
             watcher.judge(step)
+        if tracer:
+            self._judge_stores(step, tracer)
+        if pages:
+            written = pages.written()
+            if written:
+                raise StepFailure(f"{step.describe()}: the agent stored into the page(s) at file offset(s) "
+                                  f"{written} holding scb[{step.slot}] (its soft-dirty bit is set), expected no "
+                                  "store at all")
         if suspended_failure:
             raise suspended_failure[0]
         if step.op == "checkpoint" and reply.get("ok"):
@@ -324,6 +377,67 @@ class CellRun:
                 if int(value) != stored:
                     raise StepFailure(f"{step.describe()}: state reports {name} = {value!r}, "
                                       f"scb[{slot}].{name} holds {stored}")
+
+    def _page_watch(self, step: Step) -> softdirty.PageWatch:
+        base = self.region.scb_offset(step.slot)
+        try:
+            return softdirty.PageWatch(self.agent.proc.pid, self.region.path, base,
+                                       base + self.region.header["scb_stride"])
+        except stores.Unavailable as err:
+            raise StepSkipped(f"{step.describe()}: expect.untouched: {err}") from None
+
+    def _tracer(self, step: Step) -> stores.StoreTracer:
+        base = self.region.scb_offset(step.slot)
+        names = list(step.expect.get("stores", {}))
+        trigger = step.expect.get("at_store", {}).get("field")
+        if trigger and trigger not in names:
+            names.append(trigger)
+        fields = {name: (base + SCB_FIELDS[name].offset, SCB_FIELDS[name].size, SCB_FIELDS[name].struct_format)
+                  for name in names}
+        try:
+            tracer = stores.StoreTracer(self.agent.proc.pid, self.region.path, fields, self.region.mapping())
+            tracer.start()
+        except stores.Unavailable as err:
+            raise StepSkipped(f"{step.describe()}: expect.stores: {err}") from None
+        return tracer
+
+    def _judge_stores(self, step: Step, tracer: stores.StoreTracer) -> None:
+        names = self._names(self.region.snapshot(), step.slot, {})
+        for name, order in step.expect.get("stores", {}).items():
+            want = [resolve_enum(name, v, names) for v in order]
+            seen = tracer.stores[name]
+            if seen != want:
+                cls = abi.enum_of_field(name)
+
+                def show(values):
+                    if cls is None:
+                        return str(values)
+                    return "[" + ", ".join(cls(v).name if v in cls._value2member_map_ else str(v)
+                                           for v in values) + "]"
+                raise StepFailure(f"{step.describe()}: the agent stored scb[{step.slot}].{name} = {show(seen)} "
+                                  f"(every store, in order, equal values included); expected {show(want)}")
+        at = step.expect.get("at_store")
+        if at:
+            # The SCB as it was the instant the agent stored `field = value` (e.g. worker_state = REGISTERED).
+            field = at["field"]
+            want = resolve_enum(field, at["value"])
+            hits = [image for name, value, image in tracer.events if name == field and value == want]
+            if not hits:
+                raise StepFailure(f"{step.describe()}: the agent never stored scb[{step.slot}].{field} = "
+                                  f"{at['value']}; it stored {tracer.stores[field]}")
+            image = hits[0]
+            names = self._names(image, step.slot, {})
+            base = self.region.scb_offset(step.slot)
+            for name, expr in at.get("scb", {}).items():
+                f = SCB_FIELDS[name]
+                held = struct.unpack_from(f.struct_format, image, base + f.offset)[0]
+                try:
+                    value = evaluate(expr, names, name)
+                except ExprError as err:
+                    raise StepFailure(f"{step.describe()}: expect.at_store {name}: {err}") from None
+                if held != int(value):
+                    raise StepFailure(f"{step.describe()}: when the agent stored {field} = {at['value']}, "
+                                      f"scb[{step.slot}].{name} held {held}, expected {value} ({expr})")
 
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])
@@ -403,12 +517,16 @@ class CellRun:
                         self._harness_write(step.writes, step.slot)
                     elif step.kind == "write_header":
                         self._harness_write(step.writes, None)
+                    elif step.kind == "fill":
+                        self._harness_fill(step)
                     elif step.kind == "bump":
                         self._bump(step.slot, step.by)
                     elif step.kind == "concurrent":
                         self._concurrent_step(step)
             except StepFailure as err:
                 result.status, result.message, result.first_diff = "fail", str(err), err.first_diff
+            except StepSkipped as err:
+                result.status, result.message = "skip", str(err)
             except AgentFault as err:
                 where = current.describe() if current else "start-up"
                 result.status, result.message = "fail", f"{where}: {err}"
@@ -416,7 +534,7 @@ class CellRun:
                 where = current.describe() if current else "set-up"
                 result.status, result.message = "fail", f"{where}: scenario error: {err}"
             finally:
-                if result.status == "fail" and current is not None:
+                if result.status in ("fail", "skip") and current is not None:
                     result.step, result.step_label = current.index, current.label
                 if self.agent is not None:
                     self.agent.close()

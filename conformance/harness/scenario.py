@@ -18,8 +18,8 @@ TARGETS = ("sdk", "gate")
 CHECKPOINT_MODES = ("sync", "async")
 # Agent operations a scenario may request, and the arguments each accepts (CONFORMANCE.md).
 AGENT_OPS = {
-    "attach": {"path", "discover"},
-    "register": {"slot"},
+    "attach": {"path"},
+    "register": {"slot", "escapable", "priority"},
     "checkpoint": {"mode"},
     "checkpoint_loop": {"mode", "duration_ms"},
     "critical_enter": set(),
@@ -27,6 +27,7 @@ AGENT_OPS = {
     "set_escapable": {"value"},
     "set_priority": {"value"},
     "state": set(),
+    "status": set(),
     "shutdown": set(),
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
@@ -34,8 +35,10 @@ AGENT_OPS = {
 # Gate-target ops and their integer arguments that may be written as expressions.
 GATE_OPS = ("gate", "escalate")
 EXPR_ARGS = ("runtime_ns", "now_ns")
-EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch"}
-STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent")
+EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch", "stores",
+               "fill", "reclaimed", "at_store", "untouched"}
+STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent", "fill")
+MAX_STORE_WATCHES = 4  # hardware watchpoints of the CPU (harness/stores.py)
 
 
 class ScenarioError(Exception):
@@ -50,6 +53,7 @@ class Step:
     op: str = ""
     args: dict = field(default_factory=dict)
     writes: dict = field(default_factory=dict)
+    fill: dict = field(default_factory=dict)
     slot: int = 0
     by: int = 1
     expect: dict = field(default_factory=dict)
@@ -157,12 +161,39 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         for name, order in expect["watch"].items():
             if not (isinstance(order, list) and order):
                 raise _fail(path, where, f"expect.watch.{name} must be the list of values in their order")
+    if "stores" in expect:
+        stores = expect["stores"]
+        _check_fields(path, where + " expect.stores", stores, SCB_FIELDS, "scb")
+        if not len(stores) <= MAX_STORE_WATCHES:
+            raise _fail(path, where, f"expect.stores watches 1 to {MAX_STORE_WATCHES} fields, not {len(stores)}")
+        for name, order in stores.items():
+            if not isinstance(order, list) or SCB_FIELDS[name].size not in (1, 2, 4, 8):
+                raise _fail(path, where, f"expect.stores.{name} must be the list of values stored, in order "
+                                         "([] for none), of a field of 1, 2, 4 or 8 bytes")
+    if "at_store" in expect:
+        at = expect["at_store"]
+        if not (isinstance(at, dict) and set(at) <= {"field", "value", "scb"} and "field" in at and "value" in at
+                and at["field"] in SCB_FIELDS):
+            raise _fail(path, where, "expect.at_store takes { field = SCB_FIELD, value = V, scb = { field = value } }")
+        _check_fields(path, where + " expect.at_store.scb", at.get("scb", {}), SCB_FIELDS, "scb")
+        if len(set(expect.get("stores", {})) | {at["field"]}) > MAX_STORE_WATCHES:
+            raise _fail(path, where, f"expect.stores and expect.at_store watch more than {MAX_STORE_WATCHES} fields")
+    if "fill" in expect:
+        _check_fill(path, where + " expect.fill", expect["fill"])
+    if "untouched" in expect and expect["untouched"] is not True:
+        raise _fail(path, where, "expect.untouched takes only `true`")
+    if "reclaimed" in expect and expect["reclaimed"] is not True:
+        raise _fail(path, where, "expect.reclaimed takes only `true`")
     if "during_yield" in expect:
         dy = expect["during_yield"]
-        if not isinstance(dy, dict) or set(dy) - {"bump", "write"}:
-            raise _fail(path, where, "expect.during_yield takes `bump = N` and `write = { field = value }`")
+        if not isinstance(dy, dict) or set(dy) - {"bump", "write", "write_header"}:
+            raise _fail(path, where, "expect.during_yield takes `bump = N`, `write = { field = value }` and "
+                                     "`write_header = { field = value }`")
         if "write" in dy:
             _check_fields(path, where + " expect.during_yield.write", dy["write"], SCB_FIELDS, "scb")
+        if "write_header" in dy:
+            _check_fields(path, where + " expect.during_yield.write_header", dy["write_header"], HEADER_FIELDS,
+                          "region_header")
     if "check" in expect and not (
         isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
         raise _fail(path, where, "expect.check must be a list of expressions")
@@ -195,6 +226,13 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
             raise _fail(path, where, f"unknown keys {sorted(extra)}")
         step.writes = writes
         step.label = step.label or f"{kind} " + ", ".join(f"{k}={v}" for k, v in writes.items())
+    elif kind == "fill":
+        _check_fill(path, where, raw["fill"])
+        extra = set(raw) - common
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        step.fill = raw["fill"]
+        step.label = step.label or "fill bytes {from}..{to} of the slot with {byte}".format(**raw["fill"])
     elif kind == "bump":
         by = raw["bump"]
         if not isinstance(by, int) or isinstance(by, bool) or by < 1:
@@ -217,6 +255,14 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
             step.args["mode"] = raw["mode"]
         step.label = step.label or f"checkpoints for {duration} ms while the harness bumps {bumps} times"
     return step
+
+
+def _check_fill(path: Path, where: str, table) -> None:
+    if not isinstance(table, dict) or set(table) != {"from", "to", "byte"}:
+        raise _fail(path, where, "takes { from = OFFSET, to = OFFSET, byte = N } (offsets in the slot's stride)")
+    byte = table["byte"]
+    if not isinstance(byte, int) or isinstance(byte, bool) or not 0 <= byte <= 255:
+        raise _fail(path, where, f"byte must be 0..255, not {byte!r}")
 
 
 def load_dir(directory: Path) -> tuple[list[Scenario], list[tuple[Path, str]]]:

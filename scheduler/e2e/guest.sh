@@ -258,6 +258,9 @@ else
 	bad "scx_morpheus (stress) did not start, or $CG is missing"
 fi
 
+# --- trust (SCB.md §10): root-only pins, the effect journal across SIGKILL (e2e/trust-guest.sh) ---
+. /morpheus/trust-guest.sh
+
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------
 # Fixed CPU-bound work on 2 threads (one per vCPU), no worker registered; default scheduler and
 # scx_morpheus alternate so drift in the emulator hits both alike. Ratio = median(morpheus) /

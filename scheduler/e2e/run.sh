@@ -58,6 +58,7 @@ code=0
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/morpheus-e2e-worker" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
+	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \
 	--timeout "$timeout" --log "$log" || code=$?
 
 # The kernel column: judge the BPF gate's answers (a case without one fails its scenario, so a guest

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Result;
 use morpheus_abi as abi;
 
-use crate::region::Region;
+use crate::domains::{Domain, Workers};
 use crate::stats::Counters;
 
 /// Everything the command line decides, validated (see main.rs).
@@ -34,15 +34,21 @@ pub struct Config {
     pub max_workers: u32,
     /// Slots one process may hold at once (registration flood cap).
     pub max_workers_per_process: u32,
-    /// Region file (sim). The kernel backend pins its map at PINNED_REGION_PATH unless told otherwise.
+    /// Slots one uid may hold at once; also the size of each uid's region (sim).
+    pub max_workers_per_uid: u32,
+    /// Kernel backend: where its region map is pinned (the sim backend has no region file: §1.1).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub region_path: Option<PathBuf>,
     pub socket_path: PathBuf,
+    /// The effect journal (S7): every demotion and cap is recorded before it is applied.
+    pub journal: Option<Arc<crate::journal::Journal>>,
     /// Sim backend sampling period.
     pub tick: Duration,
     pub verbose: u8,
 }
 
-/// A registration changed the owner of a slot. Called by the registry thread synchronously, before
+/// A registration changed the owner of a slot (`slot`: the agent's global slot number, the index of
+/// [`Workers`]; with a shared region it is also the slot index in that region). Called by the registry thread synchronously, before
 /// it replies, so a backend that keeps its own tid -> slot index (the BPF side) is current by the time
 /// the worker starts running checkpoints.
 pub trait SlotObserver: Send + Sync {
@@ -58,9 +64,11 @@ pub trait Backend {
     /// Which backing published the region (stored in the header's `backend` field).
     fn kind(&self) -> abi::Backend;
 
-    /// The region this backend created and published (generation != 0). The registry writes slot
-    /// assignments into it; the stats loop reads it.
-    fn region(&self) -> &Arc<Region>;
+    /// The one region every client shares, if this backend has one (kernel: the BPF map, published,
+    /// with its map fd to hand out). None: the agent gives each uid its own region (sim).
+    fn shared_domain(&self) -> Option<Arc<Domain>> {
+        None
+    }
 
     /// Told about slot hand-overs, if the backend needs to know (kernel: tid -> slot map).
     fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
@@ -72,7 +80,8 @@ pub trait Backend {
 
     /// One round of work: observe workers, emit hints, apply and lift escalations (sim); drain the
     /// hint/escalation rings and apply cgroup caps (kernel). Must not block for long.
-    fn tick(&mut self, now_ns: u64) -> Result<()>;
+    /// `pressure_level` is the agent's own latest sample (never read back from a region).
+    fn tick(&mut self, now_ns: u64, pressure_level: u32) -> Result<()>;
 
     /// escalation_event records of the actions taken or undone since the last call (sim: demotions,
     /// cgroup caps and their lifting). A backend whose events travel elsewhere (kernel: the BPF ring
@@ -84,8 +93,8 @@ pub trait Backend {
     /// Counters since start (cumulative; gauges current).
     fn counters(&self) -> Counters;
 
-    /// Clean exit: lift every escalation still in force, store generation 0 in the region, detach
-    /// from the kernel. Called once; errors are reported but the agent exits anyway.
+    /// Clean exit: lift every escalation still in force, detach from the kernel (the agent retires
+    /// the regions). Called once; errors are reported but the agent exits anyway.
     fn shutdown(&mut self) -> Result<()>;
 }
 
@@ -113,9 +122,9 @@ pub fn resolve(choice: BackendChoice) -> BackendChoice {
 }
 
 /// Creates the chosen backend: builds and publishes the region, attaches whatever it attaches.
-pub fn open(choice: BackendChoice, config: &Config) -> Result<Box<dyn Backend>> {
+pub fn open(choice: BackendChoice, config: &Config, workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
     match resolve(choice) {
-        BackendChoice::Sim => Ok(Box::new(crate::sim::SimBackend::open(config)?)),
+        BackendChoice::Sim => Ok(Box::new(crate::sim::SimBackend::open(config, Arc::clone(workers))?)),
         BackendChoice::Kernel => open_kernel(config),
         BackendChoice::Auto => unreachable!("resolved above"),
     }

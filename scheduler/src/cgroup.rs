@@ -7,7 +7,11 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use anyhow::{anyhow, bail, Context, Result};
+
+use crate::journal::Journal;
 
 /// `cpu.max` of a capped cgroup: 10% of one CPU, enough to reach the next checkpoint, too little to
 /// starve anyone.
@@ -47,9 +51,15 @@ struct Cap {
 #[derive(Default)]
 pub struct Caps {
     by_dir: HashMap<PathBuf, Cap>,
+    /// Where each cap is recorded before it is written (S7), if anywhere.
+    journal: Option<Arc<Journal>>,
 }
 
 impl Caps {
+    pub fn with_journal(journal: Option<Arc<Journal>>) -> Caps {
+        Caps { by_dir: HashMap::new(), journal }
+    }
+
     /// Caps `dir` for one more worker (writing `cpu.max` only for the first).
     pub fn cap(&mut self, dir: &Path) -> Result<()> {
         if let Some(cap) = self.by_dir.get_mut(dir) {
@@ -59,7 +69,15 @@ impl Caps {
         let file = dir.join("cpu.max");
         let previous = fs::read_to_string(&file)
             .with_context(|| format!("cannot read {} (is the cpu controller enabled?)", file.display()))?;
-        fs::write(&file, THROTTLE_CPU_MAX).with_context(|| format!("cannot write {}", file.display()))?;
+        if let Some(journal) = &self.journal {
+            journal.capping(dir, previous.trim())?;
+        }
+        if let Err(e) = fs::write(&file, THROTTLE_CPU_MAX) {
+            if let Some(journal) = &self.journal {
+                journal.uncapped(dir); // recorded, but never in force
+            }
+            return Err(e).with_context(|| format!("cannot write {}", file.display()));
+        }
         self.by_dir.insert(dir.to_owned(), Cap { previous: previous.trim().to_owned(), holders: 1 });
         Ok(())
     }
@@ -74,6 +92,10 @@ impl Caps {
         }
         let cap = self.by_dir.remove(dir).expect("present");
         let file = dir.join("cpu.max");
-        fs::write(&file, &cap.previous).with_context(|| format!("cannot restore {} to '{}'", file.display(), cap.previous))
+        fs::write(&file, &cap.previous).with_context(|| format!("cannot restore {} to '{}'", file.display(), cap.previous))?;
+        if let Some(journal) = &self.journal {
+            journal.uncapped(dir);
+        }
+        Ok(())
     }
 }

@@ -45,6 +45,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
+use crate::domains::Domain;
 use crate::region::{self, Region, RegionParams};
 use crate::replay::{self, GateCase};
 use crate::stats::Counters;
@@ -468,7 +469,7 @@ impl KernelBackend {
             region: Arc::clone(&region),
             by_slot: HashMap::new(),
             cgroup2_root: cgroup::cgroup2_root(),
-            caps: Caps::default(),
+            caps: Caps::with_journal(config.journal.clone()),
             applied: 0,
             lifted: 0,
             fallbacks: 0,
@@ -505,6 +506,12 @@ impl KernelBackend {
         // Pinned only once attached, so a start that fails leaves the paths as they were.
         fs::create_dir_all(abi::PIN_DIR)
             .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
+        // Root only (SCB.md §10): runtimes get the region map's fd with their registration reply.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(abi::PIN_DIR, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} root-only", abi::PIN_DIR))?;
+        }
         let mut pinned = Vec::new();
         // A hint ring an older instance pinned would still be drained by its runtimes: remove it.
         unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
@@ -620,8 +627,10 @@ impl Backend for KernelBackend {
         abi::Backend::Kernel
     }
 
-    fn region(&self) -> &Arc<Region> {
-        &self.region
+    fn shared_domain(&self) -> Option<Arc<Domain>> {
+        // Every client maps the one BPF region map: its fd goes with each registration reply.
+        let fd = self.skel.maps.region.as_fd().try_clone_to_owned().ok()?;
+        Some(Arc::new(Domain { region: Arc::clone(&self.region), fd }))
     }
 
     fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
@@ -632,7 +641,7 @@ impl Backend for KernelBackend {
         self.tick_interval
     }
 
-    fn tick(&mut self, _now_ns: u64) -> Result<()> {
+    fn tick(&mut self, _now_ns: u64, _pressure_level: u32) -> Result<()> {
         if uei_exited!(&self.skel, uei) {
             // The kernel has already fallen back to its default scheduler; say why and stop.
             let _ = self.link.take();

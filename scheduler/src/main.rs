@@ -5,17 +5,9 @@
 //! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`) or the
 //! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
 
-mod backend;
-mod cgroup;
 #[cfg(feature = "kernel")]
-mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.
-mod lock;
-mod pressure;
-mod region;
-mod registry;
-mod replay;
-mod sim;
-mod stats;
+use scx_morpheus::kernel;
+use scx_morpheus::{backend, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, stats};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,22 +87,34 @@ struct Opts {
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1")]
     stats: Option<f64>,
 
-    /// Region to create. Default: the spec's SIM_REGION_PATH (sim) or PINNED_REGION_PATH (kernel).
+    /// Kernel backend only: where its region map is pinned (always the spec's PINNED_REGION_PATH).
+    /// The sim backend has no region file: each user's region is handed over the socket.
     #[arg(short = 'r', long, value_name = "PATH")]
     region: Option<PathBuf>,
 
-    /// Registration socket. Default: the spec's DEFAULT_SOCKET_PATH.
+    /// Registration socket. Its directory is the agent's runtime directory (also its lock and effect
+    /// journal): it must belong to the agent's user and be writable by nobody else. Default: the
+    /// spec's DEFAULT_SOCKET_PATH (in /run/morpheus).
     #[arg(short = 'S', long, value_name = "PATH", default_value = abi::DEFAULT_SOCKET_PATH)]
     socket: PathBuf,
+
+    /// Group whose members may register (socket mode 0660). Without it the socket is 0600: only the
+    /// agent's own user may register.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
 
     /// Number of SCB slots (workers that can be registered at once).
     #[arg(short = 'w', long, default_value_t = abi::MAX_WORKERS)]
     max_workers: u32,
 
-    /// Slots one process may hold at once (default: half of --max-workers): a registration flood from
-    /// one process cannot take every slot.
+    /// Slots one process may hold at once (default: --max-workers-per-uid).
     #[arg(long)]
     max_workers_per_process: Option<u32>,
+
+    /// Slots the processes of one user may hold at once (default: half of --max-workers): one user
+    /// cannot take every slot. Also the size of each user's region.
+    #[arg(long)]
+    max_workers_per_uid: Option<u32>,
 
     /// Simulation backend: how often worker CPU time is sampled, in microseconds.
     #[arg(long, default_value_t = 1000)]
@@ -149,17 +153,24 @@ fn validate(opts: &Opts) -> Result<Config> {
     if opts.max_workers == 0 || opts.max_workers > MAX_SLOTS {
         bail!("--max-workers {}: must be between 1 and {MAX_SLOTS}", opts.max_workers);
     }
-    let per_process = opts.max_workers_per_process.unwrap_or((opts.max_workers / 2).max(1));
-    if per_process == 0 || per_process > opts.max_workers {
-        bail!(
-            "--max-workers-per-process {per_process}: must be between 1 and --max-workers ({})",
-            opts.max_workers
-        );
+    let per_uid = opts.max_workers_per_uid.unwrap_or((opts.max_workers / 2).max(1));
+    if per_uid == 0 || per_uid > opts.max_workers {
+        bail!("--max-workers-per-uid {per_uid}: must be between 1 and --max-workers ({})", opts.max_workers);
+    }
+    let per_process = opts.max_workers_per_process.unwrap_or(per_uid);
+    if per_process == 0 || per_process > per_uid {
+        bail!("--max-workers-per-process {per_process}: must be between 1 and the per-uid limit ({per_uid})");
     }
     if let Some(interval) = opts.stats {
         if !(interval.is_finite() && (0.01..=3600.0).contains(&interval)) {
             bail!("--stats {interval}: the interval must be between 0.01 and 3600 seconds");
         }
+    }
+    if opts.region.is_some() && backend::resolve(opts.backend) == BackendChoice::Sim {
+        bail!(
+            "--region: the sim backend has no region file since ABI 1.3; each user's region is a sealed memfd \
+             handed out with the registration reply (spec/SCB.md §1.1). Drop --region"
+        );
     }
     if let Some(region) = &opts.region {
         if region.as_os_str().is_empty() {
@@ -191,8 +202,10 @@ fn validate(opts: &Opts) -> Result<Config> {
         },
         max_workers: opts.max_workers,
         max_workers_per_process: per_process,
+        max_workers_per_uid: per_uid,
         region_path: opts.region.clone(),
         socket_path: opts.socket.clone(),
+        journal: None,
         tick: Duration::from_micros(opts.tick_us),
         verbose: opts.verbose,
     })
@@ -218,13 +231,6 @@ fn install_signal_handlers() -> Result<()> {
     // SAFETY: ignoring SIGPIPE is always allowed.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     Ok(())
-}
-
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn init_logging(verbose: u8) {
@@ -278,6 +284,7 @@ fn run(opts: Opts) -> Result<()> {
     }
     let mut config = validate(&opts)?;
     init_logging(config.verbose);
+    let group = opts.socket_group.as_deref().map(rundir::group_id).transpose()?;
     let choice = backend::resolve(opts.backend);
     if opts.backend == BackendChoice::Auto {
         match choice {
@@ -288,58 +295,125 @@ fn run(opts: Opts) -> Result<()> {
             ),
         }
     }
-    if choice == BackendChoice::Sim && config.region_path.is_none() {
-        config.region_path = Some(PathBuf::from(abi::SIM_REGION_PATH));
-    }
 
-    // One instance per socket and per region: a lock file beside each, held with flock, so a killed
-    // instance leaves nothing that blocks the next start (the kernel drops the lock with the process).
-    let _socket_lock = lock::InstanceLock::acquire(&lock::lock_path_for(&config.socket_path), "socket")?;
-    let _region_lock = match &config.region_path {
-        Some(path) => Some(lock::InstanceLock::acquire(&lock::lock_path_for(path), "region")?),
-        None => None,
+    // The runtime directory (the socket's) holds the socket, the instance lock and the effect journal;
+    // it is checked before anything in it is opened (S1, S10).
+    let socket_name = config.socket_path.file_name().and_then(|n| n.to_str()).context("--socket: the file name is not UTF-8")?.to_owned();
+    let dir_path = match config.socket_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir.to_owned(),
+        None => PathBuf::from("."),
     };
+    let dir = rundir::RuntimeDir::open(&dir_path)?;
+    // One instance per runtime directory: flock, so a killed instance leaves nothing that blocks the
+    // next start (the kernel drops the lock with the process).
+    let _instance_lock = lock::InstanceLock::acquire(&dir, &format!("{socket_name}.lock"), "instance")?;
+    let generation = region::new_generation(0);
+    // Undo what a killed predecessor left in force, before anything new is applied (S7).
+    let journal = Arc::new(journal::Journal::recover(&dir, &format!("{socket_name}.journal"), generation)?);
+    config.journal = Some(Arc::clone(&journal));
     install_signal_handlers()?;
 
-    let mut backend = backend::open(choice, &config)?;
-    let region = Arc::clone(backend.region());
+    let workers = domains::Workers::new(config.max_workers);
+    let mut backend = backend::open(choice, &config, &workers)?;
+    let (placement, reply_path) = match backend.shared_domain() {
+        Some(domain) => {
+            let path = domain.region.path().to_owned();
+            (domains::Placement::Shared(domain), Some(path))
+        }
+        None => {
+            let params = region::RegionParams {
+                scb_count: config.max_workers_per_uid,
+                mode: config.mode,
+                policy: config.policy,
+                slice_ns: config.slice_ns,
+                grace_ns: config.grace_ns,
+                hint_min_interval_ns: config.hint_min_interval_ns,
+                backend: backend.kind(),
+                optional_features: if pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
+            };
+            // Fail at start-up, not at a registration, if a region cannot be allocated (S9).
+            region::Region::create_memfd("morpheus-region-probe", params.scb_count)
+                .context("cannot allocate a region of --max-workers-per-uid slots")?;
+            (domains::Placement::PerUid { params, generation }, None)
+        }
+    };
+    let domains = Arc::new(domains::Domains::new(placement));
     log::info!(
-        "{} backend, region {} ({} slots, generation {:#x}), mode {}, policy {}, slice {} µs, grace {} µs",
+        "{} backend, {} (generation {:#x}), {} slots, {} per uid, {} per process, mode {}, policy {}, slice {} µs, grace {} µs",
         backend.kind(),
-        region.path().display(),
-        region.scb_count(),
-        region.generation(),
+        if domains.is_shared() { "one shared region" } else { "one sealed memfd region per uid" },
+        generation,
+        config.max_workers,
+        config.max_workers_per_uid,
+        config.max_workers_per_process,
         config.mode,
         config.policy,
         config.slice_ns / 1000,
         config.grace_ns / 1000,
     );
 
-    let result = serve(&config, &opts, backend.as_mut(), &region);
+    let limits = registry::Limits {
+        per_process: config.max_workers_per_process,
+        per_uid: config.max_workers_per_uid,
+        slice_ns: config.slice_ns,
+    };
+    let shared = registry::Shared::new(
+        Arc::clone(&domains),
+        Arc::clone(&workers),
+        backend.slot_observer(),
+        Some(Arc::clone(&journal)),
+        limits,
+        registry::reply_path(reply_path.as_deref())?,
+    );
+    let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;
+
+    log::info!(
+        "listening for registrations on {} ({})",
+        config.socket_path.display(),
+        match &opts.socket_group {
+            Some(g) => format!("group {g} may register"),
+            None => "only the agent's user may register; see --socket-group".into(),
+        }
+    );
+
+    let result = serve(&config, &opts, backend.as_mut(), &domains, &registry);
+    registry.stop();
     let shutdown = backend.shutdown();
+    for region in domains.regions() {
+        region.retire();
+    }
+    dir.remove_socket(&socket_name);
     println!("{}", backend.counters().format_totals());
     drop(backend);
     result.and(shutdown)
 }
 
-fn serve(config: &Config, opts: &Opts, backend: &mut dyn backend::Backend, region: &Arc<Region>) -> Result<()> {
-    let registry = registry::Registry::start(config, Arc::clone(region), backend.slot_observer())?;
-    log::info!("listening for registrations on {}", config.socket_path.display());
-
-    let mut pressure = pressure::PressureFeed::new();
+fn serve(
+    config: &Config,
+    opts: &Opts,
+    backend: &mut dyn backend::Backend,
+    domains: &domains::Domains,
+    registry: &registry::Registry,
+) -> Result<()> {
+    let feed = pressure::PressureFeed::new();
     let tick = backend.tick_interval();
     let stats_every = opts.stats.map(Duration::from_secs_f64);
     let mut last_stats = (Instant::now(), backend.counters());
     let mut next_tick = Instant::now();
     let mut next_pressure = Instant::now();
+    let mut level = 0;
     let mut result = Ok(());
     while !STOP.load(Ordering::SeqCst) {
         let now = Instant::now();
         if now >= next_pressure {
-            pressure.publish(region, monotonic_ns());
+            let sample = feed.sample(monotonic_ns());
+            level = sample.level;
+            for region in domains.regions() {
+                region.publish_pressure(&sample);
+            }
             next_pressure = now + pressure::PUBLISH_INTERVAL;
         }
-        if let Err(e) = backend.tick(monotonic_ns()) {
+        if let Err(e) = backend.tick(monotonic_ns(), level) {
             result = Err(e).context("backend tick failed");
             break;
         }
@@ -356,7 +430,7 @@ fn serve(config: &Config, opts: &Opts, backend: &mut dyn backend::Backend, regio
                 let mut counters = backend.counters();
                 counters.workers = registry.registered() as u64;
                 let delta = counters.delta(&last_stats.1);
-                println!("{}", delta.format_line(now.duration_since(last_stats.0), region.mode(), region.policy()));
+                println!("{}", delta.format_line(now.duration_since(last_stats.0), config.mode.raw(), config.policy.raw()));
                 last_stats = (now, counters);
             }
         }
@@ -372,11 +446,9 @@ fn serve(config: &Config, opts: &Opts, backend: &mut dyn backend::Backend, regio
     if STOP.load(Ordering::SeqCst) {
         log::info!("stopping");
     }
-    registry.stop();
     result
 }
 
-use region::Region;
 
 fn main() -> ExitCode {
     let opts = Opts::parse();

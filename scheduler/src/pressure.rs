@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use morpheus_abi::Pressure;
 
-use crate::region::Region;
+
 
 /// PSI's avg10 moves every 2 s; a few updates per second are plenty.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
@@ -70,9 +70,6 @@ impl PressureFeed {
         }
     }
 
-    pub fn publish(&mut self, region: &Region, now_ns: u64) {
-        region.publish_pressure(&self.sample(now_ns));
-    }
 }
 
 #[cfg(test)]

@@ -7,11 +7,10 @@
 //! `generation` last with release order.
 
 use std::ffi::CString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -60,62 +59,14 @@ pub struct Region {
     path: PathBuf,
     scb_count: u32,
     mapping: Mapping,
+    /// What we published: the agent never reads its own values back from memory runtimes can write.
+    published_generation: AtomicU64,
+    pressure_seq: AtomicU32,
 }
 
 // SAFETY: the mapping is process-wide shared memory; all mutable access goes through atomics.
 unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
-
-/// Why an existing path cannot be replaced by a new region.
-pub fn check_replaceable(path: &Path) -> Result<Option<u64>> {
-    let meta = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot inspect region path {}", path.display())),
-    };
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        bail!("region path {} is a directory, not a Morpheus region; give a file path", path.display());
-    }
-    if !kind.is_file() {
-        let what = if kind.is_symlink() {
-            "a symbolic link"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else {
-            "not a regular file"
-        };
-        bail!("region path {} is {what}, not a Morpheus region; refusing to replace it", path.display());
-    }
-    let mut head = [0u8; HEADER_SIZE];
-    let mut file = File::open(path).with_context(|| format!("cannot read region path {}", path.display()))?;
-    let mut got = 0;
-    while got < head.len() {
-        match file.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot read region path {}", path.display())),
-        }
-    }
-    let magic = u64::from_le_bytes(head[..8].try_into().unwrap());
-    if got < 8 || magic != abi::REGION_MAGIC {
-        bail!(
-            "region path {} exists but is not a Morpheus region (it does not start with the MORPHEUS magic); \
-             refusing to replace it. Remove it or choose another --region",
-            path.display()
-        );
-    }
-    let generation = if got >= offset_of!(RegionHeader, generation) + 8 {
-        let at = offset_of!(RegionHeader, generation);
-        u64::from_le_bytes(head[at..at + 8].try_into().unwrap())
-    } else {
-        0
-    };
-    Ok(Some(generation))
-}
 
 /// A generation that is nonzero and differs from `previous` (the one found in the old region, if
 /// any): the wall clock in nanoseconds, so it also differs from any earlier instance's.
@@ -134,60 +85,52 @@ pub fn new_generation(previous: u64) -> u64 {
 }
 
 impl Region {
-    /// Creates a fresh shared-memory region file at `path` (simulation backend).
-    ///
-    /// An existing region there is unlinked, never truncated: processes still mapping it keep their
-    /// (now orphaned) bytes. A path that exists but is not a region is refused. Returns the region with
-    /// a zeroed header; call [`Region::publish`] to make it ready.
-    pub fn create_file(path: &Path, scb_count: u32) -> Result<(Region, u64)> {
+    /// Creates a region in a new memfd (simulation backend): sized and preallocated with fallocate,
+    /// so no page can be missing later (no SIGBUS on a full tmpfs or memory limit: it fails here, with
+    /// an error), then sealed against shrinking, growing and further sealing, so no process that is
+    /// handed the descriptor can truncate it under anyone's feet. Returns the mapping (header zeroed;
+    /// call [`Region::publish`]) and the descriptor to hand to clients.
+    pub fn create_memfd(name: &str, scb_count: u32) -> Result<(Region, OwnedFd)> {
         if scb_count == 0 {
             bail!("a region needs at least one SCB slot");
         }
-        let previous_generation = check_replaceable(path)?.unwrap_or(0);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create the directory {} for the region", dir.display()))?;
-        }
-        match fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot unlink the old region {}", path.display())),
-        }
         let len = region_size(scb_count);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o666)
-            .open(path)
-            .with_context(|| format!("cannot create region file {}", path.display()))?;
-        // Workers of any user map the region read-write (they own the SCB's runtime line).
-        file.set_permissions(fs::Permissions::from_mode(0o666))
-            .with_context(|| format!("cannot chmod region file {}", path.display()))?;
-        // A new file: growing it from 0 is not a truncation anyone could observe.
-        file.set_len(len as u64).with_context(|| format!("cannot size region file {} to {len} bytes", path.display()))?;
-        // SAFETY: mapping a file we just sized; checked for MAP_FAILED below.
+        let cname = CString::new(name).context("memfd name")?;
+        // SAFETY: a valid NUL-terminated name; the result is checked.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error()).context("memfd_create for the region");
+        }
+        // SAFETY: a descriptor we just created and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fallocate on our memfd.
+        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error()).with_context(|| {
+                format!("cannot preallocate the {len}-byte region (shared memory is full or limited by the memory cgroup)")
+            });
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our memfd.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(io::Error::last_os_error()).context("cannot seal the region memfd");
+        }
+        // SAFETY: mapping a sealed memfd of exactly `len` bytes; checked for MAP_FAILED below.
         let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error()).with_context(|| format!("cannot mmap region file {}", path.display()));
+            return Err(io::Error::last_os_error()).context("cannot mmap the region memfd");
         }
         let region = Region {
             base: NonNull::new(ptr.cast()).expect("mmap returned NULL"),
             len,
-            path: path.to_owned(),
+            path: PathBuf::from(format!("memfd:{name}")),
             scb_count,
             mapping: Mapping::Owned,
+            published_generation: AtomicU64::new(0),
+            pressure_seq: AtomicU32::new(0),
         };
-        Ok((region, previous_generation))
+        Ok((region, fd))
     }
 
     /// Wraps memory someone else mapped (the kernel backend's BPF_F_MMAPABLE map value). `keep_alive`
@@ -210,7 +153,15 @@ impl Region {
         if base.as_ptr() as usize % abi::CACHE_LINE_SIZE as usize != 0 {
             bail!("region mapping is not cache-line aligned");
         }
-        Ok(Region { base, len, path, scb_count, mapping: Mapping::Borrowed(keep_alive) })
+        Ok(Region {
+            base,
+            len,
+            path,
+            scb_count,
+            mapping: Mapping::Borrowed(keep_alive),
+            published_generation: AtomicU64::new(0),
+            pressure_seq: AtomicU32::new(0),
+        })
     }
 
     /// Writes the header from `params` and publishes `generation` last (release): the region is ready.
@@ -236,11 +187,13 @@ impl Region {
         self.hdr_u64(offset_of!(RegionHeader, slice_ns)).store(params.slice_ns, Ordering::Relaxed);
         self.hdr_u64(offset_of!(RegionHeader, grace_ns)).store(params.grace_ns, Ordering::Relaxed);
         self.hdr_u64(offset_of!(RegionHeader, hint_min_interval_ns)).store(params.hint_min_interval_ns, Ordering::Relaxed);
+        self.published_generation.store(generation, Ordering::Relaxed);
         self.hdr_u64(offset_of!(RegionHeader, generation)).store(generation, Ordering::Release);
     }
 
     /// Marks the region as no longer served (clean exit): generation = 0.
     pub fn retire(&self) {
+        self.published_generation.store(0, Ordering::Relaxed);
         self.hdr_u64(offset_of!(RegionHeader, generation)).store(0, Ordering::Release);
     }
 
@@ -257,39 +210,29 @@ impl Region {
         self.scb_count
     }
 
+    /// The generation this agent published (its own copy, not the header's).
     pub fn generation(&self) -> u64 {
-        self.hdr_u64(offset_of!(RegionHeader, generation)).load(Ordering::Acquire)
+        self.published_generation.load(Ordering::Relaxed)
     }
 
-    pub fn mode(&self) -> u32 {
-        self.hdr_u32(offset_of!(RegionHeader, scheduler_mode)).load(Ordering::Relaxed)
-    }
 
     pub fn set_mode(&self, mode: abi::SchedulerMode) {
         self.hdr_u32(offset_of!(RegionHeader, scheduler_mode)).store(mode.raw(), Ordering::Relaxed);
     }
 
-    pub fn policy(&self) -> u32 {
-        self.hdr_u32(offset_of!(RegionHeader, escalation_policy)).load(Ordering::Relaxed)
-    }
 
     pub fn set_policy(&self, policy: abi::EscalationPolicy) {
         self.hdr_u32(offset_of!(RegionHeader, escalation_policy)).store(policy.raw(), Ordering::Relaxed);
     }
 
-    pub fn slice_ns(&self) -> u64 {
-        self.hdr_u64(offset_of!(RegionHeader, slice_ns)).load(Ordering::Relaxed)
-    }
 
-    pub fn hint_min_interval_ns(&self) -> u64 {
-        self.hdr_u64(offset_of!(RegionHeader, hint_min_interval_ns)).load(Ordering::Relaxed)
-    }
 
     /// Publishes a pressure sample under the header's seqlock (odd while writing).
     pub fn publish_pressure(&self, sample: &Pressure) {
         let base = offset_of!(RegionHeader, pressure);
         let seq = self.hdr_u32(base + offset_of!(Pressure, seq));
-        let start = seq.load(Ordering::Relaxed).wrapping_add(1) | 1;
+        // Our own counter: a runtime that scribbles on the header's seq cannot steer the writer.
+        let start = self.pressure_seq.fetch_add(2, Ordering::Relaxed) | 1;
         seq.store(start, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
         // Readers retry while seq is odd or changed, so relaxed stores of the payload suffice.
@@ -301,33 +244,6 @@ impl Region {
         put(offset_of!(Pressure, runqueue_depth), sample.runqueue_depth);
         self.hdr_u64(base + offset_of!(Pressure, updated_ns)).store(sample.updated_ns, Ordering::Relaxed);
         seq.store(start.wrapping_add(1), Ordering::Release);
-    }
-
-    /// Reads the pressure record consistently (seqlock reader).
-    pub fn read_pressure(&self) -> Pressure {
-        let base = offset_of!(RegionHeader, pressure);
-        let seq = self.hdr_u32(base + offset_of!(Pressure, seq));
-        loop {
-            let before = seq.load(Ordering::Acquire);
-            if before & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let get = |field: usize| self.hdr_u32(base + field).load(Ordering::Relaxed);
-            let sample = Pressure {
-                seq: before,
-                level: get(offset_of!(Pressure, level)),
-                cpu_some_avg10: get(offset_of!(Pressure, cpu_some_avg10)),
-                io_some_avg10: get(offset_of!(Pressure, io_some_avg10)),
-                memory_some_avg10: get(offset_of!(Pressure, memory_some_avg10)),
-                runqueue_depth: get(offset_of!(Pressure, runqueue_depth)),
-                updated_ns: self.hdr_u64(base + offset_of!(Pressure, updated_ns)).load(Ordering::Relaxed),
-            };
-            std::sync::atomic::fence(Ordering::Acquire);
-            if seq.load(Ordering::Relaxed) == before {
-                return sample;
-            }
-        }
     }
 
     /// The SCB of `slot` (panics if out of range: slots come from the registry, which checks).
@@ -385,6 +301,14 @@ impl<'a> ScbRef<'a> {
         self.base.cast()
     }
 
+    /// The registrar's reclaim clear (spec/SCB.md §4), generated from spec/abi.toml: every byte of the
+    /// slot's stride zeroed except the fields marked `reclaim = "keep"`. Call only while the slot is
+    /// CLAIMED; publish INIT (release) afterwards.
+    pub fn clear_for_reuse(&self) {
+        // SAFETY: the slot's SCB_STRIDE bytes live as long as 'a; every party accesses them atomically.
+        unsafe { abi::scb_clear_for_reuse(self.base, SCB_STRIDE) }
+    }
+
     scb_field!(preempt_seq, AtomicU64);
     scb_field!(budget_remaining_ns, AtomicU64);
     scb_field!(last_hint_ns, AtomicU64);
@@ -401,9 +325,6 @@ impl<'a> ScbRef<'a> {
     scb_field!(in_critical, AtomicU32);
     scb_field!(escapable, AtomicU32);
     scb_field!(priority, AtomicI32);
-    scb_field!(last_yield_reason, AtomicU32);
-    scb_field!(runtime_mode, AtomicU32);
-    scb_field!(runtime_kind, AtomicU32);
 }
 
 /// NUL-terminated copy of `path` for a reg_reply, or None if it does not fit REGION_PATH_MAX.

@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The registration channel (spec/SCB.md, "Registration"): a Unix stream socket on which a runtime
-//! sends reg_request messages and reads one reg_reply per request.
+//! The registration channel (spec/SCB.md §4.1): a Unix stream socket on which a runtime sends
+//! reg_request messages and reads one reg_reply per request; a successful REGISTER reply carries the
+//! descriptor of the caller's region (SCM_RIGHTS).
 //!
-//! The agent checks the caller with SO_PEERCRED (the tid must be a thread of the calling process),
-//! assigns a free slot (tid, pid, slot_generation + 1, last_ack_seq := preempt_seq, then worker_state
-//! INIT -> REGISTERED, release), releases slots on UNREGISTER and reclaims those of dead threads. Every
-//! refusal is a reg_status reply; nothing a client sends can crash the agent or leak a slot.
+//! Trust (§10): the caller is who SO_PEERCRED says (pid, uid). Its tid is translated into the agent's
+//! pid namespace through NSpid and must be a thread of that process. Slots are placed in the caller's
+//! trust domain (src/domains.rs) and recorded in the agent's own table, which is all the backends
+//! believe. Quotas are per process and per uid, connections are limited per uid, and every request has
+//! a whole-request deadline, so one user cannot starve another's registrations (S8). Every refusal is
+//! a reg_status reply; nothing a client sends can crash the agent or leak a slot.
 
-use std::io::{self, Read, Write};
-use std::mem::size_of;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::mem::{offset_of, size_of};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,13 +25,20 @@ use anyhow::{bail, Context, Result};
 use morpheus_abi as abi;
 use morpheus_abi::{RegReply, RegRequest, RegStatus, WorkerState};
 
-use crate::backend::{Config, SlotObserver};
+use crate::backend::SlotObserver;
+use crate::domains::{Assigned, Domain, Domains, Workers};
+use crate::journal::Journal;
 use crate::region::{self, Region};
+use crate::rundir::RuntimeDir;
 
-/// Connections served at once; more are closed at once (a flood cannot exhaust threads).
+/// Connections served at once, and by one uid; more are closed at once (a flood cannot exhaust
+/// threads, and one user's flood cannot lock another out).
 const MAX_CONNECTIONS: usize = 64;
-/// A client that starts a request must finish it within this time.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_CONNECTIONS_PER_UID: usize = 16;
+/// A connection may stay idle between requests this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request must be complete this long after its first byte (a client trickling bytes is cut off).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
 /// How often slots of dead threads are looked for.
 const RECLAIM_INTERVAL: Duration = Duration::from_millis(200);
 /// `sun_path` of struct sockaddr_un, including the NUL.
@@ -43,69 +53,124 @@ pub fn check_socket_path(path: &Path) -> Result<()> {
     if len >= SUN_PATH_MAX {
         bail!("--socket {}: the path is {len} bytes; a Unix socket path must be shorter than {SUN_PATH_MAX}", path.display());
     }
+    if path.file_name().is_none() {
+        bail!("--socket {}: the path names no file", path.display());
+    }
     Ok(())
 }
 
+/// Who is calling (SO_PEERCRED, in the agent's namespaces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Owner {
-    tid: u32,
-    pid: u32,
+pub struct Caller {
+    pub pid: u32,
+    pub uid: u32,
 }
 
-struct Shared {
-    region: Arc<Region>,
+/// Limits of the registration service, and the slice a new slot starts with.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub per_process: u32,
+    pub per_uid: u32,
+    pub slice_ns: u64,
+}
+
+pub struct Shared {
+    domains: Arc<Domains>,
+    workers: Arc<Workers>,
     observer: Option<Arc<dyn SlotObserver>>,
-    /// Agent-private record of who holds each slot (the SCB says the same; this is what we trust).
-    owners: Mutex<Vec<Option<Owner>>>,
-    max_per_process: u32,
+    journal: Option<Arc<Journal>>,
+    limits: Limits,
+    /// The path sent in replies (kernel: the pinned map, for 1.2 clients); empty for memfd regions.
     region_path: [u8; abi::REGION_PATH_MAX as usize],
-    connections: AtomicUsize,
+    connections: Mutex<HashMap<u32, usize>>,
     stop: AtomicBool,
+}
+
+/// What replies carry as `region_path`: the kernel backend's pin for 1.2 clients; none for memfds.
+pub fn reply_path(path: Option<&Path>) -> Result<[u8; abi::REGION_PATH_MAX as usize]> {
+    match path {
+        Some(path) => region::path_for_reply(path)
+            .with_context(|| format!("region path {} does not fit a registration reply", path.display())),
+        None => Ok([0; abi::REGION_PATH_MAX as usize]),
+    }
+}
+
+impl Shared {
+    /// The service's state; `region_path` is what replies carry (all zero: none).
+    pub fn new(
+        domains: Arc<Domains>,
+        workers: Arc<Workers>,
+        observer: Option<Arc<dyn SlotObserver>>,
+        journal: Option<Arc<Journal>>,
+        limits: Limits,
+        region_path: [u8; abi::REGION_PATH_MAX as usize],
+    ) -> Shared {
+        Shared {
+            domains,
+            workers,
+            observer,
+            journal,
+            limits,
+            region_path,
+            connections: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        }
+    }
 }
 
 /// The running registration service (a thread accepting connections).
 pub struct Registry {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    socket_path: PathBuf,
 }
 
-fn thread_exists(pid: u32, tid: u32) -> bool {
+/// The thread of process `pid` whose id in the caller's own pid namespace is `tid`: the last NSpid
+/// entry of /proc/<pid>/task/<t>/status (S12: a client in a container sends its namespace's tid).
+/// Returns its id in the agent's namespace.
+pub fn resolve_tid(pid: u32, tid: u32) -> Option<u32> {
+    if pid == 0 || tid == 0 {
+        return None;
+    }
+    let ns_last = |t: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+    };
+    // Fast path: same namespace.
+    if ns_last(tid) == Some(tid) {
+        return Some(tid);
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&t| ns_last(t) == Some(tid))
+}
+
+fn thread_alive(pid: u32, tid: u32) -> bool {
     pid != 0 && tid != 0 && Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
 impl Registry {
-    /// Binds the socket (replacing a stale one left by a killed instance) and starts serving.
-    pub fn start(config: &Config, region: Arc<Region>, observer: Option<Arc<dyn SlotObserver>>) -> Result<Registry> {
-        let path = &config.socket_path;
-        let region_path = region::path_for_reply(region.path()).with_context(|| {
-            format!("region path {} does not fit a registration reply ({} bytes)", region.path().display(), abi::REGION_PATH_MAX)
-        })?;
-        let listener = bind(path)?;
+    /// Binds the socket `name` in `dir` (replacing a stale one left by a killed instance), mode 0660
+    /// with `group` (0600 without), and serves `shared`.
+    pub fn start(dir: &RuntimeDir, name: &str, group: Option<u32>, shared: Shared) -> Result<Registry> {
+        let listener = dir.bind_socket(name, group)?;
         listener.set_nonblocking(true).context("cannot make the registration socket non-blocking")?;
-        let shared = Arc::new(Shared {
-            owners: Mutex::new(vec![None; region.scb_count() as usize]),
-            region,
-            observer,
-            max_per_process: config.max_workers_per_process,
-            region_path,
-            connections: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(shared);
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("registry".into())
             .spawn(move || accept_loop(listener, worker))
             .context("cannot start the registry thread")?;
-        Ok(Registry { shared, thread: Some(thread), socket_path: path.clone() })
+        Ok(Registry { shared, thread: Some(thread) })
     }
 
     /// Workers holding a slot now.
     pub fn registered(&self) -> usize {
-        self.shared.owners.lock().map(|o| o.iter().filter(|s| s.is_some()).count()).unwrap_or(0)
+        self.shared.workers.lock().iter().filter(|s| s.is_some()).count()
     }
 
-    /// Stops accepting, waits for the accept thread, removes the socket.
+    /// Stops accepting and waits for the accept thread.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -114,7 +179,6 @@ impl Registry {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
-            let _ = std::fs::remove_file(&self.socket_path);
         }
     }
 }
@@ -125,31 +189,17 @@ impl Drop for Registry {
     }
 }
 
-fn bind(path: &Path) -> Result<UnixListener> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create socket directory {}", dir.display()))?;
+fn peer_cred(stream: &UnixStream) -> io::Result<Caller> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid out-pointers of the right size.
+    let rc = unsafe {
+        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            // Held by a live server? The instance lock makes this unlikely, but a server started
-            // without it (an older agent, another program) must not lose its socket to us.
-            match UnixStream::connect(path) {
-                Ok(_) => bail!("--socket {}: another process is accepting connections on it; stop it first", path.display()),
-                Err(_) => {
-                    log::info!("removing stale socket {} left by an earlier instance", path.display());
-                    std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
-                }
-            }
-        }
-        Ok(_) => bail!("--socket {}: the path exists and is not a socket; refusing to replace it", path.display()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot inspect socket path {}", path.display())),
-    }
-    let listener = UnixListener::bind(path).with_context(|| format!("cannot bind registration socket {}", path.display()))?;
-    // Runtimes of any user register; SO_PEERCRED is what authenticates them.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .with_context(|| format!("cannot chmod {}", path.display()))?;
-    Ok(listener)
+    Ok(Caller { pid: cred.pid as u32, uid: cred.uid })
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
@@ -160,22 +210,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         unsafe { libc::poll(&mut pfd, 1, 100) };
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    if shared.connections.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                        log::warn!("registration: {MAX_CONNECTIONS} connections open; closing a new one");
-                        continue;
-                    }
-                    shared.connections.fetch_add(1, Ordering::SeqCst);
-                    let conn_shared = Arc::clone(&shared);
-                    let spawned = std::thread::Builder::new().name("registry-conn".into()).spawn(move || {
-                        serve_connection(stream, &conn_shared);
-                        conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
-                    });
-                    if let Err(e) = spawned {
-                        shared.connections.fetch_sub(1, Ordering::SeqCst);
-                        log::warn!("registration: cannot start a connection thread: {e}");
-                    }
-                }
+                Ok((stream, _)) => admit(stream, &shared),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -191,28 +226,71 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-fn peer_pid(stream: &UnixStream) -> io::Result<u32> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: valid out-pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+/// Starts serving a new connection unless its uid, or everyone, is at the connection limit.
+fn admit(stream: UnixStream, shared: &Arc<Shared>) {
+    let caller = match peer_cred(&stream) {
+        Ok(caller) => caller,
+        Err(e) => {
+            log::warn!("registration: SO_PEERCRED failed: {e}");
+            return;
+        }
     };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    {
+        let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let total: usize = conns.values().sum();
+        let mine = conns.get(&caller.uid).copied().unwrap_or(0);
+        if total >= MAX_CONNECTIONS || mine >= MAX_CONNECTIONS_PER_UID {
+            log::warn!(
+                "registration: closing a connection of uid {} ({mine} open for it, {total} in all; limits {MAX_CONNECTIONS_PER_UID} and {MAX_CONNECTIONS})",
+                caller.uid
+            );
+            return;
+        }
+        *conns.entry(caller.uid).or_insert(0) += 1;
     }
-    Ok(cred.pid as u32)
+    let conn_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new().name("registry-conn".into()).spawn(move || {
+        serve_connection(stream, caller, &conn_shared);
+        let mut conns = conn_shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = conns.get_mut(&caller.uid) {
+            *n -= 1;
+            if *n == 0 {
+                conns.remove(&caller.uid);
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = conns.get_mut(&caller.uid) {
+            *n -= 1;
+        }
+        log::warn!("registration: cannot start a connection thread: {e}");
+    }
 }
 
-/// Reads exactly `buf.len()` bytes; Ok(false) on a clean EOF before the first byte.
-fn read_message(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
+/// Reads exactly `buf.len()` bytes: the first within IDLE_TIMEOUT (Ok(false) on a clean EOF or an
+/// idle connection), the rest before the request's deadline.
+fn read_message(stream: &mut UnixStream, buf: &mut [u8], deadline: &mut Option<Instant>) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
+        let timeout = match deadline {
+            None => IDLE_TIMEOUT,
+            Some(at) => at.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::TimedOut, format!("request not complete within {REQUEST_DEADLINE:?}"))
+            })?,
+        };
+        stream.set_read_timeout(Some(timeout))?;
         match stream.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) if got == 0 && deadline.is_none() => return Ok(false),
             Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("request cut short after {got} bytes"))),
-            Ok(n) => got += n,
+            Ok(n) => {
+                got += n;
+                deadline.get_or_insert_with(|| Instant::now() + REQUEST_DEADLINE);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if deadline.is_none() && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Ok(false); // idle: close (spec/SCB.md §4.1 allows it)
+            }
             Err(e) => return Err(e),
         }
     }
@@ -224,6 +302,46 @@ fn reply_bytes(reply: &RegReply) -> &[u8] {
     unsafe { std::slice::from_raw_parts((reply as *const RegReply).cast::<u8>(), size_of::<RegReply>()) }
 }
 
+/// Sends the reply, with `fd` attached (SCM_RIGHTS) if given. Returns false if the client is gone.
+fn send_reply(stream: &UnixStream, reply: &RegReply, len: usize, fd: Option<BorrowedFd<'_>>) -> bool {
+    let bytes = &reply_bytes(reply)[..len];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    // SAFETY: CMSG_SPACE of one int.
+    let space = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is valid; fields are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer holds one cmsg with one int, as sized above.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd.as_raw_fd());
+        }
+    }
+    let _ = stream.set_write_timeout(Some(IDLE_TIMEOUT));
+    // SAFETY: valid socket and message; MSG_NOSIGNAL: a client that hung up is not a SIGPIPE.
+    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if sent == bytes.len() as isize {
+        return true;
+    }
+    if sent <= 0 {
+        return false;
+    }
+    // A partial send of a 128-byte reply on a Unix socket only happens on a full buffer: finish it.
+    let mut s = stream;
+    std::io::Write::write_all(&mut s, &bytes[sent as usize..]).is_ok()
+}
+
+/// Bytes of a 1.0-1.2 reply: all a client that sent `size` 0 reads.
+const REPLY_V1_2: usize = offset_of!(RegReply, region_path) + abi::REGION_PATH_MAX as usize;
+
 fn refusal(status: RegStatus) -> RegReply {
     RegReply {
         magic: abi::REG_MAGIC,
@@ -234,184 +352,360 @@ fn refusal(status: RegStatus) -> RegReply {
     }
 }
 
-fn serve_connection(mut stream: UnixStream, shared: &Shared) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-    let pid = match peer_pid(&stream) {
-        Ok(pid) => pid,
-        Err(e) => {
-            log::warn!("registration: SO_PEERCRED failed: {e}");
-            let _ = stream.write_all(reply_bytes(&refusal(RegStatus::Internal)));
-            return;
+/// Bytes of a 1.0-1.2 request (size 0): everything before the first 1.3 field.
+pub const REQUEST_PREFIX: usize = offset_of!(RegRequest, escapable);
+
+/// Reads one whole request: the 1.2 prefix, then the rest its `size` announces (bounded by
+/// REG_MESSAGE_MAX). Ok(None): the client closed or stayed idle. Err: a refusal, after which the
+/// connection is closed (the stream cannot be resynchronised).
+fn read_request(stream: &mut UnixStream) -> std::result::Result<Option<Vec<u8>>, (RegStatus, String)> {
+    let mut deadline = None;
+    let mut buf = vec![0u8; REQUEST_PREFIX];
+    match read_message(stream, &mut buf, &mut deadline) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err((RegStatus::Malformed, e.to_string())),
+    }
+    let size = request_size(&buf).map_err(|why| (RegStatus::Malformed, why))?;
+    if size > REQUEST_PREFIX {
+        buf.resize(size, 0);
+        if let Err(e) = read_message(stream, &mut buf[REQUEST_PREFIX..], &mut deadline) {
+            return Err((RegStatus::Malformed, e.to_string()));
         }
-    };
-    let mut buf = [0u8; size_of::<RegRequest>()];
+    }
+    Ok(Some(buf))
+}
+
+/// The whole request's length from its prefix's `size` field (0: a 1.0-1.2 client, REQUEST_PREFIX).
+pub fn request_size(prefix: &[u8]) -> std::result::Result<usize, String> {
+    let at = offset_of!(RegRequest, message_size);
+    let raw = prefix.get(at..at + 4).ok_or("request shorter than its prefix")?;
+    let size = u32::from_le_bytes(raw.try_into().expect("4 bytes")) as usize;
+    match size {
+        0 => Ok(REQUEST_PREFIX),
+        s if s < REQUEST_PREFIX => Err(format!("size {s} is smaller than the {REQUEST_PREFIX}-byte prefix")),
+        s if s > abi::REG_MESSAGE_MAX as usize => Err(format!("size {s} exceeds REG_MESSAGE_MAX ({})", abi::REG_MESSAGE_MAX)),
+        s => Ok(s),
+    }
+}
+
+fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
+    let _ = stream.set_nonblocking(false);
     loop {
-        match read_message(&mut stream, &mut buf) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                log::debug!("registration from pid {pid}: {e}");
-                let _ = stream.write_all(reply_bytes(&refusal(RegStatus::Malformed)));
+        let bytes = match read_request(&mut stream) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return,
+            Err((status, why)) => {
+                log::debug!("registration from pid {}: {why}", caller.pid);
+                send_reply(&stream, &refusal(status), REPLY_V1_2, None);
                 return;
             }
-        }
-        // SAFETY: RegRequest is plain old data; any byte pattern is a value.
-        let request: RegRequest = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
-        let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(shared, pid, &request)))
+        };
+        // A 1.0-1.2 client reads exactly the 1.2 reply; a sized client is told the reply's size.
+        let sized = bytes.len() > REQUEST_PREFIX;
+        let reply_len = if sized { size_of::<RegReply>() } else { REPLY_V1_2 };
+        let (mut reply, domain) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(shared, caller, &bytes)))
             .unwrap_or_else(|_| {
-                log::error!("registration from pid {pid}: internal error (panic); request had no effect");
-                refusal(RegStatus::Internal)
+                log::error!("registration from pid {}: internal error (panic); request had no effect", caller.pid);
+                (refusal(RegStatus::Internal), None)
             });
-        if stream.write_all(reply_bytes(&reply)).is_err() {
+        if sized {
+            reply.message_size = reply_len as u32;
+        }
+        let fd = domain.as_ref().map(|d| {
+            use std::os::fd::AsFd;
+            d.fd.as_fd()
+        });
+        if !send_reply(&stream, &reply, reply_len, fd) {
             return;
         }
     }
 }
 
-fn handle(shared: &Shared, pid: u32, request: &RegRequest) -> RegReply {
-    if request.magic != abi::REG_MAGIC {
-        log::debug!("registration from pid {pid}: bad magic {:#x}", request.magic);
-        return refusal(RegStatus::Malformed);
-    }
-    if request.abi_major != abi::ABI_MAJOR {
-        log::info!(
-            "registration from pid {pid}: client ABI major {} differs from the scheduler's {}",
-            request.abi_major,
-            abi::ABI_MAJOR
-        );
-        return refusal(RegStatus::AbiMajorMismatch);
-    }
-    if request._reserved0 != [0; 4] {
-        return refusal(RegStatus::Malformed);
-    }
-    match abi::RegOp::try_from(request.op) {
-        Ok(abi::RegOp::Register) => register(shared, pid, request.tid),
-        Ok(abi::RegOp::Unregister) => unregister(shared, pid, request.slot),
-        Err(op) => {
-            log::debug!("registration from pid {pid}: unknown op {op}");
-            refusal(RegStatus::Malformed)
-        }
-    }
+/// A request, checked: the 1.3 fields are zero-filled for a 1.0-1.2 client.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub fields: RegRequest,
+    pub escapable: abi::RegEscapable,
 }
 
-fn register(shared: &Shared, pid: u32, tid: u32) -> RegReply {
-    if !thread_exists(pid, tid) {
-        log::info!("registration from pid {pid}: tid {tid} is not a thread of the caller");
-        return refusal(RegStatus::NotCallerTid);
+/// Checks a whole request (the parser the fuzz target drives): prefix, size, reserved and unknown
+/// trailing bytes zero, known op, escapable and priority in range. Any byte pattern is an input.
+pub fn parse_request(bytes: &[u8]) -> std::result::Result<Request, RegStatus> {
+    if bytes.len() < REQUEST_PREFIX {
+        return Err(RegStatus::Malformed);
     }
-    let mut owners = shared.owners.lock().unwrap_or_else(|p| p.into_inner());
-    if owners.iter().flatten().any(|o| o.tid == tid && o.pid == pid) {
-        return refusal(RegStatus::AlreadyRegistered);
+    match request_size(bytes) {
+        Ok(size) if size == bytes.len() => {}
+        _ => return Err(RegStatus::Malformed),
     }
-    let held = owners.iter().flatten().filter(|o| o.pid == pid).count() as u32;
-    if held >= shared.max_per_process {
-        log::warn!(
-            "registration from pid {pid}: refused, it already holds {held} slots (per-process cap {})",
-            shared.max_per_process
-        );
-        return refusal(RegStatus::ProcessLimit);
+    let mut known = [0u8; size_of::<RegRequest>()];
+    let n = bytes.len().min(known.len());
+    known[..n].copy_from_slice(&bytes[..n]);
+    // Bytes past the fields this agent knows must be zero: the sender asked for something we lack.
+    if bytes[n..].iter().any(|&b| b != 0) {
+        return Err(RegStatus::Malformed);
     }
-    let region = &shared.region;
-    for slot in 0..region.scb_count() {
-        if owners[slot as usize].is_some() {
-            continue;
-        }
-        let scb = region.scb(slot);
-        if scb.worker_state().load(Ordering::Acquire) != WorkerState::Init.raw() {
-            continue; // taken by direct registration (a harness playing the scheduler)
-        }
-        // Fields a runtime reads once it sees REGISTERED; written first, published by the CAS below.
-        scb.tid().store(tid, Ordering::Relaxed);
-        scb.pid().store(pid, Ordering::Relaxed);
-        let slot_generation = scb.slot_generation().load(Ordering::Relaxed).wrapping_add(1);
-        scb.slot_generation().store(slot_generation, Ordering::Release);
-        scb.last_ack_seq().store(scb.preempt_seq().load(Ordering::Acquire), Ordering::Release);
-        scb.budget_remaining_ns().store(region.slice_ns(), Ordering::Relaxed);
-        scb.escalated().store(0, Ordering::Relaxed);
-        if scb
-            .worker_state()
-            .compare_exchange(WorkerState::Init.raw(), WorkerState::Registered.raw(), Ordering::Release, Ordering::Relaxed)
-            .is_err()
-        {
-            // Lost a race with a direct registration: that slot is theirs.
-            continue;
-        }
-        if let Some(observer) = &shared.observer {
-            if let Err(e) = observer.assigned(slot, tid, pid) {
-                log::error!("registration of tid {tid} (pid {pid}) in slot {slot}: backend refused: {e:#}");
-                clear_slot(region, slot);
-                return refusal(RegStatus::Internal);
-            }
-        }
-        owners[slot as usize] = Some(Owner { tid, pid });
-        log::debug!("registered tid {tid} (pid {pid}) in slot {slot}, slot generation {slot_generation}");
-        return RegReply {
-            magic: abi::REG_MAGIC,
-            status: RegStatus::Ok.raw(),
-            slot,
-            abi_major: abi::ABI_MAJOR,
-            abi_minor: abi::ABI_MINOR,
-            generation: region.generation(),
-            slot_generation,
-            region_path: shared.region_path,
-            ..Default::default()
-        };
+    // SAFETY: RegRequest is plain old data; any byte pattern is a value.
+    let fields: RegRequest = unsafe { std::ptr::read_unaligned(known.as_ptr().cast()) };
+    if fields.magic != abi::REG_MAGIC {
+        return Err(RegStatus::Malformed);
     }
-    log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", region.scb_count());
-    refusal(RegStatus::NoFreeSlot)
+    if fields.abi_major != abi::ABI_MAJOR {
+        return Err(RegStatus::AbiMajorMismatch);
+    }
+    if fields._reserved0 != [0; 4] {
+        return Err(RegStatus::Malformed);
+    }
+    if abi::RegOp::try_from(fields.op).is_err() {
+        return Err(RegStatus::Malformed);
+    }
+    let escapable = abi::RegEscapable::try_from(fields.escapable).map_err(|_| RegStatus::InvalidArgument)?;
+    if !(abi::PRIORITY_MIN..=abi::PRIORITY_MAX).contains(&fields.priority) {
+        return Err(RegStatus::InvalidArgument);
+    }
+    Ok(Request { fields, escapable })
 }
 
-fn unregister(shared: &Shared, pid: u32, slot: u32) -> RegReply {
-    let mut owners = shared.owners.lock().unwrap_or_else(|p| p.into_inner());
-    let owner = match owners.get(slot as usize).copied().flatten() {
-        Some(owner) if owner.pid == pid => owner,
-        _ => {
-            log::info!("unregister of slot {slot} by pid {pid}: not a slot it holds");
-            return refusal(RegStatus::NotOwner);
+/// Answers one request; an OK REGISTER also names the domain whose descriptor goes with the reply.
+pub fn handle(shared: &Shared, caller: Caller, bytes: &[u8]) -> (RegReply, Option<Arc<Domain>>) {
+    let request = match parse_request(bytes) {
+        Ok(request) => request,
+        Err(status) => {
+            log::debug!("registration from pid {}: refused ({})", caller.pid, status.name());
+            return (refusal(status), None);
         }
     };
-    release(shared, &mut owners, slot, owner);
-    log::debug!("unregistered tid {} (pid {pid}) from slot {slot}", owner.tid);
+    match abi::RegOp::try_from(request.fields.op) {
+        Ok(abi::RegOp::Register) => register(shared, caller, &request),
+        Ok(abi::RegOp::Unregister) => (unregister(shared, caller, request.fields.slot), None),
+        Err(_) => (refusal(RegStatus::Malformed), None),
+    }
+}
+
+fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Option<Arc<Domain>>) {
+    let pid = caller.pid;
+    let client_tid = request.fields.tid;
+    let Some(tid) = resolve_tid(pid, client_tid) else {
+        log::info!("registration from pid {pid}: tid {client_tid} is not a thread of the caller");
+        return (refusal(RegStatus::NotCallerTid), None);
+    };
+    let domain = match shared.domains.for_uid(caller.uid) {
+        Ok(domain) => domain,
+        Err(e) => {
+            log::error!("registration from pid {pid} (uid {}): {e:#}", caller.uid);
+            return (refusal(RegStatus::Internal), None);
+        }
+    };
+    let mut workers = shared.workers.lock();
+    if workers.iter().flatten().any(|w| w.tid == tid && w.pid == pid) {
+        return (refusal(RegStatus::AlreadyRegistered), None);
+    }
+    let held = workers.iter().flatten().filter(|w| w.pid == pid).count() as u32;
+    if held >= shared.limits.per_process {
+        log::warn!("registration from pid {pid}: refused, it already holds {held} slots (per-process cap {})", shared.limits.per_process);
+        return (refusal(RegStatus::ProcessLimit), None);
+    }
+    let held_by_uid = workers.iter().flatten().filter(|w| w.uid == caller.uid).count() as u32;
+    if held_by_uid >= shared.limits.per_uid {
+        log::warn!(
+            "registration from pid {pid}: refused, uid {} already holds {held_by_uid} slots (per-uid cap {})",
+            caller.uid,
+            shared.limits.per_uid
+        );
+        return (refusal(RegStatus::ProcessLimit), None);
+    }
+    let shared_placement = shared.domains.is_shared();
+    let used_local: Vec<u32> =
+        workers.iter().flatten().filter(|w| Arc::ptr_eq(&w.domain, &domain)).map(|w| w.local).collect();
+    let region = &domain.region;
+    // INIT -> CLAIMED by CAS (§4): a slot a direct registrant of this domain took is skipped.
+    let claim = |l: u32| {
+        region
+            .scb(l)
+            .worker_state()
+            .compare_exchange(WorkerState::Init.raw(), WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    };
+    let Some(local) = (0..region.scb_count()).find(|&l| !used_local.contains(&l) && claim(l)) else {
+        log::warn!("registration of tid {tid} (pid {pid}): all {} slots of its region are in use", domain.region.scb_count());
+        return (refusal(RegStatus::NoFreeSlot), None);
+    };
+    let global = if shared_placement { Some(local) } else { (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) };
+    let Some(global) = global.filter(|&g| workers[g as usize].is_none()) else {
+        region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+        log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", workers.len());
+        return (refusal(RegStatus::NoFreeSlot), None);
+    };
+    if let Some(journal) = &shared.journal {
+        if let Err(e) = journal.client(pid) {
+            log::error!("registration of tid {tid} (pid {pid}): {e:#}");
+            region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+            return (refusal(RegStatus::Internal), None);
+        }
+    }
+    let scb = region.scb(local);
+    // CLAIMED -> REGISTERED (§4): everything the runtime reads is written first, including the
+    // escapable flag and priority it asked for, so it is right before the worker exists.
+    let kind = abi::RuntimeKind::try_from(request.fields.runtime_kind).ok();
+    let escapable = match request.escapable {
+        abi::RegEscapable::Default => kind.is_some_and(abi::escapable_default),
+        abi::RegEscapable::No => false,
+        abi::RegEscapable::Yes => true,
+    };
+    scb.escapable().store(escapable as u32, Ordering::Relaxed);
+    scb.priority().store(request.fields.priority, Ordering::Relaxed);
+    scb.tid().store(client_tid, Ordering::Relaxed);
+    scb.pid().store(pid, Ordering::Relaxed);
+    let slot_generation = next_slot_generation(scb.slot_generation().load(Ordering::Relaxed));
+    scb.slot_generation().store(slot_generation, Ordering::Release);
+    scb.last_ack_seq().store(scb.preempt_seq().load(Ordering::Acquire), Ordering::Release);
+    scb.budget_remaining_ns().store(shared.limits.slice_ns, Ordering::Relaxed);
+    scb.escalated().store(0, Ordering::Relaxed);
+    scb.worker_state().store(WorkerState::Registered.raw(), Ordering::Release);
+    if let Some(observer) = &shared.observer {
+        if let Err(e) = observer.assigned(global, tid, pid) {
+            log::error!("registration of tid {tid} (pid {pid}) in slot {global}: backend refused: {e:#}");
+            clear_slot(region, local, WorkerState::Registered.raw());
+            return (refusal(RegStatus::Internal), None);
+        }
+    }
+    workers[global as usize] = Some(Assigned { tid, pid, uid: caller.uid, domain: Arc::clone(&domain), local });
+    log::debug!("registered tid {tid} (pid {pid}, uid {}) in slot {local} of its region, slot generation {slot_generation}", caller.uid);
+    let reply = RegReply {
+        magic: abi::REG_MAGIC,
+        status: RegStatus::Ok.raw(),
+        slot: local,
+        abi_major: abi::ABI_MAJOR,
+        abi_minor: abi::ABI_MINOR,
+        generation: region.generation(),
+        slot_generation,
+        region_path: shared.region_path,
+        ..Default::default()
+    };
+    (reply, Some(domain))
+}
+
+/// slot_generation + 1, never 0 and never wrapping through a panic (S11): after u32::MAX comes 1.
+pub fn next_slot_generation(current: u32) -> u32 {
+    current.checked_add(1).unwrap_or(1)
+}
+
+fn unregister(shared: &Shared, caller: Caller, slot: u32) -> RegReply {
+    let mut workers = shared.workers.lock();
+    let found = workers
+        .iter()
+        .enumerate()
+        .find_map(|(g, w)| w.as_ref().filter(|w| w.pid == caller.pid && w.local == slot).map(|_| g as u32));
+    let Some(global) = found else {
+        log::info!("unregister of slot {slot} by pid {}: not a slot it holds", caller.pid);
+        return refusal(RegStatus::NotOwner);
+    };
+    let tid = workers[global as usize].as_ref().map(|w| w.tid).unwrap_or(0);
+    release(shared, &mut workers, global);
+    log::debug!("unregistered tid {tid} (pid {}) from slot {slot}", caller.pid);
     RegReply { magic: abi::REG_MAGIC, status: RegStatus::Ok.raw(), slot, abi_major: abi::ABI_MAJOR, abi_minor: abi::ABI_MINOR, ..Default::default() }
 }
 
 /// Lifts the backend's escalations for the slot, then frees it: tid/pid cleared, state INIT (release).
-fn release(shared: &Shared, owners: &mut [Option<Owner>], slot: u32, owner: Owner) {
+fn release(shared: &Shared, workers: &mut [Option<Assigned>], global: u32) {
+    let Some(worker) = workers[global as usize].take() else { return };
     if let Some(observer) = &shared.observer {
-        observer.released(slot, owner.tid, owner.pid);
+        observer.released(global, worker.tid, worker.pid);
     }
-    clear_slot(&shared.region, slot);
-    owners[slot as usize] = None;
+    let state = worker.domain.region.scb(worker.local).worker_state().load(Ordering::Acquire);
+    clear_slot(&worker.domain.region, worker.local, state);
 }
 
-/// DEAD -> INIT (spec/SCB.md §4): the runtime line zeroed except last_ack_seq, tid and pid cleared,
-/// then INIT with release so the next owner sees a clean slot.
-fn clear_slot(region: &Region, slot: u32) {
+/// The registrar's reclaim (spec/SCB.md §4): CAS the state found to CLAIMED (the agent's table, not
+/// the SCB, says the slot is being released; `seen` is the state expected), the generated reclaim clear
+/// over the whole stride, then INIT with release so the next owner sees a clean slot. A runtime of the
+/// domain that keeps changing the state under the CAS gets a bounded number of retries, after which the
+/// slot is left as it is (busy to the agent's claim CAS: only that domain loses it).
+fn clear_slot(region: &Region, slot: u32, seen: u32) {
+    const CAS_ATTEMPTS: usize = 16;
     let scb = region.scb(slot);
-    scb.yield_count().store(0, Ordering::Relaxed);
-    scb.in_critical().store(0, Ordering::Relaxed);
-    scb.escapable().store(0, Ordering::Relaxed);
-    scb.priority().store(0, Ordering::Relaxed);
-    scb.last_yield_reason().store(0, Ordering::Relaxed);
-    scb.runtime_mode().store(0, Ordering::Relaxed);
-    scb.runtime_kind().store(0, Ordering::Relaxed);
-    scb.tid().store(0, Ordering::Relaxed);
-    scb.pid().store(0, Ordering::Relaxed);
-    scb.escalated().store(0, Ordering::Relaxed);
-    scb.worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+    let state = scb.worker_state();
+    let mut observed = seen;
+    for _ in 0..CAS_ATTEMPTS {
+        if observed == WorkerState::Claimed.raw() && observed != seen {
+            break; // another registrar (a direct registration of this domain) holds the hand-off
+        }
+        match state.compare_exchange(observed, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                scb.clear_for_reuse();
+                state.store(WorkerState::Init.raw(), Ordering::Release);
+                return;
+            }
+            Err(now) => observed = now,
+        }
+    }
+    log::warn!("slot {slot} of {}: its state kept changing under the reclaim; left as it is", region.path().display());
 }
 
 /// Frees the slots of threads that exited without unregistering (crash, kill, forgotten shutdown).
 fn reclaim_dead(shared: &Shared) {
-    let mut owners = shared.owners.lock().unwrap_or_else(|p| p.into_inner());
-    for slot in 0..owners.len() {
-        if let Some(owner) = owners[slot] {
-            if !thread_exists(owner.pid, owner.tid) {
-                log::info!("reclaimed slot {slot}: thread {} of pid {} is gone", owner.tid, owner.pid);
-                release(shared, &mut owners, slot as u32, owner);
+    let mut workers = shared.workers.lock();
+    for global in 0..workers.len() as u32 {
+        if let Some(w) = &workers[global as usize] {
+            if !thread_alive(w.pid, w.tid) {
+                log::info!("reclaimed slot {global}: thread {} of pid {} is gone", w.tid, w.pid);
+                release(shared, &mut workers, global);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_generation_never_wraps_to_zero() {
+        assert_eq!(next_slot_generation(0), 1);
+        assert_eq!(next_slot_generation(41), 42);
+        assert_eq!(next_slot_generation(u32::MAX), 1);
+    }
+
+    #[test]
+    fn own_tid_resolves_to_itself() {
+        // SAFETY: no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        assert_eq!(resolve_tid(std::process::id(), tid), Some(tid));
+        assert_eq!(resolve_tid(std::process::id(), 0), None);
+        assert_eq!(resolve_tid(1, tid), None, "a thread of another process");
+    }
+
+    #[test]
+    fn parse_request_refuses_what_the_spec_refuses() {
+        let good = RegRequest {
+            magic: abi::REG_MAGIC,
+            abi_major: abi::ABI_MAJOR,
+            abi_minor: abi::ABI_MINOR,
+            op: abi::RegOp::Register.raw(),
+            message_size: size_of::<RegRequest>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: plain old data.
+        let bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
+        assert!(parse_request(&bytes(&good)).is_ok());
+        let v12 = RegRequest { message_size: 0, ..good };
+        assert!(parse_request(&bytes(&v12)[..REQUEST_PREFIX]).is_ok(), "a 1.2 request is the 32-byte prefix");
+        assert_eq!(parse_request(&bytes(&good)[..REQUEST_PREFIX]).unwrap_err(), RegStatus::Malformed, "size says 40");
+        assert_eq!(parse_request(&bytes(&RegRequest { magic: 1, ..good })).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(parse_request(&bytes(&RegRequest { abi_major: 9, ..good })).unwrap_err(), RegStatus::AbiMajorMismatch);
+        assert_eq!(parse_request(&bytes(&RegRequest { op: 77, ..good })).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(parse_request(&bytes(&RegRequest { _reserved0: [1; 4], ..good })).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(parse_request(&bytes(&RegRequest { escapable: 3, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        assert_eq!(parse_request(&bytes(&RegRequest { priority: 20, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        assert_eq!(parse_request(&bytes(&RegRequest { priority: -21, ..good })).unwrap_err(), RegStatus::InvalidArgument);
+        // A longer request from a newer client: trailing zeros are fine, anything else is not.
+        let mut longer = bytes(&RegRequest { message_size: 48, ..good });
+        longer.extend_from_slice(&[0; 8]);
+        assert!(parse_request(&longer).is_ok());
+        longer[44] = 1;
+        assert_eq!(parse_request(&longer).unwrap_err(), RegStatus::Malformed);
+        assert_eq!(request_size(&bytes(&RegRequest { message_size: 8, ..good })).is_err(), true);
+        assert_eq!(request_size(&bytes(&RegRequest { message_size: abi::REG_MESSAGE_MAX + 1, ..good })).is_err(), true);
     }
 }

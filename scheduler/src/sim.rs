@@ -31,7 +31,8 @@ use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecisio
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
-use crate::region::{new_generation, Region, RegionParams};
+use crate::domains::{Assigned, Workers};
+use crate::region::{Region, ScbRef};
 use crate::stats::Counters;
 
 /// A demotion in force: what to put back.
@@ -49,9 +50,11 @@ enum Effect {
 }
 
 struct Worker {
+    /// Which region the slot's SCB is in (the domain's mapping address): identity with tid, pid, slot.
+    region_id: usize,
     tid: u32,
     pid: u32,
-    slot_generation: u32,
+    local_slot: u32,
     schedstat: File,
     status: File,
     run_ns: u64,
@@ -70,7 +73,8 @@ struct Episode {
 }
 
 pub struct SimBackend {
-    region: Arc<Region>,
+    /// The agent's own slot table: which thread each slot means (S3: never the SCB's tid/pid).
+    table: Arc<Workers>,
     config: Config,
     workers: Vec<Option<Worker>>,
     counters: Counters,
@@ -130,30 +134,15 @@ fn read_voluntary_switches(file: &File) -> Option<u64> {
 }
 
 impl SimBackend {
-    pub fn open(config: &Config) -> Result<SimBackend> {
-        let path = config.region_path.clone().unwrap_or_else(|| PathBuf::from(abi::SIM_REGION_PATH));
-        let (region, previous) = Region::create_file(&path, config.max_workers)?;
-        let optional_features =
-            if crate::pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 };
-        let params = RegionParams {
-            scb_count: config.max_workers,
-            mode: config.mode,
-            policy: config.policy,
-            slice_ns: config.slice_ns,
-            grace_ns: config.grace_ns,
-            hint_min_interval_ns: config.hint_min_interval_ns,
-            backend: abi::Backend::Sim,
-            optional_features,
-        };
-        // Fresh pressure figures before anyone can see the region.
-        region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
-        region.publish(&params, new_generation(previous));
+    /// The sim backend publishes no region itself: the agent gives each uid its own (src/domains.rs)
+    /// and records who holds which slot in `table`, which is what this backend watches.
+    pub fn open(config: &Config, table: Arc<Workers>) -> Result<SimBackend> {
         Ok(SimBackend {
-            region: Arc::new(region),
+            table,
             config: config.clone(),
             workers: (0..config.max_workers).map(|_| None).collect(),
             counters: Counters::default(),
-            caps: Caps::default(),
+            caps: Caps::with_journal(config.journal.clone()),
             cgroup2_root: cgroup::cgroup2_root(),
             released: Arc::new(Released::default()),
             warned_no_cgroup: false,
@@ -161,16 +150,17 @@ impl SimBackend {
         })
     }
 
-    fn track(&self, tid: u32, pid: u32, slot_generation: u32) -> Option<Worker> {
+    fn track(&self, tid: u32, pid: u32, local_slot: u32) -> Option<Worker> {
         let dir = format!("/proc/{pid}/task/{tid}");
         let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
         let status = File::open(format!("{dir}/status")).ok()?;
         let run_ns = read_runtime(&schedstat)?;
         let voluntary_switches = read_voluntary_switches(&status)?;
         Some(Worker {
+            region_id: 0,
             tid,
             pid,
-            slot_generation,
+            local_slot,
             schedstat,
             status,
             run_ns,
@@ -194,8 +184,18 @@ impl SimBackend {
             libc::sched_getparam(tid, &mut param);
             *libc::__errno_location() = 0;
             let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+            // Recorded durably first, so the next instance can undo it if this one is killed (S7).
+            if let Some(journal) = &self.config.journal {
+                if let Err(e) = journal.demoting(tid as u32, policy, param.sched_priority, nice) {
+                    log::warn!("not demoting tid {tid}: {e:#}");
+                    return None;
+                }
+            }
             let idle = libc::sched_param { sched_priority: 0 };
             if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &idle) != 0 {
+                if let Some(journal) = &self.config.journal {
+                    journal.restored(tid as u32);
+                }
                 return None;
             }
             Some(Demotion { policy, priority: param.sched_priority, nice })
@@ -231,7 +231,7 @@ impl SimBackend {
             slot,
             tid,
             pid,
-            policy: self.region.policy(),
+            policy: self.config.policy.raw(),
             action: action.raw(),
             overrun_ns: cause.overrun_ns,
             ..Default::default()
@@ -292,7 +292,11 @@ impl SimBackend {
         for effect in episode.effects {
             match effect {
                 Effect::Demoted(demotion) => {
-                    if Self::restore(tid, &demotion) {
+                    let restored = Self::restore(tid, &demotion);
+                    if let Some(journal) = &self.config.journal {
+                        journal.restored(tid);
+                    }
+                    if restored {
                         self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
                         self.record(slot, tid, pid, EscalationAction::Restore, cause);
                     } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
@@ -312,11 +316,8 @@ impl SimBackend {
                 },
             }
         }
-        if slot < self.region.scb_count() {
-            let scb = self.region.scb(slot);
-            if scb.tid().load(Ordering::Relaxed) == tid {
-                scb.escalated().store(0, Ordering::Relaxed);
-            }
+        if let Some(assigned) = self.table.get(slot).filter(|a| a.tid == tid) {
+            assigned.domain.region.scb(assigned.local).escalated().store(0, Ordering::Relaxed);
         }
         log::debug!("slot {slot}: escalation of tid {tid} lifted ({why})");
     }
@@ -330,12 +331,24 @@ impl SimBackend {
         }
     }
 
+    /// The gate's inputs: the SCB's fields as the shared loader reads them, the configuration from the
+    /// agent's own copy (S4: never the header's, which the domain's runtimes can write).
+    fn gate_input(&self, region: &Region, scb: ScbRef<'_>, since_yield: u64) -> GateInput {
+        // SAFETY: header and SCB of the live mapping `region` holds.
+        let mut input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
+        input.scheduler_mode = self.config.mode.raw();
+        input.escalation_policy = self.config.policy.raw();
+        input.slice_ns = self.config.slice_ns;
+        input.grace_ns = self.config.grace_ns;
+        input
+    }
+
     /// Runs the shared escalation state machine for one worker and carries out its step.
     fn escalate(&mut self, slot: u32, since_yield: u64, now_ns: u64) {
-        let region = Arc::clone(&self.region);
-        let scb = region.scb(slot);
-        // SAFETY: header and SCB of the live mapping `region` holds.
-        let input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
+        let Some(assigned) = self.table.get(slot) else { return };
+        let region = Arc::clone(&assigned.domain.region);
+        let scb = region.scb(assigned.local);
+        let input = self.gate_input(&region, scb, since_yield);
         let verdict = policy::gate(&input);
         if since_yield > input.slice_ns {
             self.counters.gate[verdict as usize] += 1;
@@ -370,8 +383,7 @@ impl SimBackend {
         // SAFETY: as above.
         if !unsafe { policy::effect_may_hold(scb.as_ptr()) } {
             self.counters.spared_in_critical += 1;
-            // SAFETY: as above.
-            let input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
+            let input = self.gate_input(&region, scb, since_yield);
             let step = policy::escalation_decide(
                 &self.workers[slot as usize].as_ref().expect("tracked").episode.state,
                 &input,
@@ -395,30 +407,37 @@ impl SimBackend {
     }
 
     fn tick_slot(&mut self, slot: u32, now_ns: u64) {
-        let region = Arc::clone(&self.region);
-        let scb = region.scb(slot);
+        // Who the slot belongs to comes from the agent's table (checked at registration), never from
+        // the SCB, which its runtime can write (S3).
+        let assigned: Option<Assigned> = self.table.get(slot);
+        let Some(assigned) = assigned else {
+            self.drop_worker(slot, "slot released");
+            return;
+        };
+        let region = Arc::clone(&assigned.domain.region);
+        let scb = region.scb(assigned.local);
         let state = scb.worker_state().load(Ordering::Acquire);
-        let tid = scb.tid().load(Ordering::Relaxed);
-        let pid = scb.pid().load(Ordering::Relaxed);
-        let slot_generation = scb.slot_generation().load(Ordering::Acquire);
-        let active = tid != 0
-            && (state == WorkerState::Registered.raw()
-                || state == WorkerState::Running.raw()
-                || state == WorkerState::Quiescing.raw());
-        let same = self.workers[slot as usize]
-            .as_ref()
-            .is_some_and(|w| w.tid == tid && w.pid == pid && w.slot_generation == slot_generation);
+        let (tid, pid) = (assigned.tid, assigned.pid);
+        let local_slot = assigned.local;
+        let active = state == WorkerState::Registered.raw()
+            || state == WorkerState::Running.raw()
+            || state == WorkerState::Quiescing.raw();
+        let same = self.workers[slot as usize].as_ref().is_some_and(|w| {
+            w.tid == tid && w.pid == pid && w.local_slot == local_slot && w.region_id == Arc::as_ptr(&region) as usize
+        });
         if !active || !same {
             self.drop_worker(slot, "slot released");
             if !active {
                 return;
             }
-            let Some(mut worker) = self.track(tid, pid, slot_generation) else { return };
+            let Some(mut worker) = self.track(tid, pid, local_slot) else { return };
+            worker.region_id = Arc::as_ptr(&region) as usize;
             worker.last_ack = scb.last_ack_seq().load(Ordering::Acquire);
             worker.last_yield_count = scb.yield_count().load(Ordering::Relaxed);
             self.workers[slot as usize] = Some(worker);
         }
-        let slice_ns = region.slice_ns();
+        // The agent's own configuration, never the header's copy (S4).
+        let slice_ns = self.config.slice_ns;
         let worker = self.workers[slot as usize].as_mut().expect("tracked above");
 
         let Some(run_ns) = read_runtime(&worker.schedstat) else {
@@ -446,7 +465,7 @@ impl SimBackend {
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
-        match policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), region.hint_min_interval_ns()) {
+        match policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns) {
             HintDecision::MORPHEUS_HINT_EMIT => {
                 // The hint's fields first, the signal last (release): SCB.md §5.2.
                 scb.last_hint_ns().store(now_ns, Ordering::Relaxed);
@@ -474,10 +493,6 @@ impl Backend for SimBackend {
         abi::Backend::Sim
     }
 
-    fn region(&self) -> &Arc<Region> {
-        &self.region
-    }
-
     fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
         Some(Arc::clone(&self.released) as Arc<dyn SlotObserver>)
     }
@@ -486,18 +501,19 @@ impl Backend for SimBackend {
         self.config.tick
     }
 
-    fn tick(&mut self, now_ns: u64) -> Result<()> {
+    fn tick(&mut self, now_ns: u64, level: u32) -> Result<()> {
         let released: Vec<(u32, u32)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
         for (slot, tid) in released {
             if self.workers[slot as usize].as_ref().is_some_and(|w| w.tid == tid) {
                 self.drop_worker(slot, "unregistered");
             }
         }
-        let level = self.region.read_pressure().level;
-        for slot in 0..self.region.scb_count() {
+        for slot in 0..self.table.capacity() {
             self.tick_slot(slot, now_ns);
             if self.workers[slot as usize].is_some() {
-                self.region.scb(slot).kernel_pressure_level().store(level, Ordering::Relaxed);
+                if let Some(assigned) = self.table.get(slot) {
+                    assigned.domain.region.scb(assigned.local).kernel_pressure_level().store(level, Ordering::Relaxed);
+                }
             }
         }
         self.counters.ticks += 1;
@@ -518,8 +534,6 @@ impl Backend for SimBackend {
         for slot in 0..self.workers.len() as u32 {
             self.drop_worker(slot, "scheduler exiting");
         }
-        self.region.retire();
-        log::info!("region {} retired (generation 0)", self.region.path().display());
         Ok(())
     }
 }

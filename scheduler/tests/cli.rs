@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Starts the real scx_morpheus (simulation backend) with a temporary region and socket and feeds it
+//! Starts the real scx_morpheus (simulation backend) with a temporary runtime directory and feeds it
 //! bad input: options, paths, a second instance, malformed and refused registrations, a flood, and a
-//! worker thread that dies without unregistering.
+//! worker thread that dies without unregistering. The region comes with the REGISTER reply (SCM_RIGHTS)
+//! and is read through that descriptor.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -36,9 +40,6 @@ impl Agent {
         agent.wait_ready();
         agent
     }
-    fn region(&self) -> PathBuf {
-        self.dir.path().join("region")
-    }
     fn socket(&self) -> PathBuf {
         self.dir.path().join("sock")
     }
@@ -58,9 +59,7 @@ impl Agent {
 
 fn spawn(dir: &Path, extra: &[&str]) -> Child {
     Command::new(BIN)
-        .args(["--backend", "sim", "--region"])
-        .arg(dir.join("region"))
-        .arg("--socket")
+        .args(["--backend", "sim", "--socket"])
         .arg(dir.join("sock"))
         .args(extra)
         .stdout(Stdio::piped())
@@ -91,9 +90,59 @@ fn send_raw(stream: &mut UnixStream, bytes: &[u8]) -> RegReply {
     reply
 }
 
-fn send(stream: &mut UnixStream, req: &RegRequest) -> RegReply {
+/// A 1.2 request (size 0): the 32-byte prefix.
+fn v12_bytes(req: &RegRequest) -> &[u8] {
     let bytes = unsafe { std::slice::from_raw_parts((req as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) };
-    send_raw(stream, bytes)
+    &bytes[..std::mem::offset_of!(RegRequest, escapable)]
+}
+
+fn send(stream: &mut UnixStream, req: &RegRequest) -> RegReply {
+    send_raw(stream, v12_bytes(req))
+}
+
+/// Sends `bytes` and reads one reply with recvmsg, keeping the region descriptor sent with it.
+fn send_for_fd(stream: &mut UnixStream, bytes: &[u8]) -> (RegReply, Option<File>) {
+    stream.write_all(bytes).unwrap();
+    let mut buf = [0u8; size_of::<RegReply>()];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut control = [0u64; 8];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 8]>() as _;
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    assert_eq!(n, buf.len() as isize, "one whole reply");
+    let mut file = None;
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if !cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+            file = Some(File::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>())));
+        }
+    }
+    let reply: RegReply = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+    assert_eq!(reply.magic, abi::REG_MAGIC);
+    (reply, file)
+}
+
+fn header_of(region: &File) -> abi::RegionHeader {
+    let mut buf = [0u8; size_of::<abi::RegionHeader>()];
+    region.read_exact_at(&mut buf, 0).unwrap();
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) }
+}
+
+fn scb_of(region: &File, slot: u32) -> abi::Scb {
+    let mut buf = [0u8; size_of::<abi::Scb>()];
+    region.read_exact_at(&mut buf, (size_of::<abi::RegionHeader>() + slot as usize * size_of::<abi::Scb>()) as u64).unwrap();
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) }
+}
+
+/// Registers the calling thread and returns its slot and the region (read through the descriptor).
+fn register_for_region(socket: &Path) -> (u32, File, UnixStream) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let (reply, fd) = send_for_fd(&mut s, v12_bytes(&request(abi::RegOp::Register, gettid(), 0)));
+    assert_eq!(status(&reply), RegStatus::Ok);
+    (reply.slot, fd.expect("an OK REGISTER reply carries the region descriptor"), s)
 }
 
 fn gettid() -> u32 {
@@ -162,9 +211,7 @@ fn backend_auto_uses_sim_without_sched_ext() {
     }
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(BIN)
-        .args(["--backend", "auto", "--region"])
-        .arg(dir.path().join("region"))
-        .arg("--socket")
+        .args(["--backend", "auto", "--socket"])
         .arg(dir.path().join("sock"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -172,8 +219,8 @@ fn backend_auto_uses_sim_without_sched_ext() {
         .unwrap();
     let agent = Agent { child, dir };
     agent.wait_ready();
-    let bytes = std::fs::read(agent.region()).unwrap();
-    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let (_, region, _conn) = register_for_region(&agent.socket());
+    let header = header_of(&region);
     assert_eq!(header.backend, abi::Backend::Sim.raw(), "auto chose backend {}", header.backend);
     let (out, _dir) = agent.stop();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -185,7 +232,7 @@ fn backend_auto_uses_sim_without_sched_ext() {
 }
 
 #[test]
-fn refuses_a_region_path_that_is_not_a_region() {
+fn sim_refuses_a_region_path() {
     let dir = tempfile::tempdir().unwrap();
     let region = dir.path().join("region");
     std::fs::write(&region, b"precious data, not a region").unwrap();
@@ -197,43 +244,37 @@ fn refuses_a_region_path_that_is_not_a_region() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("is not a Morpheus region"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the sim backend has no region file"), "{}", stderr(&out));
     assert_eq!(std::fs::read(&region).unwrap(), b"precious data, not a region", "file was touched");
-    // A directory is refused too.
-    let out = Command::new(BIN)
-        .args(["--backend", "sim", "--region"])
-        .arg(dir.path())
-        .arg("--socket")
-        .arg(dir.path().join("sock2"))
-        .output()
-        .unwrap();
-    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
 }
 
 #[test]
 fn publishes_region_and_retires_it_on_clean_exit() {
-    let agent = Agent::start(&["--max-workers", "8"]);
-    let bytes = std::fs::read(agent.region()).unwrap();
-    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let agent = Agent::start(&["--max-workers", "8", "--max-workers-per-uid", "4"]);
+    let (_, region, conn) = register_for_region(&agent.socket());
+    let header = header_of(&region);
     assert_eq!(header.magic, abi::REGION_MAGIC);
-    assert_eq!(header.scb_count, 8);
+    assert_eq!(header.scb_count, 4, "a uid's region holds its quota");
     assert_ne!(header.generation, 0);
     assert_eq!(header.backend, abi::Backend::Sim.raw());
+    // Sealed: nobody handed the descriptor can shrink or grow it (S2).
+    let seals = unsafe { libc::fcntl(region.as_raw_fd(), libc::F_GET_SEALS) };
+    assert_eq!(seals & (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL), libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL);
+    assert!(region.set_len(0).is_err(), "truncate of the region must fail");
     let first_generation = header.generation;
-    let region = agent.region();
+    drop(conn);
     let (out, tmp) = agent.stop();
     let dir = tmp.path().to_owned();
     assert!(out.status.success(), "{}", stderr(&out));
-    let bytes = std::fs::read(&region).unwrap();
-    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    assert_eq!(header.generation, 0, "clean exit must retire the region");
+    assert_eq!(header_of(&region).generation, 0, "clean exit must retire the region");
     assert!(!dir.join("sock").exists(), "socket left behind");
-    // The next start replaces the region (new inode, new nonzero generation).
+    // The next start publishes new memory with a new nonzero generation.
     let again = Agent { child: spawn(&dir, &["--max-workers", "8"]), dir: tmp };
     again.wait_ready();
-    let bytes = std::fs::read(&region).unwrap();
-    let header: abi::RegionHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let (_, region2, _conn) = register_for_region(&again.socket());
+    let header = header_of(&region2);
     assert!(header.generation != 0 && header.generation != first_generation);
+    assert_eq!(header_of(&region).generation, 0, "the old memory stays retired");
     let (out, _tmp) = again.stop();
     assert!(out.status.success());
 }
@@ -293,17 +334,15 @@ fn registration_refusals_and_release() {
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, 1, 0))), RegStatus::NotCallerTid);
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, 0, 0))), RegStatus::NotCallerTid);
 
-    let ok = send(&mut s, &request(abi::RegOp::Register, tid, 0));
+    let (ok, region) = send_for_fd(&mut s, v12_bytes(&request(abi::RegOp::Register, tid, 0)));
+    let region = region.expect("region descriptor");
     assert_eq!(status(&ok), RegStatus::Ok);
     assert_eq!(ok.slot_generation, 1);
-    let path_len = ok.region_path.iter().position(|&b| b == 0).unwrap();
-    assert_eq!(Path::new(std::str::from_utf8(&ok.region_path[..path_len]).unwrap()), agent.region());
+    assert_eq!(ok.region_path[0], 0, "a memfd region has no path");
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, tid, 0))), RegStatus::AlreadyRegistered);
 
     // The SCB says who holds the slot.
-    let bytes = std::fs::read(agent.region()).unwrap();
-    let scb_at = size_of::<abi::RegionHeader>() + ok.slot as usize * size_of::<abi::Scb>();
-    let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[scb_at..].as_ptr().cast()) };
+    let scb = scb_of(&region, ok.slot);
     assert_eq!(scb.tid, tid);
     assert_eq!(scb.pid, std::process::id());
     assert_eq!(scb.worker_state, abi::WorkerState::Registered.raw());
@@ -312,9 +351,24 @@ fn registration_refusals_and_release() {
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, 3))), RegStatus::NotOwner);
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, 9999))), RegStatus::NotOwner);
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, ok.slot))), RegStatus::Ok);
-    let bytes = std::fs::read(agent.region()).unwrap();
-    let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[scb_at..].as_ptr().cast()) };
+    let scb = scb_of(&region, ok.slot);
     assert_eq!((scb.tid, scb.pid, scb.worker_state), (0, 0, abi::WorkerState::Init.raw()));
+
+    // A 1.3 request (40 bytes) with escapable NO and priority 5: written before REGISTERED; a reply
+    // of the full size, which says so. Out-of-range values are INVALID_ARGUMENT, unknown tail MALFORMED.
+    let v13 = RegRequest { message_size: size_of::<RegRequest>() as u32, escapable: abi::RegEscapable::No.raw(), priority: 5, ..request(abi::RegOp::Register, tid, 0) };
+    let v13_bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
+    let (reply, _) = send_for_fd(&mut s, &v13_bytes(&v13));
+    assert_eq!(status(&reply), RegStatus::Ok);
+    assert_eq!(reply.message_size as usize, size_of::<RegReply>());
+    let scb = scb_of(&region, reply.slot);
+    assert_eq!((scb.escapable, scb.priority, scb.worker_state), (0, 5, abi::WorkerState::Registered.raw()));
+    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, reply.slot))), RegStatus::Ok);
+    assert_eq!(status(&send_raw(&mut s, &v13_bytes(&RegRequest { priority: 20, ..v13 }))), RegStatus::InvalidArgument);
+    assert_eq!(status(&send_raw(&mut s, &v13_bytes(&RegRequest { escapable: 7, ..v13 }))), RegStatus::InvalidArgument);
+    let mut tail = v13_bytes(&RegRequest { message_size: 48, ..v13 });
+    tail.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(status(&send_raw(&mut s, &tail)), RegStatus::Malformed);
 
     // A short message gets MALFORMED and the agent stays up.
     let mut short = UnixStream::connect(agent.socket()).unwrap();
@@ -369,24 +423,28 @@ fn flood_from_one_process_is_capped_and_dead_threads_are_reclaimed() {
     assert!(results.iter().all(|r| *r == RegStatus::Ok || *r == RegStatus::ProcessLimit), "{results:?}");
     assert!(results.contains(&RegStatus::ProcessLimit), "the flood was never refused: {results:?}");
     // All those threads are gone now: their slots come back.
+    // All those threads are gone now: their slots come back (a registration fits again, and then
+    // only our own slot is taken in the region).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (slot, region) = loop {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        let (reply, fd) = send_for_fd(&mut s, v12_bytes(&request(abi::RegOp::Register, gettid(), 0)));
+        if status(&reply) == RegStatus::Ok {
+            break (reply.slot, fd.unwrap());
+        }
+        assert_eq!(status(&reply), RegStatus::ProcessLimit);
+        assert!(Instant::now() < deadline, "slots of dead threads were not reclaimed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let bytes = std::fs::read(agent.region()).unwrap();
-        let held = (0..4)
-            .filter(|i| {
-                let at = size_of::<abi::RegionHeader>() + i * size_of::<abi::Scb>();
-                let scb: abi::Scb = unsafe { std::ptr::read_unaligned(bytes[at..].as_ptr().cast()) };
-                scb.worker_state != abi::WorkerState::Init.raw()
-            })
-            .count();
+        let held = (0..2).filter(|&i| i != slot && scb_of(&region, i).worker_state != abi::WorkerState::Init.raw()).count();
         if held == 0 {
             break;
         }
         assert!(Instant::now() < deadline, "{held} slots of dead threads were not reclaimed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut s = UnixStream::connect(&socket).unwrap();
-    assert_eq!(status(&send(&mut s, &request(abi::RegOp::Register, gettid(), 0))), RegStatus::Ok);
     let (out, _tmp) = agent.stop();
     assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -95,7 +95,8 @@ struct Agent {
     dir: tempfile::TempDir,
     printed: Arc<Mutex<Printed>>,
     reader: Option<JoinHandle<()>>,
-    region: Option<Arc<morpheus::Region>>,
+    /// This process's region, as the first worker received it from the agent.
+    region: RefCell<Option<Arc<morpheus::Region>>>,
 }
 
 impl Agent {
@@ -106,8 +107,6 @@ impl Agent {
         let mut child = Command::new(BIN)
             .args(["--backend", "sim", "--max-workers", "8", "--stats", "0.2"])
             .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &GRACE_US.to_string()])
-            .arg("--region")
-            .arg(dir.path().join("region"))
             .arg("--socket")
             .arg(dir.path().join("sock"))
             .args(extra)
@@ -123,14 +122,9 @@ impl Agent {
                 sink.lock().unwrap().absorb(&line);
             }
         });
-        let mut agent = Agent { child: RefCell::new(child), dir, printed, reader: Some(reader), region: None };
+        let agent = Agent { child: RefCell::new(child), dir, printed, reader: Some(reader), region: RefCell::new(None) };
         agent.wait("the agent's socket", || std::os::unix::net::UnixStream::connect(agent.socket()).ok().map(|_| ()));
-        agent.region = Some(morpheus::Region::open(agent.region_path()).expect("map the agent's region"));
         agent
-    }
-
-    fn region_path(&self) -> PathBuf {
-        self.dir.path().join("region")
     }
 
     fn socket(&self) -> PathBuf {
@@ -162,7 +156,8 @@ impl Agent {
 
     /// The SCB of `slot`, field by field with atomic loads (the agent writes it concurrently).
     fn scb(&self, slot: u32) -> ScbView {
-        let scb = self.region.as_ref().unwrap().scb_ptr(slot).unwrap();
+        let region = self.region.borrow().clone().expect("a worker registered");
+        let scb = region.scb_ptr(slot).unwrap();
         // SAFETY: scb points into the live mapping held by self.region; every field read is naturally
         // aligned and only ever accessed atomically by the agent and the SDK.
         unsafe {
@@ -184,7 +179,7 @@ impl Agent {
 
     /// SIGTERM and wait; the agent must exit cleanly and print its totals line.
     fn stop(mut self) -> Printed {
-        self.region = None;
+        self.region.get_mut().take();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.get_mut().id() as libc::pid_t, libc::SIGTERM) };
         let status = self.child.get_mut().wait().unwrap();
@@ -252,7 +247,7 @@ struct Spinner {
 
 impl Spinner {
     fn start(agent: &Agent, kind: Kind) -> Spinner {
-        let (region, socket) = (agent.region_path(), agent.socket());
+        let socket = agent.socket();
         let command = Arc::new(AtomicU32::new(SPIN));
         let (registered_tx, registered) = mpsc::channel();
         let (left_tx, left) = mpsc::channel();
@@ -262,7 +257,8 @@ impl Spinner {
             .spawn(move || {
                 // SAFETY: 0 is the calling thread.
                 let original_policy = unsafe { libc::sched_getscheduler(0) };
-                let mut config = morpheus::Worker::builder().region_path(region).agent_socket(socket);
+                // Discovery through the agent: its reply carries this user's region.
+                let mut config = morpheus::Worker::builder().agent_socket(socket);
                 if kind == Kind::NotEscapable {
                     config = config.escapable(false);
                 }
@@ -272,7 +268,8 @@ impl Spinner {
                 };
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-                registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy))).unwrap();
+                let region = worker.region().expect("attached").clone();
+                registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy, region))).unwrap();
                 let mut guard = (kind == Kind::InCritical).then(|| worker.critical_section());
                 let mut x = 0u64;
                 loop {
@@ -296,10 +293,11 @@ impl Spinner {
                 drop(worker);
             })
             .unwrap();
-        let (tid, slot, original_policy) = registered
+        let (tid, slot, original_policy, region) = registered
             .recv_timeout(PATIENCE)
             .expect("the worker thread did not report its registration")
             .unwrap_or_else(|e| panic!("{kind:?} worker: registration through the agent failed: {e}"));
+        agent.region.borrow_mut().get_or_insert(region);
         Spinner { tid, slot, original_policy, command, left, thread }
     }
 

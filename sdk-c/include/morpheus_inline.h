@@ -18,9 +18,36 @@
 
 #include "morpheus.h"
 
+/*
+ * spec/SCB.md §0.1 (error_code UNSUPPORTED_PLATFORM): the region is shared with other processes through
+ * single lock-free little-endian accesses. A big-endian host would misread every field, and a lock-based
+ * 64-bit atomic (libatomic's fallback) is not address-free, so it silently breaks across processes.
+ */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "MORPHEUS_E_UNSUPPORTED_PLATFORM: the Morpheus ABI needs a little-endian host"
+#endif
+#if !defined(__GCC_ATOMIC_LLONG_LOCK_FREE) || __GCC_ATOMIC_LLONG_LOCK_FREE != 2 || __GCC_ATOMIC_INT_LOCK_FREE != 2
+#error "MORPHEUS_E_UNSUPPORTED_PLATFORM: the Morpheus ABI needs always-lock-free 32- and 64-bit atomics"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The functions below read struct morpheus_worker's fields directly, as laid out by layout version 1.
+ * A morpheus.h with another layout fails here at compile time; a program run against a libmorpheus with
+ * another layout is reported to the library when it loads (morpheus_worker_register then fails with
+ * -MORPHEUS_E_UNSUPPORTED_PLATFORM). The versioning rule is in sdk-c/README.md.
+ */
+#if MORPHEUS_WORKER_LAYOUT_VERSION != 1
+#error "morpheus_inline.h reads struct morpheus_worker layout 1; this morpheus.h has another layout"
+#endif
+
+__attribute__((constructor, used)) static void morpheus__report_worker_layout(void)
+{
+	(void)morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION);
+}
 
 #define MORPHEUS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MORPHEUS_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -45,15 +72,22 @@ static inline bool morpheus__generation_ok(const struct morpheus_worker *w)
 	return __atomic_load_n(w->generation, __ATOMIC_ACQUIRE) == w->attached_generation;
 }
 
-/* Enter a critical section; only the outermost enter publishes in_critical (seq_cst). */
+/*
+ * Enter a critical section; only the outermost enter publishes in_critical: a relaxed store of 1, then a
+ * seq_cst fence (spec/SCB.md §3.1; the same two operations as the Rust core's protocol::critical_enter).
+ * The fence keeps the section's later loads after the store on arm64, which a seq_cst store alone does
+ * not; it pairs with the scheduler's full barrier before its load of in_critical.
+ */
 static inline void morpheus_critical_enter(struct morpheus_worker *w)
 {
 	if (w->critical_depth++ != 0 || !w->in_critical)
 		return;
-	if (MORPHEUS_LIKELY(morpheus__generation_ok(w)))
-		__atomic_store_n(w->in_critical, 1u, __ATOMIC_SEQ_CST);
-	else
+	if (MORPHEUS_LIKELY(morpheus__generation_ok(w))) {
+		__atomic_store_n(w->in_critical, 1u, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	} else {
 		morpheus_worker_lost(w);
+	}
 }
 
 /*

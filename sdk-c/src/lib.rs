@@ -16,12 +16,16 @@ use std::{
     ffi::{c_char, CStr, CString},
     os::unix::ffi::OsStrExt,
     path::PathBuf,
+    sync::atomic::{AtomicU32, Ordering},
 };
 
 use morpheus::{
-    check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, region::discover,
-    register_current_thread, unregister_current_thread, with_current_worker, Config, Discovered, Error, RawWorker, Region,
-    RuntimeKind, YieldReason,
+    raw::{
+        check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, register_current_thread,
+        RawWorker,
+    },
+    region::discover,
+    unregister_current_thread, with_current_worker, Config, Discovered, Error, Region, RuntimeKind, YieldReason,
 };
 use morpheus_abi::escapable_default;
 
@@ -41,12 +45,26 @@ pub struct MorpheusOptions {
     pub socket_path: *const c_char,
     /// 1 lets the scheduler escalate the worker, 0 forbids it, -1 takes the C default.
     pub escapable: i32,
-    /// Advisory priority, -20 (most important) to 19 (clamped).
+    /// Advisory priority, -20 (most important) to 19; outside that range registration fails with
+    /// -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
     pub priority: i32,
     /// `MORPHEUS_RUNTIME_KIND_*` stored in the SCB and keying the `escapable` default; 0 (or a caller
     /// whose `size` ends before this field) means C. Bindings built on libmorpheus (Java's FFM) set theirs.
     pub runtime_kind: u32,
 }
+
+/// Version of `struct morpheus_worker`'s layout this library was built with. `morpheus_inline.h`
+/// checks it at compile time and reports it to the library at load time
+/// (`morpheus_worker_layout_check`). cbindgen can only export a literal, so the value is written here
+/// and tied to the Rust core's `WORKER_LAYOUT_VERSION` by the assertion below.
+pub const MORPHEUS_WORKER_LAYOUT_VERSION: u32 = 1;
+const _: () = assert!(
+    MORPHEUS_WORKER_LAYOUT_VERSION == morpheus::raw::WORKER_LAYOUT_VERSION,
+    "MORPHEUS_WORKER_LAYOUT_VERSION must equal morpheus::raw::WORKER_LAYOUT_VERSION"
+);
+
+/// The layout version a program compiled against another `morpheus.h` reported, 0 if none did.
+static FOREIGN_LAYOUT: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -168,6 +186,29 @@ pub unsafe extern "C" fn morpheus_region_check(path: *const c_char) -> i32 {
     checked.unwrap_or_else(fail)
 }
 
+/// Called by `morpheus_inline.h` when a program that includes it is loaded, with the
+/// `MORPHEUS_WORKER_LAYOUT_VERSION` the program was compiled with. Returns 0 if this library lays out
+/// `struct morpheus_worker` the same way; otherwise -MORPHEUS_E_UNSUPPORTED_PLATFORM, and every later
+/// `morpheus_worker_register()` fails the same way (the program's inline fast paths would read the
+/// library's worker at the wrong offsets).
+#[no_mangle]
+pub extern "C" fn morpheus_worker_layout_check(program_layout_version: u32) -> i32 {
+    if program_layout_version == MORPHEUS_WORKER_LAYOUT_VERSION {
+        return 0;
+    }
+    FOREIGN_LAYOUT.store(program_layout_version, Ordering::Relaxed);
+    fail(layout_mismatch(program_layout_version))
+}
+
+fn layout_mismatch(program: u32) -> Error {
+    Error::UnsupportedPlatform {
+        detail: format!(
+            "the program was compiled with struct morpheus_worker layout {program}, this libmorpheus has layout \
+             {MORPHEUS_WORKER_LAYOUT_VERSION}: rebuild the program against this library's morpheus.h"
+        ),
+    }
+}
+
 /// Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
 /// (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
 /// Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
@@ -175,6 +216,10 @@ pub unsafe extern "C" fn morpheus_region_check(path: *const c_char) -> i32 {
 /// thread that exits without doing so releases it on exit).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, out: *mut *mut RawWorker) -> i32 {
+    match FOREIGN_LAYOUT.load(Ordering::Relaxed) {
+        0 => {}
+        program => return fail(layout_mismatch(program)),
+    }
     let mut defaults = std::mem::zeroed::<MorpheusOptions>();
     morpheus_options_init(&mut defaults);
     let opts = if opts.is_null() {
@@ -333,7 +378,7 @@ pub unsafe extern "C" fn morpheus_escapable(w: *const RawWorker) -> i32 {
 }
 
 /// Store the worker's advisory priority in `*out`, as the SDK believes it (the value it stored in the
-/// SCB, after clamping; for a detached worker, the configured value). Returns 0, or
+/// SCB; for a detached worker, the configured value). Returns 0, or
 /// `-MORPHEUS_E_NOT_REGISTERED` if `w` is not the calling thread's worker. (The priority itself can be
 /// negative, hence the out parameter.)
 #[no_mangle]
@@ -349,7 +394,8 @@ pub unsafe extern "C" fn morpheus_priority(w: *const RawWorker, out: *mut i32) -
     }
 }
 
-/// Set the advisory priority (-20 .. 19, clamped).
+/// Set the advisory priority (-20 .. 19). Outside that range: -MORPHEUS_E_INVALID_ARGUMENT, writing
+/// nothing (never clamped).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_set_priority(w: *mut RawWorker, priority: i32) -> i32 {
     match with_worker(w, "morpheus_set_priority", |worker| worker.set_priority(priority)) {

@@ -467,16 +467,37 @@ TEST_F(MorpheusTest, EscapableAndPriorityGettersReportWhatWasStored) {
     EXPECT_EQ(morpheus_escapable(w), value ? 1 : 0);
     EXPECT_EQ(SIM_LOAD(region.get(), 2, escapable), value ? 1u : 0u);
   }
-  // Set, then read back: the clamped value is what was stored and what is reported.
+  // Set, then read back: a value in range is what was stored and what is reported; a value out of
+  // range is INVALID_ARGUMENT and changes nothing (never clamped).
   const struct {
     int32_t set, stored;
-  } priorities[] = {{-7, -7}, {19, 19}, {-20, -20}, {100, 19}, {-100, -20}, {0, 0}};
+    int rc;
+  } priorities[] = {{-7, -7, 0},
+                    {19, 19, 0},
+                    {-20, -20, 0},
+                    {100, -20, -static_cast<int>(MORPHEUS_E_INVALID_ARGUMENT)},
+                    {-100, -20, -static_cast<int>(MORPHEUS_E_INVALID_ARGUMENT)},
+                    {0, 0, 0}};
   for (const auto &p : priorities) {
-    ASSERT_EQ(morpheus_set_priority(w, p.set), 0) << last_error();
+    ASSERT_EQ(morpheus_set_priority(w, p.set), p.rc) << "set " << p.set << ": " << last_error();
     EXPECT_EQ(morpheus_priority(w, &priority), 0);
     EXPECT_EQ(priority, p.stored) << "set " << p.set;
     EXPECT_EQ(static_cast<int32_t>(SIM_LOAD(region.get(), 2, priority)), p.stored) << "set " << p.set;
   }
+  EXPECT_NE(std::string(last_error()).find("expected priority in -20..=19, found -100"), std::string::npos) << last_error();
+}
+
+TEST_F(MorpheusTest, AnOutOfRangePriorityRefusesRegistration) {
+  Region region;
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = region.path();
+  opts.direct_slot = 0;
+  opts.priority = 20;
+  morpheus_worker *w = nullptr;
+  EXPECT_EQ(morpheus_worker_register(&opts, &w), -static_cast<int>(MORPHEUS_E_INVALID_ARGUMENT));
+  EXPECT_EQ(w, nullptr);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, worker_state), MORPHEUS_WORKER_STATE_INIT) << "the slot stays free";
 }
 
 TEST_F(MorpheusTest, EscapableAndPriorityGettersOfADetachedWorkerReportTheConfiguredValues) {
@@ -526,6 +547,32 @@ TEST_F(MorpheusTest, EscapableAndPriorityGettersRefuseAForeignHandle) {
   EXPECT_EQ(result.priority_rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
   EXPECT_EQ(result.priority, 42) << "nothing stored on failure";
   EXPECT_EQ(morpheus_escapable(nullptr), -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+}
+
+}  // namespace
+
+namespace {
+
+// A program compiled against another struct morpheus_worker layout is refused, not misread. Run in a
+// child process: the mismatch is sticky for the library's lifetime, by design.
+TEST(MorpheusLayout, AProgramWithAnotherWorkerLayoutCannotRegister) {
+  EXPECT_EQ(morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION), 0) << "the header's own version";
+  EXPECT_EXIT(
+      {
+        const int checked = morpheus_worker_layout_check(MORPHEUS_WORKER_LAYOUT_VERSION + 1);
+        morpheus_options opts;
+        morpheus_options_init(&opts);
+        opts.region_path = "";  // even detached: the program's inline code would misread the worker
+        morpheus_worker *w = nullptr;
+        const int registered = morpheus_worker_register(&opts, &w);
+        const std::string error = morpheus_last_error();
+        const int unsupported = -static_cast<int>(MORPHEUS_E_UNSUPPORTED_PLATFORM);
+        exit(checked == unsupported && registered == unsupported && w == nullptr &&
+                     error.find("layout 2, this libmorpheus has layout 1") != std::string::npos
+                 ? 0
+                 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ probe task that sleeps 5-15 ms at random and records how late it wakes. Modes:
   naive     await asyncio.sleep(0) every 1,000 iterations
   morpheus  await morpheus.checkpoint_async() every 1,000 iterations (the loop thread registered)
 
-The loop thread registers with the scheduler agent (--socket, --region: bench/run.sh starts the real
+The loop thread registers with the scheduler agent (--socket; the region comes with its reply: bench/run.sh starts the real
 `scx_morpheus --backend sim`); whether the scheduler asks (pressure) depends on how it was started.
 Also reports the per-call cost of the checkpoint fast paths beside a no-op call into a C extension
 (timeit, same process), as ratios.

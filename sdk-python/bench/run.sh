@@ -33,13 +33,13 @@ run() {
   while [[ $1 != -- ]]; do sched_opts+=("$1"); shift; done
   shift
   bench_opts=("$@")
-  "$scx" --backend sim --mode observer --region "$dir/$name.region" --socket "$dir/$name.sock" \
+  "$scx" --backend sim --mode observer --socket "$dir/$name.sock" \
     --max-workers 4 "${sched_opts[@]}" 2> "$here/bench/results/$name.scheduler.log" &
   sched=$!
   for _ in $(seq 200); do [[ -S $dir/$name.sock ]] && break; sleep 0.05; done
   [[ -S $dir/$name.sock ]] || { echo "bench: scx_morpheus did not start, see bench/results/$name.scheduler.log" >&2; exit 1; }
   "$py" "$here/bench/bench_asyncio.py" --seconds "$secs" --repeat "$repeat" \
-    --region "$dir/$name.region" --socket "$dir/$name.sock" --json "$here/bench/results/$name.json" "${bench_opts[@]}"
+    --socket "$dir/$name.sock" --json "$here/bench/results/$name.json" "${bench_opts[@]}"
   stop_scheduler
 }
 

@@ -328,21 +328,21 @@ impl Ticker {
 #[pyfunction]
 fn critical_enter() {
     // SAFETY: current_raw() is the calling thread's own state.
-    unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) }
+    unsafe { morpheus::raw::critical_enter_raw(morpheus::raw::current_raw()) }
 }
 
 /// Exit a critical section; ``NotInCriticalError`` without a matching enter (nothing is written).
 #[pyfunction]
 fn critical_exit(py: Python<'_>) -> PyResult<()> {
     // SAFETY: as in critical_enter.
-    py_result(py, unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) })
+    py_result(py, unsafe { morpheus::raw::critical_exit_raw(morpheus::raw::current_raw()) })
 }
 
 /// The calling thread's critical-section nesting depth.
 #[pyfunction]
 fn critical_depth() -> u32 {
     // SAFETY: as in critical_enter; a plain read of our own thread's state.
-    unsafe { (*morpheus::current_raw()).critical_depth }
+    unsafe { (*morpheus::raw::current_raw()).critical_depth }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -362,12 +362,13 @@ impl Region {
         self.inner.path().to_path_buf()
     }
 
-    /// ``"PINNED_MAP"`` (kernel backend, bpffs) or ``"FILE"`` (simulation backend).
+    /// ``"PINNED_MAP"`` (kernel backend, bpffs), ``"FILE"`` (a region file) or ``"AGENT_FD"`` (handed over by the agent).
     #[getter]
     fn backing(&self) -> &'static str {
         match self.inner.backing() {
             morpheus::Backing::PinnedMap => "PINNED_MAP",
             morpheus::Backing::File => "FILE",
+            morpheus::Backing::AgentFd => "AGENT_FD",
         }
     }
 
@@ -407,9 +408,12 @@ impl Region {
         self.inner.grace_ns()
     }
 
-    /// The pressure record, read consistently under its seqlock.
-    fn pressure<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = self.inner.pressure();
+    /// The pressure record, read consistently under its seqlock (a bounded number of attempts, then
+    /// the last consistent snapshot), or None while none could be read. The GIL is released while
+    /// reading, so a writer parked mid-update cannot freeze the interpreter.
+    fn pressure<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let region = self.inner.clone();
+        let Some(p) = py.detach(move || region.pressure()) else { return Ok(None) };
         let out = PyDict::new(py);
         out.set_item("level", p.level.map(|l| l.name()))?;
         out.set_item("cpu_some_avg10", p.cpu_some_avg10)?;
@@ -417,7 +421,7 @@ impl Region {
         out.set_item("memory_some_avg10", p.memory_some_avg10)?;
         out.set_item("runqueue_depth", p.runqueue_depth)?;
         out.set_item("updated_ns", p.updated_ns)?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn __len__(&self) -> usize {
@@ -557,12 +561,7 @@ impl Worker {
             (None, Some(socket)) => config = config.agent_socket(socket),
             (None, None) => {}
         }
-        if !(-20..=19).contains(&priority) {
-            return Err(PyValueError::new_err(format!(
-                "Worker(priority=...): expected -20 (most important) to 19, got {priority}"
-            )));
-        }
-        config = config.priority(priority as i32);
+        config = config.priority(py_result(py, morpheus::validate_priority(priority))?);
         if let Some(escapable) = escapable {
             config = config.escapable(escapable);
         }
@@ -664,12 +663,8 @@ impl Worker {
 
     #[setter]
     fn set_priority(&self, py: Python<'_>, value: i64) -> PyResult<()> {
-        if !(-20..=19).contains(&value) {
-            return Err(PyValueError::new_err(format!(
-                "Worker.priority: expected -20 (most important) to 19, got {value}"
-            )));
-        }
-        with_held(py, self.token, "set_priority", |w| match w.set_priority(value as i32) {
+        let value = py_result(py, morpheus::validate_priority(value))?;
+        with_held(py, self.token, "set_priority", |w| match w.set_priority(value) {
             Err(Error::Detached { .. }) => Ok(()),
             other => py_result(py, other),
         })

@@ -50,8 +50,9 @@ def test_escapable_and_priority_overrides(region):
         w.escapable = False
         w.priority = 3
         assert region.get(0, S.ESCAPABLE) == 0 and region.get(0, S.PRIORITY) == 3
-        with pytest.raises(ValueError, match="-20 .* 19, got 20"):
+        with pytest.raises(morpheus.InvalidArgumentError, match="expected priority in -20..=19, found 20"):
             w.priority = 20
+        assert region.get(0, S.PRIORITY) == 3 and w.priority == 3, "a refused priority writes nothing"
 
 
 def test_one_worker_per_thread(region):
@@ -130,8 +131,9 @@ def test_bad_arguments_name_what_is_wrong(region):
         morpheus.Worker(slot=0, socket="/tmp/x")
     with pytest.raises(TypeError, match="expected a path or a morpheus.Region, got int"):
         morpheus.Worker(region=42)
-    with pytest.raises(ValueError, match="priority"):
+    with pytest.raises(morpheus.MorpheusError, match="expected priority in -20..=19, found 99") as bad:
         morpheus.Worker(detached=True, priority=99)
+    assert bad.value.code == morpheus.ErrorCode.INVALID_ARGUMENT, "out of range is INVALID_ARGUMENT, never clamped"
     with pytest.raises(ValueError, match="from 1 to"):
         morpheus.Ticker(0)
     with pytest.raises(TypeError, match="decorates a function"):
@@ -189,3 +191,27 @@ def test_generation_change_detaches_the_worker(region):
         with morpheus.critical():
             pass
         assert region.scb_bytes(0) == before
+
+
+def test_pressure_is_bounded_when_the_seqlock_is_parked(region):
+    """SCB.md §2.1: a writer killed mid-update (seq odd forever) cannot stall a reader; the reader
+    returns None until it has read one consistent snapshot, then keeps that one."""
+    import struct
+
+    P = abi.Pressure
+    base = H.PRESSURE.offset
+
+    def put(field, value):
+        struct.pack_into(field.struct_format, region.mm, base + field.offset, value)
+
+    attached = morpheus.attach(str(region.path))
+    put(P.SEQ, 1)
+    assert attached.pressure() is None, "unavailable, and it returned"
+    put(P.LEVEL, abi.PressureLevel.HIGH)
+    put(P.CPU_SOME_AVG10, 6000)
+    put(P.SEQ, 2)
+    good = attached.pressure()
+    assert good is not None and good["level"] == "HIGH" and good["cpu_some_avg10"] == 6000
+    put(P.SEQ, 3)
+    put(P.CPU_SOME_AVG10, 1)  # a torn write in progress is never returned
+    assert attached.pressure() == good, "the last good snapshot"

@@ -68,7 +68,7 @@ fn main() {
     let mut attached = || worker.checkpoint_sync() as u64;
     // What the C inline function and the bindings do: the RawWorker pointer held in a register.
     // SAFETY: this thread's worker.
-    let mut attached_raw = move || unsafe { morpheus::checkpoint_sync_raw(raw) } as u64;
+    let mut attached_raw = move || unsafe { morpheus::raw::checkpoint_sync_raw(raw) } as u64;
     let mut critical = || {
         drop(worker.critical_section());
         1

@@ -1,24 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Client side of the agent's registration channel (spec/SCB.md §4.1): one `reg_request` out, one
-//! `reg_reply` back, on a Unix stream socket.
+//! Client side of the agent's registration channel (spec/SCB.md §4.1): one sized `reg_request` out,
+//! one `reg_reply` back, on a Unix stream socket. A successful REGISTER reply of a 1.3 agent carries the
+//! descriptor of the caller's region (SCM_RIGHTS), which the SDK maps instead of any path.
 
 use std::{
-    io::{Read, Write},
+    io::Write,
     mem::size_of,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use morpheus_abi::{
-    RegOp, RegReply, RegRequest, RegStatus, RuntimeKind, ABI_MAJOR, ABI_MINOR, DEFAULT_SOCKET_PATH, ENV_SOCKET,
-    REG_MAGIC,
+    RegEscapable, RegOp, RegReply, RegRequest, RegStatus, RuntimeKind, ABI_MAJOR, ABI_MINOR, DEFAULT_SOCKET_PATH,
+    ENV_SOCKET, REG_MAGIC, REG_MESSAGE_MAX,
 };
 
 use crate::error::{Error, Result};
 
-/// How long a registration may wait on the agent before failing with `IO`.
+/// How long a registration may wait on a running agent before failing with `IO`.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a waiting client checks whether the agent is stopped (S12: say so at once).
+const STOPPED_CHECK: Duration = Duration::from_millis(100);
 
 /// The agent socket path: `MORPHEUS_SOCKET` if set, else `DEFAULT_SOCKET_PATH`.
 pub fn socket_path() -> PathBuf {
@@ -26,7 +30,7 @@ pub fn socket_path() -> PathBuf {
 }
 
 /// What a successful REGISTER returned.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Assignment {
     /// Slot index in the region.
     pub slot: u32,
@@ -36,6 +40,8 @@ pub struct Assignment {
     pub slot_generation: u32,
     /// Region the agent says to map; `None` if it sent an empty path.
     pub region_path: Option<PathBuf>,
+    /// The region's descriptor, if the agent sent one (1.3 agents always do on OK).
+    pub region_fd: Option<OwnedFd>,
 }
 
 /// A connection to the agent, kept for the worker's UNREGISTER.
@@ -50,12 +56,24 @@ fn as_bytes<T: Copy>(value: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts(value as *const T as *const u8, size_of::<T>()) }
 }
 
+/// The state letter of /proc/<pid>/stat ('T': stopped, 't': traced).
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
 impl AgentConnection {
     /// Connect to the agent at `path`.
     pub fn connect(path: &Path) -> Result<AgentConnection> {
-        let stream = UnixStream::connect(path)
-            .map_err(|e| Error::io(format!("connecting to the agent at {}", path.display()), e))?;
-        for result in [stream.set_read_timeout(Some(AGENT_TIMEOUT)), stream.set_write_timeout(Some(AGENT_TIMEOUT))] {
+        let stream = UnixStream::connect(path).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => " (no agent is running there: start scx_morpheus)",
+                std::io::ErrorKind::PermissionDenied => " (the socket's group may register: ask for membership)",
+                _ => "",
+            };
+            Error::io(format!("connecting to the agent at {}{hint}", path.display()), e)
+        })?;
+        for result in [stream.set_read_timeout(Some(STOPPED_CHECK)), stream.set_write_timeout(Some(AGENT_TIMEOUT))] {
             result.map_err(|e| Error::io(format!("setting timeouts on {}", path.display()), e))?;
         }
         Ok(AgentConnection { stream, path: path.into() })
@@ -66,38 +84,131 @@ impl AgentConnection {
         &self.path
     }
 
-    fn exchange(&mut self, request: &RegRequest) -> Result<RegReply> {
+    /// The agent's pid (SO_PEERCRED on our side of the socket).
+    fn agent_pid(&self) -> Option<i32> {
+        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: valid out-pointers of the right size.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0 && cred.pid > 0).then_some(cred.pid)
+    }
+
+    /// One recvmsg into `buf`, keeping a descriptor sent with it. Waits in short steps so that a
+    /// stopped agent is reported at once and a silent one after AGENT_TIMEOUT, each with a clear error.
+    fn receive(&mut self, buf: &mut [u8], fd: &mut Option<OwnedFd>, what: &str) -> Result<usize> {
+        let waited_since = std::time::Instant::now();
+        loop {
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            let mut control = [0u64; 8];
+            // SAFETY: an all-zero msghdr is valid; the buffers outlive the call.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = size_of::<[u64; 8]>() as _;
+            // SAFETY: valid socket and message; MSG_CMSG_CLOEXEC: a received fd is not inherited.
+            let n = unsafe { libc::recvmsg(self.stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            if n >= 0 {
+                // SAFETY: walking the control messages the kernel wrote into `control`.
+                unsafe {
+                    let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+                    while !cmsg.is_null() {
+                        if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                            let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<libc::c_int>();
+                            for i in 0..count {
+                                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>().add(i));
+                                let owned = OwnedFd::from_raw_fd(raw);
+                                if fd.is_none() {
+                                    *fd = Some(owned); // later ones (never sent by an agent) are closed
+                                }
+                            }
+                        }
+                        cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+                    }
+                }
+                return Ok(n as usize);
+            }
+            let err = std::io::Error::last_os_error();
+            match err.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    if let Some(pid) = self.agent_pid().filter(|&p| matches!(process_state(p), Some('T' | 't'))) {
+                        return Err(Error::io(
+                            format!("the agent at {} (pid {pid}) is stopped (SIGSTOP or a debugger); {what} got no reply", self.path.display()),
+                            std::io::Error::from(std::io::ErrorKind::TimedOut),
+                        ));
+                    }
+                    if waited_since.elapsed() >= AGENT_TIMEOUT {
+                        return Err(Error::io(
+                            format!("the agent at {} did not answer {what} within {} s", self.path.display(), AGENT_TIMEOUT.as_secs()),
+                            std::io::Error::from(std::io::ErrorKind::TimedOut),
+                        ));
+                    }
+                }
+                _ => return Err(Error::io(format!("reading the reply to {what} from the agent at {}", self.path.display()), err)),
+            }
+        }
+    }
+
+    fn exchange(&mut self, request: &RegRequest) -> Result<(RegReply, Option<OwnedFd>)> {
         let what = RegOp::try_from(request.op).map(|op| op.name()).unwrap_or("request");
         self.stream
             .write_all(as_bytes(request))
             .map_err(|e| Error::io(format!("sending {what} to the agent at {}", self.path.display()), e))?;
         let mut buf = [0u8; size_of::<RegReply>()];
-        self.stream.read_exact(&mut buf).map_err(|e| {
-            Error::io(
-                format!(
-                    "reading the {}-byte reply to {what} from the agent at {}",
-                    size_of::<RegReply>(),
-                    self.path.display()
-                ),
-                e,
-            )
-        })?;
+        let mut fd = None;
+        let mut got = 0;
+        while got < buf.len() {
+            let n = self.receive(&mut buf[got..], &mut fd, what)?;
+            if n == 0 {
+                return Err(Error::io(
+                    format!(
+                        "the agent at {} closed the connection after {got} of the {}-byte reply to {what}",
+                        self.path.display(),
+                        size_of::<RegReply>()
+                    ),
+                    std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                ));
+            }
+            got += n;
+        }
         // SAFETY: RegReply is plain integers; any bit pattern is valid.
         let reply: RegReply = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const RegReply) };
         if reply.magic != REG_MAGIC {
             return Err(Error::io(
-                format!(
-                    "reply from the agent at {}: expected magic {REG_MAGIC:#010x}, found {:#010x}",
-                    self.path.display(),
-                    reply.magic
-                ),
+                format!("reply from the agent at {}: expected magic {REG_MAGIC:#010x}, found {:#010x}", self.path.display(), reply.magic),
                 std::io::Error::from(std::io::ErrorKind::InvalidData),
             ));
         }
-        Ok(reply)
+        // A newer agent's longer reply: read past what this SDK knows (bounded), so the stream stays in step.
+        let size = reply.message_size as usize;
+        if size > REG_MESSAGE_MAX as usize {
+            return Err(Error::io(
+                format!("reply from the agent at {}: size {size} exceeds REG_MESSAGE_MAX", self.path.display()),
+                std::io::Error::from(std::io::ErrorKind::InvalidData),
+            ));
+        }
+        let mut rest = size.saturating_sub(size_of::<RegReply>());
+        let mut sink = [0u8; 256];
+        while rest > 0 {
+            let n = self.receive(&mut sink[..rest.min(256)], &mut fd, what)?;
+            if n == 0 {
+                break;
+            }
+            rest -= n;
+        }
+        Ok((reply, fd))
     }
 
-    fn request(op: RegOp, tid: u32, slot: u32, kind: RuntimeKind) -> RegRequest {
+    fn request(op: RegOp, tid: u32, slot: u32, kind: RuntimeKind, escapable: Option<bool>, priority: i32) -> RegRequest {
         RegRequest {
             magic: REG_MAGIC,
             abi_major: ABI_MAJOR,
@@ -106,6 +217,13 @@ impl AgentConnection {
             tid,
             slot,
             runtime_kind: kind.raw(),
+            message_size: size_of::<RegRequest>() as u32,
+            escapable: match escapable {
+                None => RegEscapable::Default.raw(),
+                Some(false) => RegEscapable::No.raw(),
+                Some(true) => RegEscapable::Yes.raw(),
+            },
+            priority,
             ..Default::default()
         }
     }
@@ -119,9 +237,9 @@ impl AgentConnection {
         Error::RegistrationRefused { status: reply.status, detail }
     }
 
-    /// REGISTER thread `tid`.
-    pub fn register(&mut self, tid: u32, kind: RuntimeKind) -> Result<Assignment> {
-        let reply = self.exchange(&Self::request(RegOp::Register, tid, 0, kind))?;
+    /// REGISTER thread `tid`, asking for `escapable` (`None`: the kind's default) and `priority`.
+    pub fn register(&mut self, tid: u32, kind: RuntimeKind, escapable: Option<bool>, priority: i32) -> Result<Assignment> {
+        let (reply, region_fd) = self.exchange(&Self::request(RegOp::Register, tid, 0, kind, escapable, priority))?;
         if reply.status != RegStatus::Ok.raw() {
             return Err(Self::refused(&reply));
         }
@@ -131,7 +249,13 @@ impl AgentConnection {
             use std::os::unix::ffi::OsStrExt;
             PathBuf::from(std::ffi::OsStr::from_bytes(&raw[..end]))
         });
-        Ok(Assignment { slot: reply.slot, generation: reply.generation, slot_generation: reply.slot_generation, region_path })
+        Ok(Assignment {
+            slot: reply.slot,
+            generation: reply.generation,
+            slot_generation: reply.slot_generation,
+            region_path,
+            region_fd,
+        })
     }
 
     /// UNREGISTER `slot`.
@@ -140,12 +264,12 @@ impl AgentConnection {
     /// agent may close it), so a failed exchange is retried once on a new connection; the agent
     /// identifies the caller by `SO_PEERCRED`, not by connection.
     pub fn unregister(&mut self, slot: u32, kind: RuntimeKind) -> Result<()> {
-        let request = Self::request(RegOp::Unregister, 0, slot, kind);
+        let request = Self::request(RegOp::Unregister, 0, slot, kind, None, 0);
         let reply = match self.exchange(&request) {
-            Ok(reply) => reply,
+            Ok((reply, _)) => reply,
             Err(_) => {
                 *self = AgentConnection::connect(&self.path)?;
-                self.exchange(&request)?
+                self.exchange(&request)?.0
             }
         };
         if reply.status != RegStatus::Ok.raw() {

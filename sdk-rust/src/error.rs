@@ -45,6 +45,11 @@ pub enum Error {
     SlotBusy { slot: u32, state: u32 },
     /// The calling thread holds no worker.
     NotRegistered { operation: &'static str },
+    /// The host or the program cannot use the ABI (for example a C program compiled against another
+    /// `struct morpheus_worker` layout).
+    UnsupportedPlatform { detail: String },
+    /// An argument is outside its range (never clamped).
+    InvalidArgument { argument: &'static str, found: i64, minimum: i64, maximum: i64 },
 }
 
 impl Error {
@@ -66,6 +71,8 @@ impl Error {
             Error::Detached { .. } => ErrorCode::Detached,
             Error::SlotBusy { .. } => ErrorCode::SlotBusy,
             Error::NotRegistered { .. } => ErrorCode::NotRegistered,
+            Error::InvalidArgument { .. } => ErrorCode::InvalidArgument,
+            Error::UnsupportedPlatform { .. } => ErrorCode::UnsupportedPlatform,
         }
     }
 
@@ -149,6 +156,10 @@ impl fmt::Display for Error {
             ),
             Error::NotRegistered { operation } => {
                 write!(f, "{operation} needs a worker, and this thread holds none")
+            }
+            Error::UnsupportedPlatform { detail } => f.write_str(detail),
+            Error::InvalidArgument { argument, found, minimum, maximum } => {
+                write!(f, "expected {argument} in {minimum}..={maximum}, found {found}; nothing was written")
             }
         }
     }

@@ -33,9 +33,23 @@
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
 
+// spec/SCB.md §0.1: the region is read by other processes with single lock-free little-endian accesses.
+#[cfg(not(all(target_endian = "little", target_has_atomic = "64", target_has_atomic = "32")))]
+compile_error!(
+    "UNSUPPORTED_PLATFORM: the Morpheus ABI needs a little-endian target with lock-free 64-bit atomics \
+     (a lock-based fallback is not address-free and breaks across processes)"
+);
+
 pub mod agent;
+mod config;
 mod error;
+#[doc(hidden)]
+pub mod protocol;
+#[doc(hidden)]
+pub mod raw;
 pub mod region;
+mod registration;
+mod slow_path;
 mod sys;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -52,18 +66,17 @@ use std::{
 pub use error::{Error, Result};
 pub use morpheus_abi::{ErrorCode, PressureLevel, RuntimeKind, RuntimeMode, YieldReason};
 pub use region::{Backing, DetachReason, Discovered, PressureSnapshot, Region};
-pub use worker::{
-    check_generation_raw, checkpoint_slow, checkpoint_sync_raw, critical_enter_raw, critical_exit_raw, current_raw,
-    register_current_thread, unregister_current_thread, with_current_worker, Config, CriticalSection, RawWorker, RegionSource,
-    Registration, Worker, YieldCounts, FORCE_SLOW_PATH,
-};
+pub use config::{validate_priority, Config, RegionSource, Registration};
+pub use registration::unregister_current_thread;
+pub use slow_path::YieldCounts;
+pub use worker::{with_current_worker, CriticalSection, Worker};
 
 /// The calling thread's synchronous checkpoint: true means "yield now" (see
 /// [`Worker::checkpoint_sync`]). A thread without a worker reads the detached SCB and never yields.
 #[inline(always)]
 pub fn checkpoint_sync() -> bool {
     // SAFETY: current_raw() is this thread's state.
-    unsafe { checkpoint_sync_raw(current_raw()) }
+    unsafe { raw::checkpoint_sync_raw(raw::current_raw()) }
 }
 
 /// The calling thread's asynchronous checkpoint. When the scheduler asked, the future yields to the
@@ -78,7 +91,7 @@ pub fn checkpoint() -> Checkpoint {
 #[derive(Debug)]
 #[must_use = "a checkpoint does nothing unless awaited"]
 pub struct Checkpoint {
-    ticket: Option<worker::Ticket>,
+    ticket: Option<slow_path::Ticket>,
 }
 
 impl Future for Checkpoint {
@@ -87,7 +100,7 @@ impl Future for Checkpoint {
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
         match self.ticket.take() {
-            None => match worker::prepare_current() {
+            None => match raw::prepare_current() {
                 None => Poll::Ready(false),
                 Some(ticket) => {
                     self.ticket = Some(ticket);
@@ -95,7 +108,7 @@ impl Future for Checkpoint {
                     Poll::Pending
                 }
             },
-            Some(ticket) => Poll::Ready(worker::commit_current(ticket)),
+            Some(ticket) => Poll::Ready(raw::commit_current(ticket)),
         }
     }
 }

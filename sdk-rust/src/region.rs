@@ -10,16 +10,17 @@ use std::{
     os::fd::OwnedFd,
     path::{Path, PathBuf},
     ptr::addr_of,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use morpheus_abi::{
     feature, PressureLevel, RegionHeader, SchedulerMode, Scb, ABI_MAJOR, CACHE_LINE_SIZE, ENV_REGION,
-    PINNED_REGION_PATH, SIM_REGION_PATH,
+    PINNED_REGION_PATH, SEQLOCK_MAX_RETRIES, SIM_REGION_PATH,
 };
 
 use crate::{
     error::{Error, Result},
+    protocol,
     sys::{self, a32, a64, Mapping},
 };
 
@@ -28,8 +29,11 @@ use crate::{
 pub enum Backing {
     /// A pinned `BPF_F_MMAPABLE` array map on bpffs (kernel backend).
     PinnedMap,
-    /// A shared-memory (or any) file (simulation backend).
+    /// A shared-memory (or any) file: a harness's region for direct registration, or a 1.2 agent's.
     File,
+    /// A descriptor the agent handed over with the registration reply (since 1.3): the sim backend's
+    /// sealed memfd of the caller's user, or the kernel backend's region map.
+    AgentFd,
 }
 
 /// A validated, mapped region. Shared by every worker of the process that attached to it; the
@@ -43,6 +47,8 @@ pub struct Region {
     header_size: u32,
     scb_stride: u32,
     scb_count: u32,
+    /// The last consistent pressure snapshot, kept for when the seqlock cannot be read (§2.1).
+    last_pressure: Mutex<Option<PressureSnapshot>>,
 }
 
 /// A consistent copy of the header's pressure record (read under its seqlock).
@@ -84,6 +90,21 @@ impl Region {
         Self::map_fd(&fd, len, path, backing).map(Arc::new)
     }
 
+    /// Map and validate the region descriptor the agent sent with a registration reply (§1.1): a
+    /// regular file (the sim backend's sealed memfd, sized by fstat) or a BPF array map (sized by its
+    /// value size). `what` names it in errors (the socket it came from).
+    pub fn from_agent_fd(fd: OwnedFd, what: &Path) -> Result<Arc<Region>> {
+        let file = std::fs::File::from(fd);
+        let meta = file.metadata().map_err(|e| Error::io(format!("fstat of the region from {}", what.display()), e))?;
+        let fd = OwnedFd::from(file);
+        let len = if meta.file_type().is_file() {
+            meta.len() as usize
+        } else {
+            sys::bpf_map_info(&fd, what)?.value_size as usize
+        };
+        Self::map_fd(&fd, len, what, Backing::AgentFd).map(Arc::new)
+    }
+
     /// The one mmap path of both backings, then validation (§1.3). Nothing is written.
     fn map_fd(fd: &OwnedFd, len: usize, path: &Path, backing: Backing) -> Result<Region> {
         let header_len = size_of::<RegionHeader>();
@@ -101,6 +122,7 @@ impl Region {
             header_size: checked.header_size,
             scb_stride: checked.scb_stride,
             scb_count: checked.scb_count,
+            last_pressure: Mutex::new(None),
         })
     }
 
@@ -191,33 +213,28 @@ impl Region {
         SchedulerMode::try_from(raw)
     }
 
-    /// Read the pressure record under its seqlock (spec/SCB.md §2.1).
-    pub fn pressure(&self) -> PressureSnapshot {
-        use std::sync::atomic::{fence, Ordering};
-        // SAFETY: the pressure record is inside the mapped header; fields are read atomically.
-        unsafe {
+    /// Read the pressure record under its seqlock (spec/SCB.md §2.1), at most `SEQLOCK_MAX_RETRIES`
+    /// attempts: then the last consistent snapshot, or `None` ("unavailable") if there was none yet. A
+    /// writer that leaves `seq` odd (killed mid-update, or hostile) cannot stall the caller.
+    pub fn pressure(&self) -> Option<PressureSnapshot> {
+        use std::sync::atomic::Ordering::Relaxed;
+        // SAFETY: the pressure record is inside the mapped header; every field is read atomically.
+        let fresh = unsafe {
             let p = addr_of!((*self.header()).pressure);
-            let seq = a32(addr_of!((*p).seq));
-            loop {
-                let before = seq.load(Ordering::Acquire);
-                if before & 1 == 1 {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                let snap = PressureSnapshot {
-                    level: PressureLevel::try_from(a32(addr_of!((*p).level)).load(Ordering::Relaxed)).ok(),
-                    cpu_some_avg10: a32(addr_of!((*p).cpu_some_avg10)).load(Ordering::Relaxed),
-                    io_some_avg10: a32(addr_of!((*p).io_some_avg10)).load(Ordering::Relaxed),
-                    memory_some_avg10: a32(addr_of!((*p).memory_some_avg10)).load(Ordering::Relaxed),
-                    runqueue_depth: a32(addr_of!((*p).runqueue_depth)).load(Ordering::Relaxed),
-                    updated_ns: a64(addr_of!((*p).updated_ns)).load(Ordering::Relaxed),
-                };
-                fence(Ordering::Acquire);
-                if seq.load(Ordering::Relaxed) == before {
-                    return snap;
-                }
-            }
+            protocol::read_seqlock(a32(addr_of!((*p).seq)), SEQLOCK_MAX_RETRIES, || PressureSnapshot {
+                level: PressureLevel::try_from(a32(addr_of!((*p).level)).load(Relaxed)).ok(),
+                cpu_some_avg10: a32(addr_of!((*p).cpu_some_avg10)).load(Relaxed),
+                io_some_avg10: a32(addr_of!((*p).io_some_avg10)).load(Relaxed),
+                memory_some_avg10: a32(addr_of!((*p).memory_some_avg10)).load(Relaxed),
+                runqueue_depth: a32(addr_of!((*p).runqueue_depth)).load(Relaxed),
+                updated_ns: a64(addr_of!((*p).updated_ns)).load(Relaxed),
+            })
+        };
+        let mut last = self.last_pressure.lock().unwrap_or_else(PoisonError::into_inner);
+        if fresh.is_some() {
+            *last = fresh;
         }
+        *last
     }
 }
 
@@ -235,10 +252,15 @@ fn validate(header: *const RegionHeader, len: usize, path: &Path) -> Result<Chec
     if len < header_len {
         return Err(Error::RegionTruncated { path: path.into(), needed: header_len as u64, found: len as u64 });
     }
-    // SAFETY: len >= header size, the mapping is page aligned. Plain header fields are read with
-    // relaxed atomic loads: the scheduler may still be writing them (then generation is 0, reported last).
-    let (magic, major, header_size, scb_stride, scb_count, required) = unsafe {
+    // SAFETY: len >= header size, the mapping is page aligned. `generation` is loaded first, with
+    // acquire: it orders the layout fields read after it (the scheduler stores them before its release
+    // of generation); it is checked last, so the error precedence of §1.3 is unchanged. The other
+    // fields are read with relaxed atomic loads: a scheduler may still be writing them (then
+    // generation is 0, reported last).
+    let (generation, magic, major, header_size, scb_stride, scb_count, required) = unsafe {
+        let generation = a64(addr_of!((*header).generation)).load(Ordering::Acquire);
         (
+            generation,
             a64(addr_of!((*header).magic)).load(Ordering::Relaxed),
             std::ptr::read_volatile(addr_of!((*header).abi_major)),
             a32(addr_of!((*header).header_size)).load(Ordering::Relaxed),
@@ -267,18 +289,20 @@ fn validate(header: *const RegionHeader, len: usize, path: &Path) -> Result<Chec
             });
         }
     }
-    let needed = header_size as u64 + scb_count as u64 * scb_stride as u64;
+    // 64-bit checked arithmetic: an overflowing layout is a truncated region, never a wrapped size.
+    let needed = (scb_count as u64)
+        .checked_mul(scb_stride as u64)
+        .and_then(|scbs| scbs.checked_add(header_size as u64))
+        .unwrap_or(u64::MAX);
     if (len as u64) < needed {
         return Err(Error::RegionTruncated { path: path.into(), needed, found: len as u64 });
     }
-    // Required bits are 32-63; an optional bit we do not know is fine.
-    let required_known = feature::KNOWN & !0xFFFF_FFFFu64;
-    let unknown = required & !required_known & !0xFFFF_FFFFu64;
+    // One namespace for both fields: every required bit must be one this ABI defines (KNOWN);
+    // optional bits are never looked at.
+    let unknown = required & !feature::KNOWN;
     if unknown != 0 {
         return Err(Error::UnknownRequiredFeature { path: path.into(), unknown_bits: unknown, known: feature::KNOWN });
     }
-    // SAFETY: as above.
-    let generation = unsafe { a64(addr_of!((*header).generation)).load(Ordering::Acquire) };
     if generation == 0 {
         return Err(Error::NotReady { path: path.into() });
     }

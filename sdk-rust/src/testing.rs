@@ -20,12 +20,15 @@ use std::{
 };
 
 use morpheus_abi::{
-    Backend, EscalationPolicy, RegOp, RegReply, RegRequest, RegStatus, RegionHeader, SchedulerMode, Scb, WorkerState,
+    escapable_default, Backend, EscalationPolicy, RegEscapable, RegOp, RegReply, RegRequest, RegStatus, RegionHeader, RuntimeKind, SchedulerMode, Scb, WorkerState,
     ABI_MAJOR, ABI_MINOR, DEFAULT_GRACE_NS, DEFAULT_HINT_MIN_INTERVAL_NS, DEFAULT_SLICE_NS, REGION_MAGIC,
     REGION_PATH_MAX, REG_MAGIC,
 };
 
-use crate::sys::{a32, a64, Mapping};
+use crate::{
+    protocol,
+    sys::{a32, a64, Mapping},
+};
 
 static UNIQUE: AtomicUsize = AtomicUsize::new(0);
 
@@ -53,6 +56,8 @@ pub struct SimRegionBuilder {
     pub abi_minor: u16,
     /// `required_features`.
     pub required_features: u64,
+    /// `optional_features`.
+    pub optional_features: u64,
     /// `generation` published last; 0 leaves the region "not ready".
     pub generation: u64,
     /// File size override (for truncated regions); `None` = exactly header + count * stride.
@@ -69,6 +74,7 @@ impl Default for SimRegionBuilder {
             abi_major: ABI_MAJOR,
             abi_minor: ABI_MINOR,
             required_features: 0,
+            optional_features: 0,
             generation: 1,
             file_len: None,
         }
@@ -91,7 +97,7 @@ impl SimRegionBuilder {
             scb_count: self.scb_count,
             generation: 0,
             required_features: self.required_features,
-            optional_features: 0,
+            optional_features: self.optional_features,
             scheduler_mode: SchedulerMode::Observer.raw(),
             escalation_policy: EscalationPolicy::None.raw(),
             slice_ns: DEFAULT_SLICE_NS,
@@ -344,6 +350,23 @@ impl SimRegion {
         }
     }
 
+    /// Store the pressure record's `seq` as is (an odd value parks readers, as an agent killed
+    /// mid-update or a hostile mapper would).
+    pub fn set_pressure_seq(&self, seq: u32) {
+        // SAFETY: header field in our mapping.
+        unsafe { a32(addr_of!((*self.header()).pressure.seq)).store(seq, Ordering::Release) }
+    }
+
+    /// Store `slot_generation` (relaxed), e.g. to test its wrap.
+    pub fn set_slot_generation(&self, slot: u32, value: u32) {
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) }).store(value, Ordering::Relaxed)
+    }
+
+    /// Store `last_ack_seq` (release), as another acknowledging path of the runtime would.
+    pub fn set_last_ack_seq(&self, slot: u32, value: u64) {
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(value, Ordering::Release)
+    }
+
     /// The scheduler asks slot `slot` to yield: `preempt_seq += 1` (release), `budget_remaining_ns = 0`.
     /// Returns the new `preempt_seq`.
     pub fn request_yield(&self, slot: u32) -> u64 {
@@ -363,42 +386,45 @@ impl SimRegion {
 
     /// Store `worker_state` (release): lets a test make a slot busy.
     pub fn set_worker_state(&self, slot: u32, state: WorkerState) {
-        self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) }).store(state.raw(), Ordering::Release)
+        self.set_worker_state_raw(slot, state.raw())
     }
 
-    /// The scheduler's INIT -> REGISTERED hand-off (§4): tid, pid, slot_generation + 1,
-    /// last_ack_seq := preempt_seq, then REGISTERED. Returns the new slot_generation, or None if
-    /// the slot was not INIT.
-    pub fn assign(&self, slot: u32, tid: u32, pid: u32) -> Option<u32> {
+    /// Store any `worker_state` value, also one no ABI version defines.
+    pub fn set_worker_state_raw(&self, slot: u32, raw: u32) {
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) }).store(raw, Ordering::Release)
+    }
+
+    /// The registrar's INIT -> CLAIMED -> REGISTERED hand-off (§4): the claim CAS, tid, pid,
+    /// slot_generation + 1 (skipping 0), last_ack_seq := preempt_seq, escapable and priority, then
+    /// REGISTERED (release). Returns the new slot_generation, or None if the slot was not INIT.
+    pub fn assign(&self, slot: u32, tid: u32, pid: u32, escapable: bool, priority: i32) -> Option<u32> {
         let state = self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) });
-        if state.load(Ordering::Acquire) != WorkerState::Init.raw() {
-            return None;
-        }
+        protocol::claim(state, WorkerState::Init).ok()?;
         self.u32_at(slot, |s| unsafe { addr_of!((*s).tid) }).store(tid, Ordering::Relaxed);
         self.u32_at(slot, |s| unsafe { addr_of!((*s).pid) }).store(pid, Ordering::Relaxed);
-        let generation = self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) }).fetch_add(1, Ordering::Release) + 1;
+        let field = self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) });
+        let generation = protocol::next_slot_generation(field.load(Ordering::Relaxed));
+        field.store(generation, Ordering::Relaxed);
         let seq = self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }).load(Ordering::Acquire);
-        self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(seq, Ordering::Release);
-        state.store(WorkerState::Registered.raw(), Ordering::Release);
+        self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(seq, Ordering::Relaxed);
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).escapable) }).store(escapable as u32, Ordering::Relaxed);
+        self.u32_at(slot, |s| unsafe { addr_of!((*s).priority) as *const u32 }).store(priority as u32, Ordering::Relaxed);
+        protocol::publish_state(state, WorkerState::Registered);
         Some(generation)
     }
 
-    /// The scheduler's DEAD -> INIT: line 1 zeroed except last_ack_seq; tid and pid 0.
-    pub fn reclaim(&self, slot: u32) {
-        self.u64_at(slot, |s| unsafe { addr_of!((*s).yield_count) }).store(0, Ordering::Relaxed);
-        for f in [
-            (|s: *const Scb| unsafe { addr_of!((*s).in_critical) }) as fn(*const Scb) -> *const u32,
-            |s| unsafe { addr_of!((*s).escapable) },
-            |s| unsafe { addr_of!((*s).priority) as *const u32 },
-            |s| unsafe { addr_of!((*s).last_yield_reason) },
-            |s| unsafe { addr_of!((*s).runtime_mode) },
-            |s| unsafe { addr_of!((*s).runtime_kind) },
-            |s| unsafe { addr_of!((*s).tid) },
-            |s| unsafe { addr_of!((*s).pid) },
-        ] {
-            self.u32_at(slot, f).store(0, Ordering::Relaxed);
+    /// The registrar's reclaim (§4): CAS from the state found to CLAIMED, the generated reclaim clear
+    /// over the whole stride, then INIT (release). False if the slot changed under the CAS.
+    pub fn reclaim(&self, slot: u32) -> bool {
+        let state = self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) });
+        let Ok(observed) = WorkerState::try_from(state.load(Ordering::Acquire)) else { return false };
+        if protocol::claim(state, observed).is_err() {
+            return false;
         }
-        self.set_worker_state(slot, WorkerState::Init);
+        // SAFETY: slot `slot` of our mapping, scb_stride bytes, accessed atomically by everyone.
+        unsafe { morpheus_abi::scb_clear_for_reuse(self.scb(slot) as *mut u8, self.scb_stride as usize) };
+        protocol::publish_state(state, WorkerState::Init);
+        true
     }
 
     /// Every field of SCB `slot`.
@@ -528,7 +554,22 @@ fn answer(region: &SimRegion, request: &RegRequest, behaviour: AgentBehaviour) -
                 return reply;
             }
             let pid = std::process::id();
-            match (0..region.scb_count).find_map(|slot| region.assign(slot, request.tid, pid).map(|g| (slot, g))) {
+            let escapable = match RegEscapable::try_from(request.escapable) {
+                Ok(RegEscapable::Yes) => true,
+                Ok(RegEscapable::No) => false,
+                Ok(RegEscapable::Default) => escapable_default(RuntimeKind::try_from(request.runtime_kind).unwrap_or(RuntimeKind::Unknown)),
+                Err(_) => {
+                    reply.status = status(RegStatus::InvalidArgument);
+                    return reply;
+                }
+            };
+            if crate::validate_priority(request.priority.into()).is_err() {
+                reply.status = status(RegStatus::InvalidArgument);
+                return reply;
+            }
+            let assigned = (0..region.scb_count)
+                .find_map(|slot| region.assign(slot, request.tid, pid, escapable, request.priority).map(|g| (slot, g)));
+            match assigned {
                 None => reply.status = status(RegStatus::NoFreeSlot),
                 Some((slot, slot_generation)) => {
                     reply.status = status(RegStatus::Ok);

@@ -20,18 +20,18 @@
 
 use std::sync::Arc;
 
-use crate::{register_current_thread, unregister_current_thread, worker, Config, Error};
+use crate::{raw, raw::register_current_thread, unregister_current_thread, Config, Error};
 
 /// Checkpoint for tokio tasks: one load when nothing is asked; when asked, `tokio::task::yield_now()`
 /// (which lets the driver and other tasks run before this one resumes), then the acknowledgement.
 /// Resolves to whether it yielded.
 #[inline(always)]
 pub async fn checkpoint() -> bool {
-    match worker::prepare_current() {
+    match raw::prepare_current() {
         None => false,
         Some(ticket) => {
             ::tokio::task::yield_now().await;
-            worker::commit_current(ticket)
+            raw::commit_current(ticket)
         }
     }
 }

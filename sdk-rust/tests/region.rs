@@ -94,6 +94,44 @@ fn an_unknown_required_feature_is_refused_naming_the_bits() {
 }
 
 #[test]
+fn known_is_every_feature_value_in_one_namespace_for_both_fields() {
+    // An undefined low bit is refused too when required (bits are not split into optional/required halves).
+    let err = open_err(SimRegionBuilder { required_features: 1 << 5, ..Default::default() });
+    assert_eq!(err.code(), ErrorCode::UnknownRequiredFeature);
+    assert!(err.to_string().contains("0x20"), "{err}");
+    // Every bit this ABI defines may be required.
+    let region = SimRegionBuilder { required_features: morpheus_abi::feature::KNOWN, ..Default::default() }
+        .create(unique_path("known"))
+        .unwrap();
+    Region::open(region.path()).expect("every KNOWN bit is understood");
+    // Unknown optional bits are ignored.
+    let region = SimRegionBuilder { optional_features: u64::MAX, ..Default::default() }.create(unique_path("opt")).unwrap();
+    Region::open(region.path()).expect("optional bits may be ignored");
+}
+
+#[test]
+fn a_layout_whose_size_overflows_is_truncated_not_wrapped() {
+    let err = open_err(SimRegionBuilder {
+        scb_count: u32::MAX,
+        scb_stride: 0xFFFF_FFC0,
+        file_len: Some(4096),
+        ..Default::default()
+    });
+    assert_eq!(err.code(), ErrorCode::RegionTruncated);
+    assert!(err.to_string().contains(&format!("{}", 128u64 + u32::MAX as u64 * 0xFFFF_FFC0)), "{err}");
+}
+
+#[test]
+fn a_not_ready_region_reports_not_ready_even_while_its_layout_is_half_written() {
+    // generation is loaded first but checked last: a scheduler still writing the header (generation 0)
+    // gives the first failing check's error, as before, and NOT_READY when the layout is whole.
+    let err = open_err(SimRegionBuilder { generation: 0, magic: 0, ..Default::default() });
+    assert_eq!(err.code(), ErrorCode::BadMagic);
+    let err = open_err(SimRegionBuilder { generation: 0, ..Default::default() });
+    assert_eq!(err.code(), ErrorCode::NotReady);
+}
+
+#[test]
 fn generation_zero_is_not_ready() {
     let err = open_err(SimRegionBuilder { generation: 0, ..Default::default() });
     assert_eq!(err.code(), ErrorCode::NotReady);
@@ -151,7 +189,7 @@ fn a_mapping_survives_the_scheduler_replacing_the_file() {
 fn pressure_is_read_under_the_seqlock() {
     let sim = SimRegion::temp(1);
     let region = Region::open(sim.path()).unwrap();
-    assert_eq!(region.pressure().level, Some(morpheus::PressureLevel::None));
+    assert_eq!(region.pressure().unwrap().level, Some(morpheus::PressureLevel::None));
     sim.set_pressure_level(morpheus::PressureLevel::High);
-    assert_eq!(region.pressure().level, Some(morpheus::PressureLevel::High));
+    assert_eq!(region.pressure().unwrap().level, Some(morpheus::PressureLevel::High));
 }

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use morpheus::{testing::unique_path, Config, ErrorCode, Region, YieldReason};
+use morpheus::{testing::unique_path, Backing, Config, ErrorCode, YieldReason};
 use morpheus_abi::WorkerState;
 
 struct Scheduler(Child);
@@ -30,31 +30,37 @@ fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-fn start_scheduler(region_path: &Path, socket: &Path) -> Scheduler {
+/// A private runtime directory for the agent (it refuses one others can write) and its socket path.
+fn runtime_dir() -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = unique_path("scx-dir");
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    let socket = dir.join("agent.sock");
+    (dir, socket)
+}
+
+fn start_scheduler(socket: &Path) -> Scheduler {
     let bin = std::env::var("MORPHEUS_SCX_BIN").expect("MORPHEUS_SCX_BIN names the scx_morpheus binary");
     let scheduler = Scheduler(
         Command::new(&bin)
             .args(["--backend", "sim", "--slice-us", "2000", "-w", "8"])
-            .arg("--region")
-            .arg(region_path)
             .arg("--socket")
             .arg(socket)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin}: {e}")),
     );
-    wait_for("the scheduler's socket and region", Duration::from_secs(20), || {
-        socket.exists() && Region::open(region_path).is_ok()
-    });
+    wait_for("the scheduler's socket", Duration::from_secs(20), || std::os::unix::net::UnixStream::connect(socket).is_ok());
     scheduler
 }
 
 #[test]
 #[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
 fn a_long_lived_worker_still_releases_its_slot_after_the_agent_dropped_the_idle_connection() {
-    let region_path = unique_path("scx-region");
-    let socket = unique_path("scx.sock");
-    let _scheduler = start_scheduler(&region_path, &socket);
-    let worker = Config::default().region_path(&region_path).agent_socket(&socket).register().unwrap();
+    let (dir, socket) = runtime_dir();
+    let _scheduler = start_scheduler(&socket);
+    // Discovery through the agent: the reply carries this user's region (a sealed memfd).
+    let worker = Config::default().agent_socket(&socket).register().unwrap();
+    assert_eq!(worker.region().unwrap().backing(), Backing::AgentFd);
     let slot = worker.slot().expect("attached");
     let region = worker.region().unwrap().clone();
     // Longer than scx_morpheus keeps an idle registration connection open (5 s).
@@ -64,22 +70,16 @@ fn a_long_lived_worker_still_releases_its_slot_after_the_agent_dropped_the_idle_
     // SAFETY: the slot's state word in the mapped region, read atomically.
     let state = unsafe { std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!((*scb).worker_state)) };
     assert_eq!(state.load(std::sync::atomic::Ordering::Acquire), WorkerState::Init.raw(), "slot released by the agent");
-    for path in [region_path, socket] {
-        let _ = std::fs::remove_file(&path);
-        let mut lock = path.into_os_string();
-        lock.push(".lock");
-        let _ = std::fs::remove_file(Path::new(&lock));
-    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 #[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
 fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits() {
-    let region_path = unique_path("scx-region");
-    let socket = unique_path("scx.sock");
-    let mut scheduler = start_scheduler(&region_path, &socket);
+    let (dir, socket) = runtime_dir();
+    let mut scheduler = start_scheduler(&socket);
 
-    let worker = Config::default().region_path(&region_path).agent_socket(&socket).register().unwrap();
+    let worker = Config::default().agent_socket(&socket).register().unwrap();
     let slot = worker.slot().expect("attached");
     let region = worker.region().unwrap().clone();
     let scb = region.scb_ptr(slot).unwrap();
@@ -117,11 +117,6 @@ fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits
     assert_eq!(worker.try_checkpoint().unwrap_err().code(), ErrorCode::GenerationChanged);
     assert!(!worker.is_attached());
     drop(worker);
-    // The scheduler leaves its flock files beside the region and the socket.
-    for path in [region_path.clone(), socket.clone()] {
-        let _ = std::fs::remove_file(&path);
-        let mut lock = path.into_os_string();
-        lock.push(".lock");
-        let _ = std::fs::remove_file(Path::new(&lock));
-    }
+    // The scheduler leaves its lock and journal in its runtime directory.
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -169,8 +169,12 @@ fn escapable_priority_and_budget() {
     assert_eq!(region.snapshot(0).escapable, 0);
     worker.set_escapable(true).unwrap();
     assert_eq!(region.snapshot(0).escapable, 1);
-    worker.set_priority(-40).unwrap();
-    assert_eq!(region.snapshot(0).priority, -20, "clamped to the spec's range");
+    worker.set_priority(-20).unwrap();
+    assert_eq!(region.snapshot(0).priority, -20);
+    let err = worker.set_priority(-40).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "never clamped");
+    assert!(err.to_string().contains("expected priority in -20..=19, found -40"), "{err}");
+    assert_eq!((region.snapshot(0).priority, worker.priority()), (-20, -20), "a refused priority writes nothing");
     region.set_budget(0, 1234);
     assert_eq!(worker.budget_remaining_ns().unwrap(), 1234);
 }
@@ -263,7 +267,7 @@ fn a_thread_that_exits_holding_a_worker_releases_its_slot() {
     let region = Arc::new(SimRegion::temp(1));
     let r = region.clone();
     std::thread::spawn(move || {
-        morpheus::register_current_thread(&Config::default().region_path(r.path()).direct_slot(0)).unwrap();
+        morpheus::raw::register_current_thread(&Config::default().region_path(r.path()).direct_slot(0)).unwrap();
     })
     .join()
     .unwrap();
@@ -315,4 +319,120 @@ fn a_restart_is_reported_even_when_nothing_was_pending() {
     assert!(!worker.checkpoint_sync(), "the fast path only reads");
     assert_eq!(worker.try_checkpoint().unwrap_err().code(), ErrorCode::GenerationChanged);
     assert!(!worker.is_attached());
+}
+
+#[test]
+fn an_out_of_range_priority_refuses_registration_and_claims_nothing() {
+    let region = SimRegion::temp(1);
+    for priority in [-21, 20, i32::MIN, i32::MAX] {
+        let err = Config::default().region_path(region.path()).direct_slot(0).priority(priority).register().unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "priority {priority}");
+        assert_eq!(region.snapshot(0).worker_state, WorkerState::Init.raw(), "the slot stays free");
+    }
+    let worker = Config::default().region_path(region.path()).direct_slot(0).priority(19).register().unwrap();
+    assert_eq!((region.snapshot(0).priority, worker.priority()), (19, 19));
+}
+
+#[test]
+fn direct_registration_writes_escapable_and_priority_before_the_worker_runs() {
+    let region = SimRegion::temp(1);
+    let worker =
+        Config::default().region_path(region.path()).direct_slot(0).escapable(false).priority(-7).register().unwrap();
+    let snap = region.snapshot(0);
+    assert_eq!((snap.escapable, snap.priority, snap.worker_state), (0, -7, WorkerState::Running.raw()));
+    drop(worker);
+}
+
+#[test]
+fn slots_in_claimed_or_unknown_states_are_busy_not_free() {
+    let region = SimRegion::temp(2);
+    region.set_worker_state(0, WorkerState::Claimed);
+    let err = Config::default().region_path(region.path()).direct_slot(0).register().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SlotBusy);
+    assert!(err.to_string().contains("found CLAIMED"), "{err}");
+    // A value no ABI version defines (a newer scheduler, or a hostile mapper): busy, never a crash.
+    region.set_worker_state_raw(1, 9);
+    let err = Config::default().region_path(region.path()).direct_slot(1).register().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SlotBusy);
+    assert!(err.to_string().contains("unknown state 9"), "{err}");
+    assert_eq!(region.snapshot(1).worker_state, 9, "nothing written");
+    assert!(!region.reclaim(1), "the fake registrar does not reclaim a state it does not know either");
+}
+
+#[test]
+fn slot_generation_wraps_past_zero_without_panicking() {
+    let region = SimRegion::temp(1);
+    region.set_slot_generation(0, u32::MAX);
+    let worker = direct(&region, 0);
+    assert_eq!((worker.slot_generation(), region.snapshot(0).slot_generation), (1, 1), "0 is skipped");
+}
+
+#[test]
+fn registering_inside_an_open_critical_section_publishes_in_critical() {
+    let region = SimRegion::temp(1);
+    let guard = morpheus::critical_section(); // no worker yet: only the per-thread depth counts
+    let worker = direct(&region, 0);
+    assert_eq!(worker.critical_depth(), 1, "depth is per thread, kept across registration");
+    assert_eq!(region.snapshot(0).in_critical, 1, "the SCB says critical before the worker is RUNNING");
+    region.request_yield(0);
+    assert!(!worker.checkpoint_sync(), "never yields inside the section");
+    drop(guard);
+    assert_eq!(region.snapshot(0).in_critical, 0);
+    assert!(worker.checkpoint_sync());
+}
+
+#[test]
+fn a_later_acknowledgement_by_another_path_is_cached_not_undone() {
+    use std::{
+        future::Future,
+        pin::pin,
+        task::{Context, Poll, Waker},
+    };
+    let region = SimRegion::temp(1);
+    let _worker = direct(&region, 0);
+    let mut cx = Context::from_waker(Waker::noop());
+    region.request_yield(0);
+    let mut fut = pin!(morpheus::checkpoint());
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending, "saw request 1, yielding");
+    region.request_yield(0);
+    region.set_last_ack_seq(0, 2); // another path of the runtime acknowledged request 2 meanwhile
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(true));
+    assert_eq!(region.snapshot(0).last_ack_seq, 2, "never decreases");
+    assert!(!morpheus::checkpoint_sync(), "cached_ack is 2, not 1: no yield for nothing");
+}
+
+#[test]
+fn shutdown_of_a_direct_registration_clears_the_whole_stride() {
+    let region = morpheus::testing::SimRegionBuilder { scb_count: 2, scb_stride: 256, ..Default::default() }
+        .create(morpheus::testing::unique_path("stride"))
+        .unwrap();
+    let worker = direct(&region, 1);
+    region.request_yield(1);
+    assert!(worker.checkpoint_sync());
+    // Bytes past the 128 this version knows, as a newer runtime of the same slot would leave them.
+    let tail = unsafe { std::slice::from_raw_parts_mut((region.scb(1) as *mut u8).add(128), 128) };
+    tail.fill(0xAB);
+    let before = region.snapshot(1);
+    drop(worker);
+    let after = region.snapshot(1);
+    assert_eq!(after.worker_state, WorkerState::Init.raw());
+    assert!(tail.iter().all(|&b| b == 0), "bytes a newer version defined must not leak to the next occupant");
+    assert_eq!((after.preempt_seq, after.last_ack_seq, after.slot_generation), (1, 1, before.slot_generation), "kept");
+    assert_eq!((after.tid, after.pid, after.yield_count, after.escapable, after.runtime_kind), (0, 0, 0, 0, 0));
+    let slot0 = unsafe { std::slice::from_raw_parts((region.scb(0) as *const u8).add(128), 128) };
+    assert!(slot0.iter().all(|&b| b == 0), "the neighbour is untouched");
+}
+
+#[test]
+fn a_parked_pressure_seqlock_cannot_stall_a_reader() {
+    let region = SimRegion::temp(1);
+    let attached = morpheus::Region::open(region.path()).unwrap();
+    region.set_pressure_seq(1); // a writer killed mid-update, before any good snapshot
+    assert_eq!(attached.pressure(), None, "unavailable, and returned (bounded retries)");
+    region.set_pressure_seq(2);
+    region.set_pressure_level(morpheus::PressureLevel::High);
+    let good = attached.pressure().expect("a consistent snapshot");
+    assert_eq!(good.level, Some(morpheus::PressureLevel::High));
+    region.set_pressure_seq(5);
+    assert_eq!(attached.pressure(), Some(good), "the last good snapshot");
 }

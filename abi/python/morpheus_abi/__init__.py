@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import struct
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
@@ -467,6 +468,31 @@ class RegReply:
     MESSAGE_SIZE = Field('message_size', 'u32', 28, 4, False, '<I')
     REGION_PATH = Field('region_path', 'u8[96]', 32, 96, False, '')
     FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, MESSAGE_SIZE, REGION_PATH,)
+
+
+def scb_clear_for_reuse(buf, base: int, stride: int) -> None:
+    """The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.
+
+    `buf` is the writable region buffer (mmap, bytearray), `base` the slot's offset in it and `stride`
+    the header's scb_stride (a multiple of 8, >= 128). Each store is one aligned word.
+    """
+    struct.pack_into('<I', buf, base + 28, 0)  # tid
+    struct.pack_into('<I', buf, base + 32, 0)  # pid
+    struct.pack_into('<I', buf, base + 48, 0)  # escalated
+    struct.pack_into('<I', buf, base + 52, 0)  # _reserved0
+    struct.pack_into('<Q', buf, base + 56, 0)  # _reserved0
+    struct.pack_into('<Q', buf, base + 72, 0)  # yield_count
+    struct.pack_into('<I', buf, base + 84, 0)  # in_critical
+    struct.pack_into('<I', buf, base + 88, 0)  # escapable
+    struct.pack_into('<I', buf, base + 92, 0)  # priority
+    struct.pack_into('<I', buf, base + 96, 0)  # last_yield_reason
+    struct.pack_into('<I', buf, base + 100, 0)  # runtime_mode
+    struct.pack_into('<I', buf, base + 104, 0)  # runtime_kind
+    struct.pack_into('<I', buf, base + 108, 0)  # _reserved1
+    struct.pack_into('<Q', buf, base + 112, 0)  # _reserved1
+    struct.pack_into('<Q', buf, base + 120, 0)  # _reserved1
+    for offset in range(base + 128, base + stride - 7, 8):  # bytes a newer version defined
+        struct.pack_into('<Q', buf, offset, 0)
 
 
 class PressureStruct(ctypes.LittleEndianStructure):

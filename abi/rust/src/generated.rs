@@ -1072,6 +1072,35 @@ pub const fn escapable_default(kind: RuntimeKind) -> bool {
     }
 }
 
+/// The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.
+///
+/// # Safety
+/// `scb` must point to a slot of `stride` bytes (a multiple of 8, at least 128) in memory
+/// that every other party accesses atomically only.
+pub unsafe fn scb_clear_for_reuse(scb: *mut u8, stride: usize) {
+    use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+    AtomicU32::from_ptr(scb.add(28).cast()).store(0, Relaxed); // tid
+    AtomicU32::from_ptr(scb.add(32).cast()).store(0, Relaxed); // pid
+    AtomicU32::from_ptr(scb.add(48).cast()).store(0, Relaxed); // escalated
+    AtomicU32::from_ptr(scb.add(52).cast()).store(0, Relaxed); // _reserved0
+    AtomicU64::from_ptr(scb.add(56).cast()).store(0, Relaxed); // _reserved0
+    AtomicU64::from_ptr(scb.add(72).cast()).store(0, Relaxed); // yield_count
+    AtomicU32::from_ptr(scb.add(84).cast()).store(0, Relaxed); // in_critical
+    AtomicU32::from_ptr(scb.add(88).cast()).store(0, Relaxed); // escapable
+    AtomicU32::from_ptr(scb.add(92).cast()).store(0, Relaxed); // priority
+    AtomicU32::from_ptr(scb.add(96).cast()).store(0, Relaxed); // last_yield_reason
+    AtomicU32::from_ptr(scb.add(100).cast()).store(0, Relaxed); // runtime_mode
+    AtomicU32::from_ptr(scb.add(104).cast()).store(0, Relaxed); // runtime_kind
+    AtomicU32::from_ptr(scb.add(108).cast()).store(0, Relaxed); // _reserved1
+    AtomicU64::from_ptr(scb.add(112).cast()).store(0, Relaxed); // _reserved1
+    AtomicU64::from_ptr(scb.add(120).cast()).store(0, Relaxed); // _reserved1
+    let mut offset = 128; // bytes a newer version defined
+    while offset + 8 <= stride {
+        AtomicU64::from_ptr(scb.add(offset).cast()).store(0, Relaxed);
+        offset += 8;
+    }
+}
+
 /// Layout of every record field as the compiler laid out the bindgen types.
 pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_pressure, "pressure", seq),

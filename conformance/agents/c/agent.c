@@ -83,6 +83,18 @@ static void op_register(long long id, const char *line)
 	morpheus_options_init(&opts);
 	opts.region_path = region_path; /* "" (never attached or refused): a detached worker */
 	opts.direct_slot = (int32_t)slot;
+	/* Optional: what the registration request asks for (SCB.md §4: written before REGISTERED). */
+	bool escapable;
+	long long priority;
+	if (!json_is_null(line, "escapable") && !json_bool(line, "escapable", &escapable))
+		opts.escapable = escapable ? 1 : 0;
+	if (!json_is_null(line, "priority") && !json_i64(line, "priority", &priority)) {
+		if (priority < INT32_MIN || priority > INT32_MAX) {
+			reply_error(id, "BAD_REQUEST", "priority out of int32 range");
+			return;
+		}
+		opts.priority = (int32_t)priority;
+	}
 	int rc = morpheus_worker_register(&opts, &w);
 	if (rc) {
 		fail(id, rc);
@@ -98,13 +110,10 @@ static void op_register(long long id, const char *line)
 		printf("null}\n");
 }
 
-/* 1 yielded, 0 not, or a negated error (GENERATION_CHANGED once a restart detached the worker). */
+/* 1 yielded, 0 not. A lost worker's checkpoint is a plain no-yield, never an error (SCB.md §6). */
 static int checkpoint(void)
 {
-	if (morpheus_checkpoint(worker))
-		return 1;
-	int rc = morpheus_worker_status(worker);
-	return rc == -(int)MORPHEUS_E_GENERATION_CHANGED ? rc : 0;
+	return morpheus_checkpoint(worker) ? 1 : 0;
 }
 
 static int need_worker(long long id)
@@ -211,6 +220,14 @@ static void handle(long long id, const char *op, const char *line)
 			printf(",\"slot\":%lld}\n", slot);
 		else
 			printf(",\"slot\":null}\n");
+	} else if (!strcmp(op, "status")) {
+		if (!need_worker(id)) {
+			int rc = morpheus_worker_status(worker);
+			if (rc == -(int)MORPHEUS_E_DETACHED || rc == 0)
+				printf("{\"id\":%lld,\"ok\":true,\"attached\":%s}\n", id, rc ? "false" : "true");
+			else
+				fail(id, rc);
+		}
 	} else if (!strcmp(op, "shutdown")) {
 		if (!need_worker(id)) {
 			int rc = morpheus_worker_unregister(worker);

@@ -38,15 +38,14 @@ class Agent:
         sys.stdout.write(json.dumps(msg) + "\n")
         sys.stdout.flush()
 
-    def lost(self) -> None:
-        """GENERATION_CHANGED if a scheduler restart detached the worker (SCB.md §6)."""
-        if self.worker is not None:
-            try:
-                self.worker.status()
-            except morpheus.GenerationChangedError:
-                raise
-            except morpheus.DetachedError:
-                pass
+    def status(self) -> dict:
+        """The SDK's status call (SCB.md §6): attached, detached, or GENERATION_CHANGED for a lost worker."""
+        worker = self.need_worker("status")
+        try:
+            worker.status()
+        except morpheus.DetachedError:
+            return {"attached": False}
+        return {"attached": True}
 
     # -- operations -------------------------------------------------------------------------------
 
@@ -60,20 +59,24 @@ class Agent:
 
     def register(self, req: dict) -> dict:
         slot = req.get("slot")
+        # Optional: what the registration request asks for (SCB.md §4: written before REGISTERED).
+        options = {}
+        if req.get("escapable") is not None:
+            options["escapable"] = bool(req["escapable"])
+        if req.get("priority") is not None:
+            options["priority"] = int(req["priority"])
         if self.region is not None:
             if not isinstance(slot, int):
                 raise ProtocolError("register needs an integer slot")
-            worker = morpheus.Worker(region=self.region, slot=slot)
+            worker = morpheus.Worker(region=self.region, slot=slot, **options)
         else:
-            worker = morpheus.Worker(detached=True)
+            worker = morpheus.Worker(detached=True, **options)
         self.worker = worker
         return {"slot": worker.slot, "tid": threading.get_native_id(), "attached": worker.attached}
 
     def checkpoint_sync(self) -> bool:
-        yielded = morpheus.checkpoint()
-        if not yielded:
-            self.lost()
-        return yielded
+        # A lost worker's checkpoint is a plain no-yield, never an error (SCB.md §6): reported as is.
+        return morpheus.checkpoint()
 
     def checkpoint_async(self, rid) -> bool:
         if BREAK == "ack_before_yield":
@@ -94,10 +97,7 @@ class Agent:
             state["done"] = True
             return bool(result)
 
-        yielded = self.loop.run_until_complete(task())
-        if not yielded:
-            self.lost()
-        return yielded
+        return self.loop.run_until_complete(task())
 
     def suspend(self, rid) -> None:
         self.send({"id": rid, "event": "suspended"})
@@ -123,7 +123,6 @@ class Agent:
                 for _ in range(64):
                     iterations += 1
                     yields += morpheus.checkpoint()
-        self.lost()
         return {"iterations": iterations, "yields": yields}
 
     def state(self) -> dict:
@@ -172,6 +171,8 @@ class Agent:
             return {}
         if op == "state":
             return self.state()
+        if op == "status":
+            return self.status()
         if op == "shutdown":
             worker = self.need_worker("shutdown")
             self.worker = None

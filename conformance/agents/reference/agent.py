@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-"""Reference conformance agent: the SDK rules of spec/SCB.md, written directly on the region bytes.
+"""Reference conformance agent: the SDK rules of spec/SCB.md (ABI 1.3), written directly on the region
+bytes.
 
 It is the executable form of the spec that the harness was built against; the release gates are the
 real SDK agents. It speaks the agent protocol of spec/CONFORMANCE.md on stdin/stdout and plays the
 runtime_kind given by --kind (default PYTHON, so that the escapable = false default is exercised too).
 
-Every store is one aligned ctypes store. The runtime is the only writer of the SCB's runtime line, so
-the acknowledging compare-and-swap is a load and a store here; the real SDKs use atomic CAS.
+Every store is one aligned ctypes store. Where SCB.md asks for a compare-and-swap (the INIT -> CLAIMED
+and DEAD -> CLAIMED hand-offs, the acknowledgement) this agent loads and then stores: in a conformance
+cell it is the only writer of those fields (the harness plays the scheduler and writes only between
+requests), so the load-store pair has the CAS's outcome. A real SDK shares the region with other
+registrars and MUST use the atomic CAS. Python's ctypes stores are not ordered by the C11 model either;
+the memory orders of SCB.md §3.1 are the real SDKs' business (and loom's), not what this agent shows.
 
-MORPHEUS_CONFORMANCE_BREAK=ack_before_yield makes it acknowledge before yielding (async) — a broken
-rule on purpose, used by the harness's own tests to show which cells turn red. Never set otherwise.
+MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tests (never set otherwise):
+  ack_before_yield      acknowledge before yielding (async);
+  skip_registered       registration stores RUNNING straight after CLAIMED, never REGISTERED;
+  restore_on_fast_path  the fast path re-stores last_ack_seq with the value it already holds;
+  late_escapable        escapable and priority are stored after REGISTERED, not while CLAIMED;
+  reclaim_128           the reclaim clear covers only the 128 bytes of the 1.0 SCB, not the stride;
+  no_modes              the runtime mode never leaves DETERMINISTIC.
 """
 
 from __future__ import annotations
@@ -26,10 +36,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "harness"))
-from abi import m  # noqa: E402  (the generated ABI, imported by path)
+from abi import m, scb_clear_for_reuse  # noqa: E402  (the generated ABI, imported by path)
 
 _CTYPE = {"u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "i32": ctypes.c_int32}
 BREAK = os.environ.get("MORPHEUS_CONFORMANCE_BREAK", "")
+# A cached_ack that preempt_seq never reaches: PRESSURED and DEFENSIVE leave the fast path (SCB.md §5.4).
+FORCE_SLOW_PATH = (1 << 64) - 1
+S = m.Scb
+W = m.WorkerState
+Mode = m.RuntimeMode
 
 
 class SdkError(Exception):
@@ -39,20 +54,29 @@ class SdkError(Exception):
 
 
 class Worker:
-    """What one SDK thread knows: its region, slot, cached ack and critical depth."""
+    """What one SDK thread knows: its region, slot, cached ack, critical depth and runtime mode."""
 
     def __init__(self, kind: "m.RuntimeKind"):
         self.kind = kind
         self.mm = None
         self.attached = False
         self.attach_generation = 0
-        self.slot = None  # SCB index while the worker writes to a region; None when detached
+        self.slot = None  # SCB index while the worker writes to a region; None when detached or lost
         self.registered = False
+        self.lost = False  # the scheduler restarted under the worker (SCB.md §6)
         self.cached_ack = 0
-        self.depth = 0
+        self.acked = 0
+        self.depth = 0  # per thread (SCB.md §5.3): survives registration and shutdown
         self.scb_base = 0
         self.yields = 0
-        self.generation_lost = False
+        self.escapable = False
+        self.priority = 0
+        self.mode = Mode.DETERMINISTIC
+        self.pressured = False  # the last pressure level read was HIGH
+        self.pressure_snapshot = None  # last good seqlock snapshot of `level` (SCB.md §2.1)
+        self.last_dropped = 0
+        self.last_yield_ns = 0
+        self.last_eval_ns = 0
 
     # -- raw access -------------------------------------------------------------------------------
 
@@ -101,184 +125,281 @@ class Worker:
         def h(f):
             return _CTYPE[f.type].from_buffer(mm, f.offset).value
 
+        # SCB.md §1.3: generation is loaded first (its acquire orders the layout loads) and checked last.
+        generation = h(H.GENERATION)
         if h(H.MAGIC) != m.REGION_MAGIC:
-            raise SdkError(m.ErrorCode.BAD_MAGIC, f"{path} does not start with the region magic")
+            raise SdkError(m.ErrorCode.BAD_MAGIC,
+                           f"{path}: magic {h(H.MAGIC):#x}, expected the region magic {m.REGION_MAGIC:#x}")
         if h(H.ABI_MAJOR) != m.ABI_MAJOR:
             raise SdkError(m.ErrorCode.ABI_MAJOR_MISMATCH,
                            f"region ABI major {h(H.ABI_MAJOR)}, SDK ABI major {m.ABI_MAJOR}")
         hs, stride, count = h(H.HEADER_SIZE), h(H.SCB_STRIDE), h(H.SCB_COUNT)
         line = m.CACHE_LINE_SIZE
         if hs < H.SIZE or stride < m.Scb.SIZE or hs % line or stride % line:
-            raise SdkError(m.ErrorCode.BAD_LAYOUT, f"header_size {hs}, scb_stride {stride}")
-        if size < hs + count * stride:
+            raise SdkError(m.ErrorCode.BAD_LAYOUT,
+                           f"header_size {hs}, scb_stride {stride}: each must be >= {H.SIZE} / {m.Scb.SIZE} "
+                           f"and a multiple of {line}")
+        if size < hs + count * stride:  # Python integers: the 64-bit overflow cannot hide a short file
             raise SdkError(m.ErrorCode.REGION_TRUNCATED,
                            f"{path} has {size} bytes, the header describes {hs + count * stride}")
         known = 0
         for feat in m.Feature:
             known |= int(feat)
-        if h(H.REQUIRED_FEATURES) & ~known:
+        unknown = h(H.REQUIRED_FEATURES) & ~known
+        if unknown:  # optional_features are never looked at: unknown optional bits are ignored
             raise SdkError(m.ErrorCode.UNKNOWN_REQUIRED_FEATURE,
-                           f"required features {h(H.REQUIRED_FEATURES):#x}")
-        generation = h(H.GENERATION)
+                           f"required feature bits {unknown:#x} are unknown to ABI {m.ABI_MAJOR}.{m.ABI_MINOR}")
         if generation == 0:
-            raise SdkError(m.ErrorCode.NOT_READY, "region generation is 0")
+            raise SdkError(m.ErrorCode.NOT_READY, "region generation is 0 (not ready or retired)")
         self.mm, self.attached, self.attach_generation = mm, True, generation
-        self.header_size, self.stride, self.count = hs, stride, count
+        self.header_size, self.stride, self.count = hs, stride, count  # cached: never re-read
         return {"attached": True}
 
     def generation_ok(self) -> bool:
-        ok = self._hdr(m.RegionHeader.GENERATION).value == self.attach_generation
-        if not ok:
-            self.generation_lost = True
-        return ok
+        """SCB.md §6: before any write. A change (even back to the old value later) loses the worker."""
+        if self._hdr(m.RegionHeader.GENERATION).value == self.attach_generation:
+            return True
+        self._lose()
+        return False
+
+    def _lose(self):
+        if self.slot is not None:
+            self.lost = True
+        self.slot = None  # write nothing more to this region, ever
+        self.cached_ack = 0
 
     # -- registration -----------------------------------------------------------------------------
 
-    def register(self, slot: int):
+    def register(self, slot: int, escapable=None, priority=None):
         if self.registered:
             raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
+        if priority is None:
+            priority = 0
+        if not m.PRIORITY_MIN <= priority <= m.PRIORITY_MAX:
+            raise SdkError(m.ErrorCode.INVALID_ARGUMENT,
+                           f"priority {priority} is outside {m.PRIORITY_MIN}..{m.PRIORITY_MAX}")
+        escapable = m.ESCAPABLE_DEFAULT[self.kind] if escapable is None else bool(escapable)
         tid = threading.get_native_id()
         if not self.attached:  # SCB.md §7: registration returns a detached worker
-            self.registered = True
+            self.registered, self.lost = True, False
+            self.escapable, self.priority = escapable, priority
             return {"slot": None, "tid": tid, "attached": False}
         if not 0 <= slot < self.count:
             raise SdkError(m.ErrorCode.SLOT_OUT_OF_RANGE, f"slot {slot} >= scb_count {self.count}")
-        if not self.generation_ok():
-            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted")
+        if self._hdr(m.RegionHeader.GENERATION).value != self.attach_generation:
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; attach again")
         self.scb_base = self.header_size + slot * self.stride
-        S = m.Scb
-        if self.load(S.WORKER_STATE) != m.WorkerState.INIT:
-            raise SdkError(m.ErrorCode.SLOT_BUSY, f"slot {slot} is in state {self.load(S.WORKER_STATE)}")
-        self.store(S.WORKER_STATE, m.WorkerState.REGISTERED)
+        # INIT -> CLAIMED (the CAS; see the module doc). Any other value, unknown ones included (§3.2),
+        # is not a free slot.
+        state = self.load(S.WORKER_STATE)
+        if state != W.INIT:
+            name = W(state).name if state in W._value2member_map_ else f"unknown value {state}"
+            raise SdkError(m.ErrorCode.SLOT_BUSY, f"slot {slot} is in state {name}")
+        self.store(S.WORKER_STATE, W.CLAIMED)
+        # While CLAIMED: the slot's data, then REGISTERED publishes it (SCB.md §4).
         self.store(S.TID, tid)
         self.store(S.PID, os.getpid())
-        self.store(S.SLOT_GENERATION, self.load(S.SLOT_GENERATION) + 1)
+        gen = (self.load(S.SLOT_GENERATION) + 1) & 0xFFFFFFFF
+        self.store(S.SLOT_GENERATION, gen or 1)
         seq = self.load(S.PREEMPT_SEQ)
         self.store(S.LAST_ACK_SEQ, seq)
-        self.cached_ack = seq
+        if BREAK != "late_escapable":
+            self.store(S.ESCAPABLE, escapable)
+            self.store(S.PRIORITY, priority)
+        if BREAK != "skip_registered":
+            self.store(S.WORKER_STATE, W.REGISTERED)
+        if BREAK == "late_escapable":
+            self.store(S.ESCAPABLE, escapable)
+            self.store(S.PRIORITY, priority)
+        # REGISTERED -> RUNNING, the runtime's part: escapable and priority are left as registered.
         self.store(S.RUNTIME_KIND, self.kind)
-        self.store(S.ESCAPABLE, m.ESCAPABLE_DEFAULT[self.kind])
-        self.store(S.PRIORITY, 0)
-        self.store(S.RUNTIME_MODE, m.RuntimeMode.DETERMINISTIC)
-        self.store(S.IN_CRITICAL, 0)
-        self.store(S.WORKER_STATE, m.WorkerState.RUNNING)
+        self.store(S.RUNTIME_MODE, Mode.DETERMINISTIC)
+        self.store(S.IN_CRITICAL, 1 if self.depth > 0 else 0)
+        self.store(S.WORKER_STATE, W.RUNNING)
         self.slot = slot
-        self.registered = True
+        self.registered, self.lost = True, False
+        self.escapable, self.priority = escapable, priority
+        self.acked = self.cached_ack = seq
+        self.mode, self.pressured, self.pressure_snapshot = Mode.DETERMINISTIC, False, None
+        self.last_dropped = self.load(S.HINTS_DROPPED)  # the DEFENSIVE baseline (SCB.md §5.4)
+        self.last_yield_ns = self.last_eval_ns = time.monotonic_ns()
         return {"slot": slot, "tid": tid, "attached": True}
 
     def _need_worker(self):
         if not self.registered:
             raise SdkError(m.ErrorCode.NOT_REGISTERED, "this thread holds no worker")
 
-    def _detach(self):
-        self.slot = None  # SCB.md §6: write nothing more to this region
+    def status(self):
+        self._need_worker()
+        if self.slot is not None:
+            self.generation_ok()
+        if self.lost:
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; the worker is lost")
+        return {"attached": self.slot is not None}
 
     def shutdown(self):
         self._need_worker()
-        S = m.Scb
         if self.slot is not None and self.generation_ok():
-            self.store(S.WORKER_STATE, m.WorkerState.QUIESCING)
-            self.store(S.WORKER_STATE, m.WorkerState.DEAD)
-            # Direct registration: the scheduler's DEAD -> INIT row, done by the SDK (SCB.md §4).
-            for f in m.Scb.FIELDS:
-                if f.offset >= m.CACHE_LINE_SIZE and f.struct_format and f not in (S.LAST_ACK_SEQ, S.WORKER_STATE):
-                    self.store(f, 0)
-            self.store(S.TID, 0)
-            self.store(S.PID, 0)
-            self.store(S.WORKER_STATE, m.WorkerState.INIT)
+            self.store(S.WORKER_STATE, W.QUIESCING)
+            self.store(S.WORKER_STATE, W.DEAD)
+            # Direct registration: the registrar's DEAD -> CLAIMED -> INIT rows (SCB.md §4), with the
+            # reclaim clear over the whole stride in between.
+            self.store(S.WORKER_STATE, W.CLAIMED)
+            # The generated reclaim clear (worker_state stays CLAIMED through it), then INIT.
+            scb_clear_for_reuse(self.mm, self.scb_base, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride)
+            self.store(S.WORKER_STATE, W.INIT)
+        # A lost worker: nothing written, no error (SCB.md §6).
         self.slot = None
-        self.registered = False
-        self.depth = 0
+        self.registered = self.lost = False
+        self.cached_ack = self.acked = 0
         return {}
+
+    # -- runtime modes (SCB.md §5.4) ---------------------------------------------------------------
+
+    def _slice_ns(self):
+        return self._hdr(m.RegionHeader.SLICE_NS).value
+
+    def _pressure_level(self):
+        """The bounded seqlock reader of SCB.md §2.1: the level, or the last good one (None: none yet)."""
+        P, base = m.Pressure, m.RegionHeader.PRESSURE.offset
+        seq = _CTYPE[P.SEQ.type].from_buffer(self.mm, base + P.SEQ.offset)
+        level = _CTYPE[P.LEVEL.type].from_buffer(self.mm, base + P.LEVEL.offset)
+        for _ in range(m.SEQLOCK_MAX_RETRIES):
+            s1 = seq.value
+            if s1 & 1:
+                continue
+            value = level.value
+            if seq.value == s1:
+                self.pressure_snapshot = value
+                return value
+        return self.pressure_snapshot
+
+    def _evaluate_mode(self, now):
+        """Re-read hints_dropped and the pressure level; publish a changed mode. Generation checked."""
+        self.last_eval_ns = now
+        dropped = self.load(S.HINTS_DROPPED)
+        grew = dropped != self.last_dropped
+        self.last_dropped = dropped
+        level = self._pressure_level()
+        if level is not None:  # no snapshot: keep what was known
+            self.pressured = level == m.PressureLevel.HIGH
+        mode = Mode.DEFENSIVE if grew else (Mode.PRESSURED if self.pressured else Mode.DETERMINISTIC)
+        if BREAK == "no_modes":
+            mode = Mode.DETERMINISTIC
+        if mode != self.mode:
+            self.mode = mode
+            self.store(S.RUNTIME_MODE, mode)
+        self.cached_ack = self.acked if mode == Mode.DETERMINISTIC else FORCE_SLOW_PATH
 
     # -- checkpoint -------------------------------------------------------------------------------
 
-    def _pending(self):
-        """(seq, reason it does not yield or None)."""
+    def _decide(self):
+        """(seq, reason) for a checkpoint that yields, or None. Writes nothing except a changed mode."""
         if self.slot is None:
-            return 0, "idle"  # detached / unregistered: the static zeroed SCB
-        seq = self.load(m.Scb.PREEMPT_SEQ)
+            return None  # no worker, detached or lost: the static zeroed SCB
+        seq = self.load(S.PREEMPT_SEQ)
         if seq == self.cached_ack:
-            return seq, "idle"
+            if BREAK == "restore_on_fast_path":
+                self.store(S.LAST_ACK_SEQ, self.load(S.LAST_ACK_SEQ))  # the broken fast path
+            return None
         if self.depth > 0:
-            return seq, "critical"
+            return None  # a request stays pending
         if not self.generation_ok():
-            self._detach()
-            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; re-register")
-        return seq, None
+            return None  # lost: a plain no-yield, never an error (§6)
+        if seq != self.acked:
+            return seq, m.YieldReason.PREEMPT_REQUEST
+        now = time.monotonic_ns()
+        ran_a_slice = now - self.last_yield_ns >= self._slice_ns()
+        if self.mode == Mode.PRESSURED and ran_a_slice and self.load(S.BUDGET_REMAINING_NS) == 0:
+            return seq, m.YieldReason.BUDGET
+        if self.mode == Mode.DEFENSIVE and ran_a_slice:
+            return seq, m.YieldReason.DEFENSIVE
+        if now - self.last_eval_ns >= self._slice_ns():
+            self._evaluate_mode(now)
+        return None
 
-    def _acknowledge(self, seq):
-        S = m.Scb
-        self.store(S.LAST_YIELD_REASON, m.YieldReason.PREEMPT_REQUEST)
+    def _acknowledge(self, seq, reason):
+        if not self.generation_ok():
+            return  # the restart spanned the yield: it happened, nothing is acknowledged (§6)
+        self.store(S.LAST_YIELD_REASON, reason)
         self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
-        if self.load(S.LAST_ACK_SEQ) < seq:  # never decrease
+        cur = self.load(S.LAST_ACK_SEQ)
+        if reason == m.YieldReason.PREEMPT_REQUEST and cur < seq:  # the CAS: up only
             self.store(S.LAST_ACK_SEQ, seq)
-        self.cached_ack = seq
+        self.acked = max(seq, cur, self.acked)
         self.yields += 1
+        now = time.monotonic_ns()
+        self.last_yield_ns = now
+        if reason == m.YieldReason.PREEMPT_REQUEST or now - self.last_eval_ns >= self._slice_ns():
+            self._evaluate_mode(now)
+        else:
+            self.cached_ack = self.acked if self.mode == Mode.DETERMINISTIC else FORCE_SLOW_PATH
 
     def checkpoint_sync(self):
-        seq, blocked = self._pending()
-        if blocked:
+        decided = self._decide()
+        if decided is None:
             return False
-        self._acknowledge(seq)
+        self._acknowledge(*decided)
         return True  # the caller yields now
 
     def checkpoint_async(self, suspend):
-        seq, blocked = self._pending()
-        if blocked:
+        decided = self._decide()
+        if decided is None:
             return False
         if BREAK == "ack_before_yield":
-            self._acknowledge(seq)
+            self._acknowledge(*decided)
             suspend()
             return True
         suspend()  # yield to the executor first
-        if not self.generation_ok():
-            self._detach()
-            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted during the yield")
-        self._acknowledge(seq)
+        self._acknowledge(*decided)
         return True
 
     # -- critical sections ------------------------------------------------------------------------
 
     def critical_enter(self):
         self.depth += 1
-        if self.depth == 1 and self.slot is not None:
-            if self.generation_ok():
-                self.store(m.Scb.IN_CRITICAL, 1)
-            else:
-                self._detach()
+        if self.depth == 1 and self.slot is not None and self.generation_ok():
+            self.store(S.IN_CRITICAL, 1)
         return {"depth": self.depth}
 
     def critical_exit(self):
         if self.depth == 0:
             raise SdkError(m.ErrorCode.NOT_IN_CRITICAL, "critical exit without enter")
         self.depth -= 1
-        if self.depth == 0 and self.slot is not None:
-            if self.generation_ok():
-                self.store(m.Scb.IN_CRITICAL, 0)
-            else:
-                self._detach()
+        if self.depth == 0 and self.slot is not None and self.generation_ok():
+            self.store(S.IN_CRITICAL, 0)
         return {"depth": self.depth}
 
-    def set_escapable(self, value: bool):
+    def _settable(self):
         self._need_worker()
-        if self.slot is not None and self.generation_ok():
-            self.store(m.Scb.ESCAPABLE, 1 if value else 0)
+        if self.slot is not None:
+            self.generation_ok()
+        if self.lost:
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; nothing written")
+
+    def set_escapable(self, value: bool):
+        self._settable()
+        self.escapable = value
+        if self.slot is not None:
+            self.store(S.ESCAPABLE, 1 if value else 0)
         return {}
 
     def set_priority(self, value: int):
-        self._need_worker()
-        if self.slot is not None and self.generation_ok():
-            self.store(m.Scb.PRIORITY, value)
+        self._settable()
+        if not m.PRIORITY_MIN <= value <= m.PRIORITY_MAX:
+            raise SdkError(m.ErrorCode.INVALID_ARGUMENT,
+                           f"priority {value} is outside {m.PRIORITY_MIN}..{m.PRIORITY_MAX}")
+        self.priority = value
+        if self.slot is not None:
+            self.store(S.PRIORITY, value)
         return {}
 
     def state(self):
-        return {
-            "attached": self.attached, "registered": self.registered, "slot": self.slot,
-            "depth": self.depth, "cached_ack": self.cached_ack, "yields": self.yields,
-            "mode": m.RuntimeMode.DETERMINISTIC.name,
-            "escapable": bool(self.load(m.Scb.ESCAPABLE)) if self.slot is not None else None,
-        }
+        out = {"attached": self.attached, "registered": self.registered, "depth": self.depth}
+        if self.registered:
+            out.update(slot=self.slot, cached_ack=self.acked, yields=self.yields, mode=self.mode.name,
+                       escapable=self.escapable, priority=self.priority)
+        return out
 
 
 def main() -> int:
@@ -294,7 +415,8 @@ def main() -> int:
 
     send({"protocol": "morpheus-conformance", "version": 1, "sdk": "reference",
           "runtime_kind": kind.name, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
-          "checkpoint_modes": ["sync", "async"], "pid": os.getpid()})
+          "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
+          "pid": os.getpid()})
     lines = iter(sys.stdin.readline, "")
     for line in lines:
         req = json.loads(line)
@@ -312,7 +434,7 @@ def main() -> int:
             if op == "attach":
                 result = worker.attach(req.get("path"))
             elif op == "register":
-                result = worker.register(req["slot"])
+                result = worker.register(req["slot"], req.get("escapable"), req.get("priority"))
             elif op == "checkpoint":
                 if req["mode"] == "sync":
                     result = {"yielded": worker.checkpoint_sync()}
@@ -338,6 +460,8 @@ def main() -> int:
                 result = worker.set_priority(int(req["value"]))
             elif op == "state":
                 result = worker.state()
+            elif op == "status":
+                result = worker.status()
             elif op == "shutdown":
                 result = worker.shutdown()
             else:

@@ -8,7 +8,7 @@
 //! Morpheus off (no scheduler, workers unregistered), observer and enforced (scx_morpheus started by
 //! this program with a private socket), and the table compares them in the same run.
 //!
-//! `--backend sim` (the default) runs scx_morpheus's simulation backend with a private region file;
+//! `--backend sim` (the default) runs scx_morpheus's simulation backend in a private runtime directory (each user's region comes with the registration reply);
 //! `--backend kernel` runs the sched_ext BPF scheduler (a kernel with sched_ext, as root: the VM test
 //! scheduler/e2e/starvation-vm.sh), whose region is the pinned map the workers find by discovery.
 //!
@@ -47,7 +47,7 @@ impl Mode {
 /// `--backend`: which scx_morpheus backend the observer and enforced modes run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Backend {
-    /// The simulation backend (any kernel), private region file.
+    /// The simulation backend (any kernel), private runtime directory.
     Sim,
     /// The sched_ext BPF scheduler (needs sched_ext and root); region pinned on bpffs.
     Kernel,
@@ -139,8 +139,7 @@ fn pin_to(cpu: usize) -> Result<()> {
 /// Where a phase's workers register (None: Morpheus off).
 #[derive(Clone)]
 struct Target {
-    /// The region file (sim); None: discovery, and the agent's reply names the region (kernel).
-    region: Option<PathBuf>,
+    /// The agent's socket; the region comes with its registration reply (both backends, ABI 1.3).
     socket: PathBuf,
 }
 
@@ -148,14 +147,8 @@ struct Target {
 /// SDK's default (true) and stated only so the scenario does not change if the default does.
 fn register(target: &Option<Target>) -> Result<Option<morpheus::Worker>> {
     let Some(t) = target else { return Ok(None) };
-    let mut config = morpheus::Worker::builder().agent_socket(&t.socket).escapable(true);
-    if let Some(region) = &t.region {
-        config = config.region_path(region);
-    }
-    let worker = config.register().with_context(|| {
-        let region = t.region.as_ref().map_or("discovered".into(), |r| r.display().to_string());
-        format!("registration with {} (region {region})", t.socket.display())
-    })?;
+    let config = morpheus::Worker::builder().agent_socket(&t.socket).escapable(true);
+    let worker = config.register().with_context(|| format!("registration with {}", t.socket.display()))?;
     if !worker.is_attached() {
         bail!("the worker registered with {} is detached", t.socket.display());
     }
@@ -288,13 +281,9 @@ fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> R
 }
 
 fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
-    let region = (backend == Backend::Sim).then(|| dir.join("region"));
-    let target = Target { region, socket: dir.join("agent.sock") };
+    let target = Target { socket: dir.join("agent.sock") };
     let mut command = Command::new(bin);
     command.args(["--backend", backend.name(), "--mode", mode.name(), "--policy", "kick"]);
-    if let Some(region) = &target.region {
-        command.arg("--region").arg(region);
-    }
     let mut child = command
         .arg("--socket")
         .arg(&target.socket)

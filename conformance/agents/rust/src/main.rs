@@ -71,17 +71,18 @@ impl Agent {
         self.worker.as_ref().ok_or_else(|| sdk_err(Error::NotRegistered { operation: op }))
     }
 
-    /// GENERATION_CHANGED if the SDK detached the worker after a restart (SCB.md §6).
-    fn lost(&self) -> Result<(), (String, String)> {
-        match self.worker.as_ref().map(|w| w.status()) {
-            Some(Err(e @ Error::GenerationChanged { .. })) => Err(sdk_err(e)),
-            _ => Ok(()),
+    /// The SDK's status call (SCB.md §6): attached, detached, or GENERATION_CHANGED for a lost worker.
+    fn status(&self) -> Reply {
+        match self.worker("status")?.status() {
+            Ok(()) => Ok(Obj::new().bool("attached", true)),
+            Err(Error::Detached { .. }) => Ok(Obj::new().bool("attached", false)),
+            Err(e) => Err(sdk_err(e)),
         }
     }
 
     fn depth(&self) -> u32 {
         // SAFETY: the calling thread's own state.
-        unsafe { (*morpheus::current_raw()).critical_depth }
+        unsafe { (*morpheus::raw::current_raw()).critical_depth }
     }
 
     fn attach(&mut self, req: &Request) -> Reply {
@@ -102,6 +103,16 @@ impl Agent {
     fn register(&mut self, req: &Request) -> Reply {
         let slot = u32::try_from(arg_int(req, "slot")?).map_err(|_| protocol_err("slot out of u32 range"))?;
         let mut config = Config::default().runtime_kind(RuntimeKind::Rust).direct_slot(slot);
+        // Optional: what the registration request asks for (SCB.md §4: written before REGISTERED).
+        match req.get("escapable") {
+            Some(Value::Bool(v)) => config = config.escapable(*v),
+            None | Some(Value::Null) => {}
+            other => return Err(protocol_err(format!("escapable must be a boolean, got {other:?}"))),
+        }
+        if let Some(Value::Int(_)) = req.get("priority") {
+            let priority = i32::try_from(arg_int(req, "priority")?).map_err(|_| protocol_err("priority out of i32 range"))?;
+            config = config.priority(priority);
+        }
         config = match &self.attachment {
             Some(Attachment::Region(r)) => config.region(r.clone()),
             // Not attached (never asked, or the region was refused): a detached worker, SCB.md §7.
@@ -121,11 +132,8 @@ impl Agent {
     }
 
     fn checkpoint_sync(&mut self) -> Result<bool, (String, String)> {
-        let yielded = morpheus::checkpoint_sync();
-        if !yielded {
-            self.lost()?;
-        }
-        Ok(yielded)
+        // A lost worker's checkpoint is a plain no-yield, never an error (SCB.md §6): reported as is.
+        Ok(morpheus::checkpoint_sync())
     }
 
     /// Poll the SDK's checkpoint future by hand; on `Pending`, call `on_suspend` (the task is parked
@@ -153,9 +161,6 @@ impl Agent {
                 }
             }
         };
-        if !yielded {
-            self.lost()?;
-        }
         Ok(yielded)
     }
 
@@ -229,7 +234,7 @@ impl Agent {
                 match &self.worker {
                     Some(w) => w.critical_enter(),
                     // SAFETY: the calling thread's own state (detached: only counts).
-                    None => unsafe { morpheus::critical_enter_raw(morpheus::current_raw()) },
+                    None => unsafe { morpheus::raw::critical_enter_raw(morpheus::raw::current_raw()) },
                 }
                 Ok(Obj::new().int("depth", self.depth()))
             }
@@ -237,7 +242,7 @@ impl Agent {
                 let r = match &self.worker {
                     Some(w) => w.critical_exit(),
                     // SAFETY: as above.
-                    None => unsafe { morpheus::critical_exit_raw(morpheus::current_raw()) },
+                    None => unsafe { morpheus::raw::critical_exit_raw(morpheus::raw::current_raw()) },
                 };
                 r.map_err(sdk_err).map(|_| Obj::new().int("depth", self.depth()))
             }
@@ -251,6 +256,7 @@ impl Agent {
                 self.worker("set_priority").and_then(|w| w.set_priority(v as i32).map_err(sdk_err)).map(|_| Obj::new())
             }),
             "state" => self.state(),
+            "status" => self.status(),
             "shutdown" => match self.worker.take() {
                 Some(w) => w.shutdown().map_err(sdk_err).map(|_| Obj::new()),
                 None => Err(sdk_err(Error::NotRegistered { operation: "shutdown" })),

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
+# The attack tests of the security review (attacks.py): builds scx_morpheus, copies the binary out of
+# the (possibly shared) cargo target directory, and runs every attack as real unprivileged users.
+# Needs root (it creates and removes the users morpheus-atk and morpheus-vic and the group
+# morpheus-trust). Usage: run.sh [S1 S2 ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build -p scx_morpheus
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp "$target_dir/debug/scx_morpheus" "$work/scx_morpheus"
+chmod 0755 "$work"
+exec python3 e2e-trust/attacks.py --bin "$work/scx_morpheus" "$@"

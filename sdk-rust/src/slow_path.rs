@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! A worker's slow-path state ([`Inner`], owned by the thread's [`RawWorker`]) and the checkpoint's
+//! slow path: deciding a yield, acknowledging it (spec/SCB.md §5.1) and the runtime modes (§5.4).
+
+use std::{ptr::addr_of, sync::atomic::Ordering, sync::Arc};
+
+use morpheus_abi::{PressureLevel, RuntimeKind, RuntimeMode, Scb, YieldReason};
+
+use crate::{
+    agent::AgentConnection,
+    protocol,
+    raw::{generation_ok, inner, lose, RawWorker, FORCE_SLOW_PATH},
+    region::{DetachReason, Region},
+    sys::{self, a32, a64},
+};
+
+/// Per-reason yield counters of one worker (the SDK's own memory, §5.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct YieldCounts(pub(crate) [u64; YIELD_REASONS]);
+
+const YIELD_REASONS: usize = YieldReason::ALL.len();
+
+impl YieldCounts {
+    /// Yields for `reason`.
+    pub fn get(&self, reason: YieldReason) -> u64 {
+        self.0[reason.raw() as usize]
+    }
+
+    /// Yields for any reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+pub(crate) enum Channel {
+    Agent(AgentConnection),
+    Direct,
+    None,
+}
+
+/// Slow-path state of a worker.
+pub(crate) struct Inner {
+    pub(crate) region: Option<Arc<Region>>,
+    pub(crate) scb: *mut Scb,
+    pub(crate) slot: Option<u32>,
+    pub(crate) slot_generation: u32,
+    pub(crate) channel: Channel,
+    pub(crate) kind: RuntimeKind,
+    pub(crate) epoch: u64,
+    /// The last acknowledged `preempt_seq` (also in `cached_ack` in DETERMINISTIC mode).
+    pub(crate) acked: u64,
+    /// The generation found when a restart detached the worker.
+    pub(crate) lost: Option<u64>,
+    pub(crate) detach_reason: Option<DetachReason>,
+    pub(crate) mode: RuntimeMode,
+    pub(crate) last_hints_dropped: u32,
+    pub(crate) last_yield_ns: u64,
+    pub(crate) last_mode_eval_ns: u64,
+    pub(crate) counts: YieldCounts,
+    pub(crate) escapable: bool,
+    pub(crate) priority: i32,
+}
+
+/// Why a checkpoint decided to yield, and what it saw.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    pub(crate) raw: usize,
+    pub(crate) epoch: u64,
+    pub(crate) seq: u64,
+    pub(crate) reason: YieldReason,
+}
+
+
+/// Decide whether a checkpoint that saw `seq` yields. Writes nothing to the SCB.
+pub(crate) unsafe fn prepare(raw: *mut RawWorker, seq: u64) -> Option<Ticket> {
+    if (*raw).critical_depth > 0 {
+        return None;
+    }
+    if !generation_ok(raw) {
+        lose(raw);
+        return None;
+    }
+    let inner = inner(raw)?;
+    let reason = if seq != inner.acked {
+        YieldReason::PreemptRequest
+    } else {
+        inner.mode_yield(raw)?
+    };
+    Some(Ticket { raw: raw as usize, epoch: inner.epoch, seq, reason })
+}
+
+/// Record a yield decided by [`prepare`]: reason, count, then the acknowledging CAS (§5.1).
+/// Returns false (writing nothing) if the worker changed or the scheduler restarted meanwhile.
+pub(crate) unsafe fn commit(raw: *mut RawWorker, ticket: Ticket) -> bool {
+    if ticket.raw != raw as usize {
+        return false;
+    }
+    let Some(inner) = inner(raw) else { return false };
+    if inner.epoch != ticket.epoch || inner.scb.is_null() {
+        return false;
+    }
+    if !generation_ok(raw) {
+        lose(raw);
+        return false;
+    }
+    let scb = inner.scb;
+    a32(addr_of!((*scb).last_yield_reason)).store(ticket.reason.raw(), Ordering::Relaxed);
+    a64(addr_of!((*scb).yield_count)).fetch_add(1, Ordering::Relaxed);
+    if ticket.seq > inner.acked {
+        // Up only, and only to a value read from preempt_seq; cache what the SCB now holds.
+        inner.acked = protocol::acknowledge(a64(addr_of!((*scb).last_ack_seq)), ticket.seq);
+    }
+    inner.counts.0[ticket.reason.raw() as usize] += 1;
+    let now = sys::monotonic_ns();
+    inner.last_yield_ns = now;
+    inner.evaluate_mode(raw, now);
+    true
+}
+
+impl Inner {
+    /// In PRESSURED / DEFENSIVE mode, whether the SDK yields on its own (§5.4).
+    unsafe fn mode_yield(&mut self, raw: *mut RawWorker) -> Option<YieldReason> {
+        let region = self.region.as_ref()?;
+        let now = sys::monotonic_ns();
+        let slice = region.slice_ns();
+        let ran_a_slice = now.saturating_sub(self.last_yield_ns) >= slice;
+        let reason = match self.mode {
+            RuntimeMode::Deterministic => None,
+            RuntimeMode::Pressured => {
+                let budget = a64(addr_of!((*self.scb).budget_remaining_ns)).load(Ordering::Relaxed);
+                (budget == 0 && ran_a_slice).then_some(YieldReason::Budget)
+            }
+            RuntimeMode::Defensive => ran_a_slice.then_some(YieldReason::Defensive),
+        };
+        // A yield re-evaluates the mode in commit; otherwise at most once per slice (§5.4).
+        if reason.is_none() && now.saturating_sub(self.last_mode_eval_ns) >= slice {
+            self.evaluate_mode(raw, now);
+        }
+        reason
+    }
+
+    /// Re-evaluate the runtime mode and publish it; sets `cached_ack` so that only DETERMINISTIC
+    /// mode keeps the one-load fast path. Caller has checked the generation.
+    pub(crate) unsafe fn evaluate_mode(&mut self, raw: *mut RawWorker, now: u64) {
+        let Some(region) = self.region.as_ref() else { return };
+        self.last_mode_eval_ns = now;
+        let dropped = a32(addr_of!((*self.scb).hints_dropped)).load(Ordering::Relaxed);
+        let mode = if dropped != self.last_hints_dropped {
+            RuntimeMode::Defensive
+        } else if region.pressure().and_then(|p| p.level) == Some(PressureLevel::High) {
+            RuntimeMode::Pressured
+        } else {
+            RuntimeMode::Deterministic
+        };
+        self.last_hints_dropped = dropped;
+        if mode != self.mode {
+            self.mode = mode;
+            a32(addr_of!((*self.scb).runtime_mode)).store(mode.raw(), Ordering::Relaxed);
+        }
+        (*raw).cached_ack = if mode == RuntimeMode::Deterministic { self.acked } else { FORCE_SLOW_PATH };
+    }
+}
