@@ -175,7 +175,7 @@ pub extern "system" fn Java_dev_morpheus_JniNative_cachedAck(_env: *mut jni::sys
     WORKER.with(|w| match w.borrow().as_ref() {
         Some(worker) if worker.is_attached() => match worker.runtime_mode() {
             RuntimeMode::Deterministic => worker.acknowledged_seq() as jlong,
-            _ => morpheus::FORCE_SLOW_PATH as jlong,
+            _ => morpheus::raw::FORCE_SLOW_PATH as jlong,
         },
         _ => 0,
     })
