@@ -97,7 +97,7 @@ public final class Agent {
                 if (!"sync".equals(request.get("mode"))) {
                     return error(id, "UNSUPPORTED", "the Java SDK has only the sync checkpoint");
                 }
-                return ok(id, "\"yielded\":" + checkpoint(needWorker()));
+                return ok(id, "\"yielded\":" + needWorker().checkpoint()); // a lost worker: false, never an error
             case "checkpoint_loop": {
                 long duration = integer(request, "duration_ms");
                 Worker w = needWorker();
@@ -136,8 +136,7 @@ public final class Agent {
                 needWorker().setPriority(Math.toIntExact(integer(request, "value")));
                 return ok(id, null);
             case "status":
-                needWorker().checkStatus();
-                return ok(id, null);
+                return status(id, needWorker());
             case "state":
                 return state(id);
             case "shutdown": {
@@ -190,19 +189,17 @@ public final class Agent {
         return ok(id, "\"tid\":" + tid() + ",\"attached\":" + worker.slot().isPresent() + ",\"slot\":" + got);
     }
 
-    /** Whether it yielded; GENERATION_CHANGED if a restart detached the worker (the SDK can tell). */
-    private static boolean checkpoint(Worker w) {
-        if (w.checkpoint()) {
-            return true;
-        }
+    /** attached: true on a live region, false when detached (DETACHED); GENERATION_CHANGED is the error. */
+    private static String status(long id, Worker w) {
         try {
             w.checkStatus();
+            return ok(id, "\"attached\":true");
         } catch (MorpheusException e) {
-            if (e.code() == ErrorCode.GENERATION_CHANGED) {
-                throw e;
+            if (e.code() == ErrorCode.DETACHED) {
+                return ok(id, "\"attached\":false");
             }
+            throw e;
         }
-        return false;
     }
 
     private String state(long id) {

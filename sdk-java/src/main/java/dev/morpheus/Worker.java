@@ -104,14 +104,25 @@ public abstract class Worker implements AutoCloseable {
     /** The backend driving this worker: "ffm" or "jni". */
     public abstract String backend();
 
-    /** Shut the worker down (QUIESCING, DEAD, slot released). Closing twice does nothing. */
+    /**
+     * Shut the worker down (QUIESCING, DEAD, slot released). Closing twice does nothing; a worker lost to a
+     * scheduler restart closes without error and writes nothing.
+     */
     @Override
     public final void close() {
         checkOwner("close");
         if (!closed) {
             closed = true;
             Morpheus.forget(this);
-            unregister0();
+            try {
+                unregister0();
+            } catch (MorpheusException e) {
+                // A worker lost to a scheduler restart shuts down without error, writing nothing (spec/SCB.md
+                // §6); the core has released the thread's registration when it reports this.
+                if (e.code() != ErrorCode.GENERATION_CHANGED) {
+                    throw e;
+                }
+            }
         }
     }
 
