@@ -149,10 +149,13 @@ EOF
 # ---------------------------------------------------------------------------
 # Node: node and npm from the machine image, else Debian's. Each package's own
 # dependencies come from its package-lock.json (`npm ci` in its tree_test).
+# sdk-node needs nothing global: the napi-rs CLI, TypeScript, Fastify and mitata are its
+# devDependencies (sdk-node/package-lock.json, installed by sdk-node/tools/build.sh).
 NPM_GLOBAL_PACKAGES=(
   # "binary package@version" pairs.
   # add here
 )
+NODE_MIN_MAJOR=18 # sdk-node's engines.node
 
 setup_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
@@ -166,6 +169,8 @@ setup_node() {
     log "npm: installing $package"
     npm install --global --no-fund --no-audit "$package"
   done
+  node -e "process.exit(Number(process.versions.node.split('.')[0]) >= $NODE_MIN_MAJOR ? 0 : 1)" ||
+    die "node $(node --version) is older than $NODE_MIN_MAJOR, which sdk-node needs"
   log "node: $(node --version), npm $(npm --version)"
 }
 

@@ -153,6 +153,14 @@ int32_t morpheus_worker_register(const struct morpheus_options *opts, struct mor
 int32_t morpheus_worker_unregister(struct morpheus_worker *w);
 
 /*
+ The calling thread's fast-path state, never NULL: its worker once registered, and before that the
+ detached state that only counts critical-section depth. The depth belongs to the thread (SCB.md
+ §5.3): `morpheus_critical_enter(morpheus_thread())` before registering carries into the worker,
+ which then starts with `in_critical = 1`. Other calls that need a worker report NOT_REGISTERED on it.
+ */
+struct morpheus_worker *morpheus_thread(void);
+
+/*
  The calling thread's worker, or NULL if it holds none.
  */
 struct morpheus_worker *morpheus_worker_current(void);

@@ -92,6 +92,14 @@ unsafe fn own(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Check `w` is the calling thread's state, worker or not (what critical sections need, §5.3).
+unsafe fn own_thread(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
+    if w.is_null() || w != current_raw() {
+        return Err(Error::NotRegistered { operation });
+    }
+    Ok(())
+}
+
 /// Run `f` on the calling thread's worker after checking `w` is it.
 unsafe fn with_worker<R>(
     w: *mut RawWorker,
@@ -279,6 +287,15 @@ pub unsafe extern "C" fn morpheus_worker_unregister(w: *mut RawWorker) -> i32 {
     status(unregister_current_thread())
 }
 
+/// The calling thread's fast-path state, never NULL: its worker once registered, and before that the
+/// detached state that only counts critical-section depth. The depth belongs to the thread (SCB.md
+/// §5.3): `morpheus_critical_enter(morpheus_thread())` before registering carries into the worker,
+/// which then starts with `in_critical = 1`. Other calls that need a worker report NOT_REGISTERED on it.
+#[no_mangle]
+pub extern "C" fn morpheus_thread() -> *mut RawWorker {
+    current_raw()
+}
+
 /// The calling thread's worker, or NULL if it holds none.
 #[no_mangle]
 pub extern "C" fn morpheus_worker_current() -> *mut RawWorker {
@@ -324,7 +341,7 @@ pub unsafe extern "C" fn morpheus_worker_lost(w: *mut RawWorker) {
 /// Out-of-line critical enter (same effect as the inline `morpheus_critical_enter`).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_critical_enter_call(w: *mut RawWorker) -> i32 {
-    if let Err(err) = own(w, "morpheus_critical_enter_call") {
+    if let Err(err) = own_thread(w, "morpheus_critical_enter_call") {
         return fail(err);
     }
     critical_enter_raw(w);
@@ -334,7 +351,7 @@ pub unsafe extern "C" fn morpheus_critical_enter_call(w: *mut RawWorker) -> i32 
 /// Out-of-line critical exit: `-MORPHEUS_E_NOT_IN_CRITICAL` (writing nothing) without a matching enter.
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_critical_exit_call(w: *mut RawWorker) -> i32 {
-    if let Err(err) = own(w, "morpheus_critical_exit_call") {
+    if let Err(err) = own_thread(w, "morpheus_critical_exit_call") {
         return fail(err);
     }
     status(critical_exit_raw(w))
