@@ -42,8 +42,9 @@ APT_PACKAGES=(
   qemu-system-x86 busybox-static cpio kmod xz-utils zstd gzip debian-archive-keyring
   # General: the SPDX check lists files with git; ABI generator, harnesses.
   git python3 ca-certificates
-  # Java: Maven (the JDK is Temurin 25, see the Java section).
-  maven
+  # Java: Maven (the JDK is Temurin 25, see the Java section); sdk-java's JNI backend is also tested on
+  # Debian's JDK 17 (a full JDK: javac for the conformance agent, JNI headers not needed).
+  maven openjdk-17-jdk-headless
   # add here
 )
 
@@ -176,13 +177,17 @@ setup_node() {
 # ---------------------------------------------------------------------------
 # Java: sdk-java uses the FFM API, so it needs a JDK 22+; the machine image
 # ships Temurin 25 at this path (it is not in Debian's archive); .bazelrc hands
-# it to tests as JAVA_HOME. Maven comes from apt above; its plugins and
-# dependencies come from Maven Central.
+# it to tests as JAVA_HOME. Its JNI backend is tested on JDK 17 too (apt above).
+# Maven comes from apt above; its plugins and dependencies (JUnit 5, JMH,
+# exec-maven-plugin) come from Maven Central on first use.
 TEMURIN_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
+JDK17_HOME=/usr/lib/jvm/java-17-openjdk-amd64
 
 setup_java() {
   [[ -x "$TEMURIN_HOME/bin/java" ]] ||
     die "Temurin 25 not found at $TEMURIN_HOME; sdk-java needs it and it cannot be downloaded here"
+  [[ -x "$JDK17_HOME/bin/java" ]] ||
+    die "JDK 17 not found at $JDK17_HOME; sdk-java's JNI tests run on it (package openjdk-17-jdk-headless)"
   command -v mvn >/dev/null || die "mvn not found although maven is installed"
   log "java: $("$TEMURIN_HOME/bin/java" -version 2>&1 | head -n 1), $(mvn --version 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g')"
 }

@@ -48,6 +48,11 @@ struct morpheus_options {
    -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
    */
   int32_t priority;
+  /*
+   `MORPHEUS_RUNTIME_KIND_*` stored in the SCB and keying the `escapable` default; 0 (or a caller
+   whose `size` ends before this field) means C. Bindings built on libmorpheus (Java's FFM) set theirs.
+   */
+  uint32_t runtime_kind;
 };
 
 /*
@@ -101,6 +106,14 @@ extern "C" {
  `escapable`, priority 0.
  */
 void morpheus_options_init(struct morpheus_options *opts);
+
+/*
+ Byte offset of a field of `struct morpheus_worker` or `struct morpheus_options`, named
+ `"morpheus_worker.cached_ack"`, or the size of the struct, named `"morpheus_worker"`; -1 for an
+ unknown name. For bindings that reach these structs without a C compiler (the JVM's FFM), so that
+ they ask the library for its layout instead of copying it.
+ */
+int64_t morpheus_layout_offset(const char *name);
 
 /*
  Validate a region without registering: map it as `morpheus_worker_register()` would, run the
