@@ -42,8 +42,9 @@ APT_PACKAGES=(
   qemu-system-x86 busybox-static cpio kmod xz-utils zstd gzip debian-archive-keyring
   # General: the SPDX check lists files with git; ABI generator, harnesses.
   git python3 ca-certificates
-  # Java: Maven (the JDK is Temurin 25, see the Java section).
-  maven
+  # Java: Maven (the JDK is Temurin 25, see the Java section); sdk-java's JNI backend is also tested on
+  # Debian's JDK 17 (a full JDK: javac for the conformance agent, JNI headers not needed).
+  maven openjdk-17-jdk-headless
   # add here
 )
 
@@ -148,10 +149,13 @@ EOF
 # ---------------------------------------------------------------------------
 # Node: node and npm from the machine image, else Debian's. Each package's own
 # dependencies come from its package-lock.json (`npm ci` in its tree_test).
+# sdk-node needs nothing global: the napi-rs CLI, TypeScript, Fastify and mitata are its
+# devDependencies (sdk-node/package-lock.json, installed by sdk-node/tools/build.sh).
 NPM_GLOBAL_PACKAGES=(
   # "binary package@version" pairs.
   # add here
 )
+NODE_MIN_MAJOR=18 # sdk-node's engines.node
 
 setup_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
@@ -165,19 +169,25 @@ setup_node() {
     log "npm: installing $package"
     npm install --global --no-fund --no-audit "$package"
   done
+  node -e "process.exit(Number(process.versions.node.split('.')[0]) >= $NODE_MIN_MAJOR ? 0 : 1)" ||
+    die "node $(node --version) is older than $NODE_MIN_MAJOR, which sdk-node needs"
   log "node: $(node --version), npm $(npm --version)"
 }
 
 # ---------------------------------------------------------------------------
 # Java: sdk-java uses the FFM API, so it needs a JDK 22+; the machine image
 # ships Temurin 25 at this path (it is not in Debian's archive); .bazelrc hands
-# it to tests as JAVA_HOME. Maven comes from apt above; its plugins and
-# dependencies come from Maven Central.
+# it to tests as JAVA_HOME. Its JNI backend is tested on JDK 17 too (apt above).
+# Maven comes from apt above; its plugins and dependencies (JUnit 5, JMH,
+# exec-maven-plugin) come from Maven Central on first use.
 TEMURIN_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
+JDK17_HOME=/usr/lib/jvm/java-17-openjdk-amd64
 
 setup_java() {
   [[ -x "$TEMURIN_HOME/bin/java" ]] ||
     die "Temurin 25 not found at $TEMURIN_HOME; sdk-java needs it and it cannot be downloaded here"
+  [[ -x "$JDK17_HOME/bin/java" ]] ||
+    die "JDK 17 not found at $JDK17_HOME; sdk-java's JNI tests run on it (package openjdk-17-jdk-headless)"
   command -v mvn >/dev/null || die "mvn not found although maven is installed"
   log "java: $("$TEMURIN_HOME/bin/java" -version 2>&1 | head -n 1), $(mvn --version 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g')"
 }

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 # Trust checks of the kernel backend (spec/SCB.md §10), sourced by guest.sh (its check/start_agent/
 # stop_agent helpers): the pin directory is root-only, workers get the region through the agent, and
-# a cgroup cap in force when the agent is SIGKILLed is undone by the next start (the effect journal).
+# a cgroup cap in force when the agent is SIGKILLed is undone by the next start (the effect journal),
+# and a header a runtime forges changes nothing (the BPF side's configuration is its own).
 
 if start_agent /tmp/trust-pin.log --mode observer; then
 	mode=$(stat -c %a /sys/fs/bpf/morpheus)
@@ -37,4 +38,30 @@ if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$TCG"; then
 	fi
 else
 	bad "cannot make the cgroup $TCG with the cpu controller"
+fi
+
+# S4 (SCB.md §10): the BPF side decides with its own configuration, never the header's. A worker
+# writes scheduler_mode = ENFORCED (policy kick, grace 0) into the header it maps while the scheduler
+# runs in observer mode: the write is visible to it, and the spinner (escapable, never acknowledging)
+# is still never escalated. Counts, not timings: the gate counted it blocked by observer mode.
+if start_agent /tmp/trust-forge.log --mode observer; then
+	morpheus-e2e-worker --forge-header --seconds "$WORKER_SECONDS" spin >/tmp/trust-forge.out 2>&1
+	check "the forging worker ran (exit $?)" test $? -eq 0
+	cat /tmp/trust-forge.out
+	check "the client sees its forged header (header_mode=$(field spin header_mode /tmp/trust-forge.out), ENFORCED is 1)" \
+		test "$(field spin header_mode /tmp/trust-forge.out)" = 1
+	check "the spinner was hinted ($(field spin preempt_seq_start /tmp/trust-forge.out) -> $(field spin preempt_seq /tmp/trust-forge.out))" \
+		test "$(field spin preempt_seq /tmp/trust-forge.out)" -gt "$(field spin preempt_seq_start /tmp/trust-forge.out)"
+	check "the spinner was never escalated under a forged ENFORCED header (escalations=$(field spin escalations /tmp/trust-forge.out))" \
+		test "$(field spin escalations /tmp/trust-forge.out)" = 0
+	stop_agent /tmp/trust-forge.log
+	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/trust-forge.log | tail -n 1)
+	kicks=$(grep 'BPF counters' /tmp/trust-forge.log | tail -n 1 | sed -n 's/.* kicks=\([0-9]*\).*/\1/p')
+	echo "e2e: forged header: gate verdicts $verdicts, kicks=$kicks"
+	check "the BPF gate judged the spinner by its own mode (BLOCKED_MODE=$(echo "$verdicts" | cut -d, -f2))" \
+		test "$(echo "$verdicts" | cut -d, -f2)" -gt 0
+	check "the BPF gate never said ESCALATE (ESCALATE=$(echo "$verdicts" | cut -d, -f1)) nor kicked (kicks=$kicks)" \
+		test "$(echo "$verdicts" | cut -d, -f1)" = 0 -a "$kicks" = 0
+else
+	bad "scx_morpheus (trust: forged header) did not start"
 fi

@@ -6,7 +6,7 @@
 //! `role=... key=value` line with what its Shared Control Block shows (read through the SDK's region
 //! mapping; the scheduler-written counters are what the test checks).
 //!
-//! usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE...
+//! usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] --seconds S ROLE...
 //!        morpheus-e2e-worker [--cgroup DIR] --stress SECTIONS
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
 //! roles: cooperative   checkpoint_sync between pieces of work, sched_yield when it says so; escapable
@@ -14,19 +14,26 @@
 //!        critical      never checkpoints, escapable, but inside a critical section throughout
 //!        unescapable   never checkpoints, registered with escapable = 0 (Config::escapable(false), so
 //!                      the SCB says so before the worker is RUNNING: from its first instruction)
+//! --forge-header: each role, once registered, writes scheduler_mode = ENFORCED, escalation_policy =
+//!        THREAD_KICK and grace_ns = 0 into the region header it maps, as a hostile runtime would (S4,
+//!        spec/SCB.md §10: the scheduler must decide with its own configuration, not the header's);
+//!        `header_mode` in the report is the mode the header shows afterwards.
 //! --stress: a `racer` (escapable, never checkpoints) enters and leaves a critical section SECTIONS
 //!        times, racing the scheduler's escalations of it, while `spin` and `unescapable` run beside it
 //!        until it is done. The end is a count, not a time, so the run does not depend on speed.
 
 use std::io::Write;
-use std::mem::offset_of;
+use std::mem::{offset_of, size_of};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use morpheus::{Worker, YieldReason};
-use morpheus_abi::Scb;
+use morpheus_abi::{RegionHeader, Scb};
+
+/// `--forge-header`: set once by main before any role starts.
+static FORGE_HEADER: AtomicBool = AtomicBool::new(false);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -83,6 +90,29 @@ impl ScbView {
     }
 }
 
+/// Writes an enforcing configuration into the header of the worker's region (a runtime can: it maps
+/// the region read-write). The header lies right before SCB 0 (header_size = size of RegionHeader, as
+/// the agent publishes it); its magic is checked so a wrong guess fails loudly instead of scribbling.
+fn forge_header(worker: &Worker) -> Result<(), String> {
+    let region = worker.region().ok_or("the worker is not attached to a region")?;
+    let scb0 = region.scb_ptr(0).map_err(|e| format!("SCB 0: {e}"))?;
+    // SAFETY: SCB 0 starts header_size bytes into the mapping; the header is the mapping's start.
+    let hdr = unsafe { scb0.cast::<u8>().sub(size_of::<RegionHeader>()) };
+    macro_rules! field {
+        ($name:ident, $t:ty) => {
+            // SAFETY: an aligned field of the mapped header.
+            unsafe { &*(hdr.add(offset_of!(RegionHeader, $name)).cast::<$t>()) }
+        };
+    }
+    if field!(magic, AtomicU64).load(Ordering::Relaxed) != morpheus_abi::REGION_MAGIC {
+        return Err("--forge-header: no region header before SCB 0".into());
+    }
+    field!(scheduler_mode, AtomicU32).store(morpheus_abi::SchedulerMode::Enforced.raw(), Ordering::Relaxed);
+    field!(escalation_policy, AtomicU32).store(morpheus_abi::EscalationPolicy::ThreadKick.raw(), Ordering::Relaxed);
+    field!(grace_ns, AtomicU64).store(0, Ordering::Relaxed);
+    Ok(())
+}
+
 fn register(role: Role) -> Result<Worker, String> {
     // The Rust SDK's default is escapable; this role opts out in its registration, so the SCB says
     // escapable = 0 before the worker is RUNNING and no gate can ever see it escapable.
@@ -117,6 +147,9 @@ enum Until {
 fn run_role(role: Role, until: Until) -> Result<String, String> {
     let worker = register(role)?;
     let scb = ScbView::of(&worker)?;
+    if FORGE_HEADER.load(Ordering::Relaxed) {
+        forge_header(&worker)?;
+    }
     let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
     // A critical section for the whole run: the gate must never escalate this worker.
     let critical = (role == Role::Critical).then(|| worker.critical_section());
@@ -153,7 +186,7 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
     // Read while still inside the critical section: once it ends, this worker (escapable, far past
     // slice + grace, never acknowledging) may rightly be escalated before it shuts down.
     let line = format!(
-        "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={}",
+        "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={} header_mode={}",
         role.name(),
         worker.slot().unwrap_or(u32::MAX),
         gettid(),
@@ -166,6 +199,7 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
         load!(scb, escalated, AtomicU32, Ordering::Relaxed),
         load!(scb, hints_dropped, AtomicU32, Ordering::Relaxed),
         load!(scb, budget_remaining_ns, AtomicU64, Ordering::Relaxed),
+        worker.region().map_or(u32::MAX, |r| r.scheduler_mode().map_or_else(|raw| raw, |m| m.raw())),
     );
     drop(critical);
     worker.shutdown().map_err(|e| format!("shutdown: {e}"))?;
@@ -196,7 +230,7 @@ fn bench_cpu(iterations: u64, threads: usize) {
     println!("bench_cpu threads={threads} iterations={iterations} elapsed_ms={:.1}", start.elapsed().as_secs_f64() * 1e3);
 }
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] --seconds S ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] --seconds S ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
@@ -243,6 +277,10 @@ fn main() -> ExitCode {
                 cgroup = Some(v);
                 i += 1;
             }),
+            "--forge-header" => {
+                FORGE_HEADER.store(true, Ordering::Relaxed);
+                Ok(())
+            }
             "-h" | "--help" => return usage(),
             role => Role::parse(role).map(|r| roles.push(r)),
         };

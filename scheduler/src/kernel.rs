@@ -7,7 +7,9 @@
 //!   [`Backend::tick`] reports such an exit as an error so the agent stops.
 //! * The region is the BPF_F_MMAPABLE array map `region`: mmapped here and wrapped in a [`Region`],
 //!   so the header is written exactly like the simulation backend's. It is pinned at
-//!   PINNED_REGION_PATH and unpinned on exit.
+//!   PINNED_REGION_PATH and unpinned on exit. The BPF side decides with its own copy of the
+//!   configuration (load-time data set here) and the pressure level [`Backend::tick`] stores in its
+//!   .bss: it never reads the header, which runtimes can write (S4, spec/SCB.md §10).
 //! * The hint ring has one consumer, this agent (spec/SCB.md §8): it is not pinned, so no runtime can
 //!   take records from it; runtimes learn of hints from preempt_seq and the SCB's hint fields.
 //! * Registrations update the BPF `worker_slots` map (tid -> slot) before the registry replies.
@@ -439,6 +441,14 @@ impl KernelBackend {
         rodata.check_interval_ns = check_interval_ns(config);
         rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
         rodata.throttle_max_ns = config.throttle_max_ns;
+        // The configuration the live paths decide with (S4): load-time data only the agent writes. The
+        // header publishes the same values for runtimes; the BPF side never reads them back from it.
+        rodata.cfg_scheduler_mode = config.mode.raw();
+        rodata.cfg_escalation_policy = config.policy.raw();
+        rodata.cfg_slice_ns = config.slice_ns;
+        rodata.cfg_grace_ns = config.grace_ns;
+        rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
+        rodata.cfg_scb_count = config.max_workers;
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
         let mut skel: BpfSkel<'static> = skel;
@@ -641,7 +651,7 @@ impl Backend for KernelBackend {
         self.tick_interval
     }
 
-    fn tick(&mut self, _now_ns: u64, _pressure_level: u32) -> Result<()> {
+    fn tick(&mut self, _now_ns: u64, pressure_level: u32) -> Result<()> {
         if uei_exited!(&self.skel, uei) {
             // The kernel has already fallen back to its default scheduler; say why and stop.
             let _ = self.link.take();
@@ -650,6 +660,10 @@ impl Backend for KernelBackend {
                 Err(e) => Err(e.context("the BPF scheduler exited with an error")),
             };
         }
+        // The BPF side copies it into each SCB; it never reads the header's pressure record.
+        let bss = self.skel.maps.bss_data.as_mut().expect("the BPF program has .bss");
+        // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
+        unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
         self.drain()?;
         self.throttles.lock().unwrap().lift_closed();
         Ok(())

@@ -32,7 +32,7 @@ use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecisio
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
 use crate::domains::{Assigned, Workers};
-use crate::region::{Region, ScbRef};
+use crate::region::ScbRef;
 use crate::stats::Counters;
 
 /// A demotion in force: what to put back.
@@ -333,14 +333,15 @@ impl SimBackend {
 
     /// The gate's inputs: the SCB's fields as the shared loader reads them, the configuration from the
     /// agent's own copy (S4: never the header's, which the domain's runtimes can write).
-    fn gate_input(&self, region: &Region, scb: ScbRef<'_>, since_yield: u64) -> GateInput {
-        // SAFETY: header and SCB of the live mapping `region` holds.
-        let mut input = unsafe { policy::gate_load(region.header_ptr(), scb.as_ptr(), since_yield) };
-        input.scheduler_mode = self.config.mode.raw();
-        input.escalation_policy = self.config.policy.raw();
-        input.slice_ns = self.config.slice_ns;
-        input.grace_ns = self.config.grace_ns;
-        input
+    fn gate_input(&self, scb: ScbRef<'_>, since_yield: u64) -> GateInput {
+        let config = policy::GateConfig {
+            scheduler_mode: self.config.mode.raw(),
+            escalation_policy: self.config.policy.raw(),
+            slice_ns: self.config.slice_ns,
+            grace_ns: self.config.grace_ns,
+        };
+        // SAFETY: an SCB of a live mapping the caller's domain holds.
+        unsafe { policy::gate_load(&config, scb.as_ptr(), since_yield) }
     }
 
     /// Runs the shared escalation state machine for one worker and carries out its step.
@@ -348,7 +349,7 @@ impl SimBackend {
         let Some(assigned) = self.table.get(slot) else { return };
         let region = Arc::clone(&assigned.domain.region);
         let scb = region.scb(assigned.local);
-        let input = self.gate_input(&region, scb, since_yield);
+        let input = self.gate_input(scb, since_yield);
         let verdict = policy::gate(&input);
         if since_yield > input.slice_ns {
             self.counters.gate[verdict as usize] += 1;
@@ -383,7 +384,7 @@ impl SimBackend {
         // SAFETY: as above.
         if !unsafe { policy::effect_may_hold(scb.as_ptr()) } {
             self.counters.spared_in_critical += 1;
-            let input = self.gate_input(&region, scb, since_yield);
+            let input = self.gate_input(scb, since_yield);
             let step = policy::escalation_decide(
                 &self.workers[slot as usize].as_ref().expect("tracked").episode.state,
                 &input,

@@ -48,6 +48,11 @@ struct morpheus_options {
    -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
    */
   int32_t priority;
+  /*
+   `MORPHEUS_RUNTIME_KIND_*` stored in the SCB and keying the `escapable` default; 0 (or a caller
+   whose `size` ends before this field) means C. Bindings built on libmorpheus (Java's FFM) set theirs.
+   */
+  uint32_t runtime_kind;
 };
 
 /*
@@ -103,6 +108,14 @@ extern "C" {
 void morpheus_options_init(struct morpheus_options *opts);
 
 /*
+ Byte offset of a field of `struct morpheus_worker` or `struct morpheus_options`, named
+ `"morpheus_worker.cached_ack"`, or the size of the struct, named `"morpheus_worker"`; -1 for an
+ unknown name. For bindings that reach these structs without a C compiler (the JVM's FFM), so that
+ they ask the library for its layout instead of copying it.
+ */
+int64_t morpheus_layout_offset(const char *name);
+
+/*
  Validate a region without registering: map it as `morpheus_worker_register()` would, run the
  header checks of spec/SCB.md §1.3 in their order, and unmap it. Writes nothing to the region.
 
@@ -138,6 +151,14 @@ int32_t morpheus_worker_register(const struct morpheus_options *opts, struct mor
  Shut the worker down (QUIESCING, DEAD, release the slot). `w` must be the calling thread's.
  */
 int32_t morpheus_worker_unregister(struct morpheus_worker *w);
+
+/*
+ The calling thread's fast-path state, never NULL: its worker once registered, and before that the
+ detached state that only counts critical-section depth. The depth belongs to the thread (SCB.md
+ §5.3): `morpheus_critical_enter(morpheus_thread())` before registering carries into the worker,
+ which then starts with `in_critical = 1`. Other calls that need a worker report NOT_REGISTERED on it.
+ */
+struct morpheus_worker *morpheus_thread(void);
 
 /*
  The calling thread's worker, or NULL if it holds none.

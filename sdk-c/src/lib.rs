@@ -48,6 +48,9 @@ pub struct MorpheusOptions {
     /// Advisory priority, -20 (most important) to 19; outside that range registration fails with
     /// -MORPHEUS_E_INVALID_ARGUMENT (never clamped).
     pub priority: i32,
+    /// `MORPHEUS_RUNTIME_KIND_*` stored in the SCB and keying the `escapable` default; 0 (or a caller
+    /// whose `size` ends before this field) means C. Bindings built on libmorpheus (Java's FFM) set theirs.
+    pub runtime_kind: u32,
 }
 
 /// Version of `struct morpheus_worker`'s layout this library was built with. `morpheus_inline.h`
@@ -89,6 +92,14 @@ unsafe fn own(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Check `w` is the calling thread's state, worker or not (what critical sections need, §5.3).
+unsafe fn own_thread(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
+    if w.is_null() || w != current_raw() {
+        return Err(Error::NotRegistered { operation });
+    }
+    Ok(())
+}
+
 /// Run `f` on the calling thread's worker after checking `w` is it.
 unsafe fn with_worker<R>(
     w: *mut RawWorker,
@@ -123,7 +134,40 @@ pub unsafe extern "C" fn morpheus_options_init(opts: *mut MorpheusOptions) {
         socket_path: std::ptr::null(),
         escapable: -1,
         priority: 0,
+        runtime_kind: RuntimeKind::C.raw(),
     };
+}
+
+/// Byte offset of a field of `struct morpheus_worker` or `struct morpheus_options`, named
+/// `"morpheus_worker.cached_ack"`, or the size of the struct, named `"morpheus_worker"`; -1 for an
+/// unknown name. For bindings that reach these structs without a C compiler (the JVM's FFM), so that
+/// they ask the library for its layout instead of copying it.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_layout_offset(name: *const c_char) -> i64 {
+    use std::mem::{offset_of, size_of};
+    if name.is_null() {
+        return -1;
+    }
+    let offset = match CStr::from_ptr(name).to_bytes() {
+        b"morpheus_worker" => size_of::<RawWorker>(),
+        b"morpheus_worker.preempt_seq" => offset_of!(RawWorker, preempt_seq),
+        b"morpheus_worker.cached_ack" => offset_of!(RawWorker, cached_ack),
+        b"morpheus_worker.critical_depth" => offset_of!(RawWorker, critical_depth),
+        b"morpheus_worker.in_critical" => offset_of!(RawWorker, in_critical),
+        b"morpheus_worker.generation" => offset_of!(RawWorker, generation),
+        b"morpheus_worker.attached_generation" => offset_of!(RawWorker, attached_generation),
+        b"morpheus_worker.inner" => offset_of!(RawWorker, inner),
+        b"morpheus_options" => size_of::<MorpheusOptions>(),
+        b"morpheus_options.size" => offset_of!(MorpheusOptions, size),
+        b"morpheus_options.direct_slot" => offset_of!(MorpheusOptions, direct_slot),
+        b"morpheus_options.region_path" => offset_of!(MorpheusOptions, region_path),
+        b"morpheus_options.socket_path" => offset_of!(MorpheusOptions, socket_path),
+        b"morpheus_options.escapable" => offset_of!(MorpheusOptions, escapable),
+        b"morpheus_options.priority" => offset_of!(MorpheusOptions, priority),
+        b"morpheus_options.runtime_kind" => offset_of!(MorpheusOptions, runtime_kind),
+        _ => return -1,
+    };
+    offset as i64
 }
 
 /// Validate a region without registering: map it as `morpheus_worker_register()` would, run the
@@ -186,12 +230,31 @@ pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, 
     }
     let mut defaults = std::mem::zeroed::<MorpheusOptions>();
     morpheus_options_init(&mut defaults);
-    let opts = if opts.is_null() { defaults } else { *opts };
-    let mut config = Config::default().runtime_kind(RuntimeKind::C).priority(opts.priority);
+    let opts = if opts.is_null() {
+        defaults
+    } else {
+        // Only the bytes the caller's struct has (its `size`); later fields keep their defaults.
+        let known = ((*opts).size as usize).min(std::mem::size_of::<MorpheusOptions>());
+        std::ptr::copy_nonoverlapping(opts as *const u8, &mut defaults as *mut MorpheusOptions as *mut u8, known);
+        defaults.size = std::mem::size_of::<MorpheusOptions>() as u32;
+        defaults
+    };
+    let kind = match opts.runtime_kind {
+        0 => RuntimeKind::C,
+        raw => match RuntimeKind::try_from(raw) {
+            Ok(kind) => kind,
+            Err(_) => {
+                let text = format!("morpheus_options.runtime_kind: expected a MORPHEUS_RUNTIME_KIND_* value, found {raw}");
+                LAST_ERROR.with(|e| *e.borrow_mut() = CString::new(text).unwrap_or_default());
+                return -(morpheus_abi::ErrorCode::InvalidArgument.raw() as i32);
+            }
+        },
+    };
+    let mut config = Config::default().runtime_kind(kind).priority(opts.priority);
     config.escapable = match opts.escapable {
         0 => Some(false),
         1 => Some(true),
-        _ => Some(escapable_default(RuntimeKind::C)),
+        _ => Some(escapable_default(kind)),
     };
     match c_path(opts.region_path) {
         Some(path) if path.as_os_str().is_empty() => config = config.detached(),
@@ -222,6 +285,15 @@ pub unsafe extern "C" fn morpheus_worker_unregister(w: *mut RawWorker) -> i32 {
         return fail(err);
     }
     status(unregister_current_thread())
+}
+
+/// The calling thread's fast-path state, never NULL: its worker once registered, and before that the
+/// detached state that only counts critical-section depth. The depth belongs to the thread (SCB.md
+/// §5.3): `morpheus_critical_enter(morpheus_thread())` before registering carries into the worker,
+/// which then starts with `in_critical = 1`. Other calls that need a worker report NOT_REGISTERED on it.
+#[no_mangle]
+pub extern "C" fn morpheus_thread() -> *mut RawWorker {
+    current_raw()
 }
 
 /// The calling thread's worker, or NULL if it holds none.
@@ -269,7 +341,7 @@ pub unsafe extern "C" fn morpheus_worker_lost(w: *mut RawWorker) {
 /// Out-of-line critical enter (same effect as the inline `morpheus_critical_enter`).
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_critical_enter_call(w: *mut RawWorker) -> i32 {
-    if let Err(err) = own(w, "morpheus_critical_enter_call") {
+    if let Err(err) = own_thread(w, "morpheus_critical_enter_call") {
         return fail(err);
     }
     critical_enter_raw(w);
@@ -279,7 +351,7 @@ pub unsafe extern "C" fn morpheus_critical_enter_call(w: *mut RawWorker) -> i32 
 /// Out-of-line critical exit: `-MORPHEUS_E_NOT_IN_CRITICAL` (writing nothing) without a matching enter.
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_critical_exit_call(w: *mut RawWorker) -> i32 {
-    if let Err(err) = own(w, "morpheus_critical_exit_call") {
+    if let Err(err) = own_thread(w, "morpheus_critical_exit_call") {
         return fail(err);
     }
     status(critical_exit_raw(w))

@@ -102,6 +102,45 @@ TEST_F(MorpheusTest, RegisterWritesTheLifecycleAndUnregisterFreesTheSlot) {
   EXPECT_EQ(morpheus_worker_current(), nullptr);
 }
 
+TEST_F(MorpheusTest, RuntimeKindOptionKeysTheSlotAndTheEscapableDefault) {
+  Region region;
+  ASSERT_TRUE(region.ok());
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  EXPECT_EQ(opts.runtime_kind, MORPHEUS_RUNTIME_KIND_C);
+  opts.region_path = region.path();
+  opts.direct_slot = 2;
+  opts.runtime_kind = MORPHEUS_RUNTIME_KIND_JAVA;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0) << last_error();
+  EXPECT_EQ(SIM_LOAD(region.get(), 2, runtime_kind), MORPHEUS_RUNTIME_KIND_JAVA);
+  EXPECT_EQ(SIM_LOAD(region.get(), 2, escapable), MORPHEUS_ESCAPABLE_DEFAULT_JAVA);
+  ASSERT_EQ(morpheus_worker_unregister(w), 0);
+
+  opts.runtime_kind = 999;
+  EXPECT_EQ(morpheus_worker_register(&opts, &w), -(int)MORPHEUS_E_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("found 999"), std::string::npos) << last_error();
+  EXPECT_EQ(morpheus_worker_current(), nullptr);
+  EXPECT_EQ(SIM_LOAD(region.get(), 2, worker_state), MORPHEUS_WORKER_STATE_INIT);
+}
+
+TEST_F(MorpheusTest, LayoutOffsetsAreTheCompilersAndUnknownNamesAreRefused) {
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker"), (int64_t)sizeof(morpheus_worker));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.preempt_seq"), (int64_t)offsetof(morpheus_worker, preempt_seq));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.cached_ack"), (int64_t)offsetof(morpheus_worker, cached_ack));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.critical_depth"), (int64_t)offsetof(morpheus_worker, critical_depth));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.in_critical"), (int64_t)offsetof(morpheus_worker, in_critical));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.generation"), (int64_t)offsetof(morpheus_worker, generation));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.attached_generation"),
+            (int64_t)offsetof(morpheus_worker, attached_generation));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_options"), (int64_t)sizeof(morpheus_options));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_options.direct_slot"), (int64_t)offsetof(morpheus_options, direct_slot));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_options.region_path"), (int64_t)offsetof(morpheus_options, region_path));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_options.runtime_kind"), (int64_t)offsetof(morpheus_options, runtime_kind));
+  EXPECT_EQ(morpheus_layout_offset("morpheus_worker.nonsense"), -1);
+  EXPECT_EQ(morpheus_layout_offset(nullptr), -1);
+}
+
 TEST_F(MorpheusTest, CheckpointWithoutAndWithAPendingRequest) {
   Region region;
   morpheus_worker *w = nullptr;

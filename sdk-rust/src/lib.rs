@@ -108,7 +108,12 @@ impl Future for Checkpoint {
                     Poll::Pending
                 }
             },
-            Some(ticket) => Poll::Ready(raw::commit_current(ticket)),
+            Some(ticket) => {
+                // The task did yield; a restart during the suspension only means nothing is
+                // acknowledged (SCB.md §6), so the answer is still "yielded".
+                raw::commit_current(ticket);
+                Poll::Ready(true)
+            }
         }
     }
 }

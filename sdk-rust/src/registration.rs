@@ -274,10 +274,11 @@ pub(crate) unsafe fn shutdown(raw: *mut RawWorker) -> Result<()> {
     (*raw).inner = std::ptr::null_mut();
     let Inner { region, scb, slot, channel, kind, lost, .. } = *inner;
     let (Some(region), Some(slot)) = (region, slot) else { return Ok(()) };
-    if lost.is_some() || scb.is_null() {
+    // A lost worker's shutdown succeeds and writes nothing, whether or not the loss was noticed
+    // before (SCB.md §6): the region belongs to a scheduler instance that no longer reads it.
+    if lost.is_some() || scb.is_null() || check_generation(&region).is_err() {
         return Ok(());
     }
-    check_generation(&region)?;
     let state = a32(addr_of!((*scb).worker_state));
     protocol::critical_exit(a32(addr_of!((*scb).in_critical)));
     protocol::publish_state(state, WorkerState::Quiescing);

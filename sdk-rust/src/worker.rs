@@ -223,13 +223,23 @@ impl Worker {
         Ok(scb)
     }
 
+    /// The SCB a setter writes: `None` for a worker that never had a region (SCB.md §7: the value is
+    /// only remembered, and that is not an error), `GENERATION_CHANGED` for a lost one (§6).
+    fn setter_target(&self, operation: &'static str) -> Result<Option<*mut Scb>> {
+        if self.owned_inner().is_some() && self.inner().region.is_none() {
+            return Ok(None);
+        }
+        self.write_checked(operation).map(Some)
+    }
+
     /// Opt in to or out of escalation (store-release). In detached mode only remembered.
     pub fn set_escapable(&self, escapable: bool) -> Result<()> {
         // SAFETY: no other reference into Inner is held in this method.
         unsafe { self.inner_mut() }.escapable = escapable;
-        let scb = self.write_checked("set_escapable")?;
-        // SAFETY: our slot.
-        unsafe { a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release) };
+        if let Some(scb) = self.setter_target("set_escapable")? {
+            // SAFETY: our slot.
+            unsafe { a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Release) };
+        }
         Ok(())
     }
 
@@ -244,9 +254,10 @@ impl Worker {
         let priority = validate_priority(priority.into())?;
         // SAFETY: no other reference into Inner is held in this method.
         unsafe { self.inner_mut() }.priority = priority;
-        let scb = self.write_checked("set_priority")?;
-        // SAFETY: our slot.
-        unsafe { a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed) };
+        if let Some(scb) = self.setter_target("set_priority")? {
+            // SAFETY: our slot.
+            unsafe { a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed) };
+        }
         Ok(())
     }
 
@@ -311,8 +322,13 @@ impl Worker {
     }
 
     /// Record a yield the application made on its own (`EXPLICIT`), acknowledging any pending request.
+    /// On a detached or lost worker it writes nothing and is not an error (SCB.md §6, §7).
     pub fn record_explicit_yield(&self) -> Result<()> {
-        let scb = self.write_checked("record_explicit_yield")?;
+        let scb = match self.write_checked("record_explicit_yield") {
+            Ok(scb) => scb,
+            Err(Error::Detached { .. } | Error::GenerationChanged { .. }) => return Ok(()),
+            Err(other) => return Err(other),
+        };
         // SAFETY: this thread's state; our slot.
         unsafe {
             let seq = crate::protocol::load_request(a64(addr_of!((*scb).preempt_seq)));

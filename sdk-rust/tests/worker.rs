@@ -158,8 +158,11 @@ fn detached_mode_never_yields_and_counts_nesting() {
     drop(guard);
     assert_eq!(worker.critical_exit().unwrap_err().code(), ErrorCode::NotInCritical);
     assert_eq!(worker.budget_remaining_ns().unwrap_err().code(), ErrorCode::Detached);
-    worker.set_escapable(false).unwrap_err();
+    worker.set_escapable(false).unwrap();
     assert!(!worker.escapable(), "remembered even when detached");
+    worker.set_priority(5).unwrap();
+    assert_eq!(worker.priority(), 5, "remembered even when detached");
+    worker.record_explicit_yield().unwrap();
 }
 
 #[test]

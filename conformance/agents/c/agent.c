@@ -157,18 +157,17 @@ static void handle(long long id, const char *op, const char *line)
 			printf("{\"id\":%lld,\"ok\":true,\"iterations\":%lld,\"yields\":%lld}\n", id, iterations, yields);
 		}
 	} else if (!strcmp(op, "critical_enter")) {
-		if (!need_worker(id)) {
-			morpheus_critical_enter(worker);
-			printf("{\"id\":%lld,\"ok\":true,\"depth\":%u}\n", id, (unsigned)worker->critical_depth);
-		}
+		/* The depth is the thread's, worker or not (SCB.md §5.3). */
+		struct morpheus_worker *self = morpheus_thread();
+		morpheus_critical_enter(self);
+		printf("{\"id\":%lld,\"ok\":true,\"depth\":%u}\n", id, (unsigned)self->critical_depth);
 	} else if (!strcmp(op, "critical_exit")) {
-		if (!need_worker(id)) {
-			int rc = morpheus_critical_exit(worker);
-			if (rc)
-				fail(id, rc);
-			else
-				printf("{\"id\":%lld,\"ok\":true,\"depth\":%u}\n", id, (unsigned)worker->critical_depth);
-		}
+		struct morpheus_worker *self = morpheus_thread();
+		int rc = morpheus_critical_exit(self);
+		if (rc)
+			fail(id, rc);
+		else
+			printf("{\"id\":%lld,\"ok\":true,\"depth\":%u}\n", id, (unsigned)self->critical_depth);
 	} else if (!strcmp(op, "set_escapable")) {
 		bool value;
 		if (json_bool(line, "value", &value)) {
@@ -193,8 +192,8 @@ static void handle(long long id, const char *op, const char *line)
 		}
 	} else if (!strcmp(op, "state")) {
 		if (!worker) {
-			printf("{\"id\":%lld,\"ok\":true,\"attached\":%s,\"registered\":false,\"depth\":0}\n", id,
-			       region_path[0] ? "true" : "false");
+			printf("{\"id\":%lld,\"ok\":true,\"attached\":%s,\"registered\":false,\"depth\":%u}\n", id,
+			       region_path[0] ? "true" : "false", (unsigned)morpheus_thread()->critical_depth);
 			return;
 		}
 		int32_t priority = 0;

@@ -4,7 +4,8 @@
  * machine).
  *
  * It speaks the agent protocol of spec/CONFORMANCE.md (target "gate"): `attach` maps the harness's
- * region read-only; `gate` loads the header and one SCB with morpheus_gate_load() and judges them with
+ * region read-only; `gate` takes the configuration the header image states
+ * (morpheus_gate_config_of_header), loads one SCB with morpheus_gate_load() and judges them with
  * morpheus_gate(); `escalate` does the same and runs the escalation state machine on the slot's episode
  * (kept here, one per slot, for the life of the process), all from the shared policy header, the code
  * compiled into both the BPF program and the simulation backend. Names are the enumerators' names
@@ -179,8 +180,10 @@ static int evaluate(const unsigned char *image, size_t len, unsigned long long s
 	    h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > len)
 		return -1;
 	const struct morpheus_scb *scb = (const void *)(image + h->header_size + slot * h->scb_stride);
-	/* The loads a scheduler makes at decision time: the shared helper, with SCB.md's orders. */
-	*out = morpheus_gate_decide(h, scb, runtime_ns, in);
+	/* The case's configuration is its header image's; the SCB's loads are the shared helper's. */
+	struct morpheus_gate_config cfg;
+	morpheus_gate_config_of_header(h, &cfg);
+	*out = morpheus_gate_decide(&cfg, scb, runtime_ns, in);
 	return 0;
 }
 

@@ -10,13 +10,14 @@ pub mod raw {
     include!(concat!(env!("OUT_DIR"), "/policy_bindings.rs"));
 }
 
+pub use raw::morpheus_gate_config as GateConfig;
 pub use raw::morpheus_gate_input as GateInput;
 pub use raw::morpheus_gate_verdict as GateVerdict;
 pub use raw::morpheus_hint_decision as HintDecision;
 pub use raw::morpheus_escalation as Escalation;
 pub use raw::morpheus_escalation_step as EscalationStep;
 
-use morpheus_abi::{RegionHeader, Scb};
+use morpheus_abi::Scb;
 
 /// Number of gate verdicts (for counter arrays indexed by verdict).
 pub const GATE_VERDICTS: usize = GateVerdict::MORPHEUS_GATE_NR_VERDICTS as usize;
@@ -27,14 +28,15 @@ pub fn gate(input: &GateInput) -> GateVerdict {
     unsafe { raw::morpheus_ffi_gate(input) }
 }
 
-/// The gate's inputs, loaded from a live header and SCB with the orders of spec/SCB.md §5.6.
+/// The gate's inputs: the SCB's fields loaded with the orders of spec/SCB.md §5.6, the configuration
+/// the caller's own (S4: never read back from a region header a runtime can write).
 ///
 /// # Safety
-/// `hdr` and `scb` must point to a mapped region header and SCB that stay mapped for the call; other
-/// processes may write them concurrently (every load is atomic).
-pub unsafe fn gate_load(hdr: *const RegionHeader, scb: *const Scb, runtime_ns: u64) -> GateInput {
+/// `scb` must point to a mapped SCB that stays mapped for the call; other processes may write it
+/// concurrently (every load is atomic).
+pub unsafe fn gate_load(config: &GateConfig, scb: *const Scb, runtime_ns: u64) -> GateInput {
     let mut input = GateInput::default();
-    raw::morpheus_ffi_gate_load(hdr, scb, runtime_ns, &mut input);
+    raw::morpheus_ffi_gate_load(config, scb, runtime_ns, &mut input);
     input
 }
 

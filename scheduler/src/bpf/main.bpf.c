@@ -77,6 +77,23 @@ const volatile u32 nr_possible_cpus = 1;
 /* Longest an escalation episode stays open without a lift (the agent's --throttle-max-ms). */
 const volatile u64 throttle_max_ns = MORPHEUS_DEFAULT_THROTTLE_MAX_NS;
 
+/*
+ * The scheduler's configuration (S4, spec/SCB.md §10), from the agent's command line. The live paths
+ * read it here and never from the region header: every runtime that maps the region can write the
+ * header, which only publishes these values. The replays (gate_replay, escalation_replay) take theirs
+ * from the case's header image instead.
+ */
+const volatile u32 cfg_scheduler_mode = MORPHEUS_SCHEDULER_MODE_OBSERVER;
+const volatile u32 cfg_escalation_policy = MORPHEUS_ESCALATION_POLICY_NONE;
+const volatile u64 cfg_slice_ns = MORPHEUS_DEFAULT_SLICE_NS;
+const volatile u64 cfg_grace_ns = MORPHEUS_DEFAULT_GRACE_NS;
+const volatile u64 cfg_hint_min_interval_ns = MORPHEUS_DEFAULT_HINT_MIN_INTERVAL_NS;
+/* SCBs the region has (the timer's sweep of open episodes covers these). */
+const volatile u32 cfg_scb_count = MORPHEUS_MAX_WORKERS;
+
+/* The pressure level the agent measured last (PSI), copied into each SCB; the agent writes it. */
+u32 pressure_level;
+
 /* Escalation episodes open now: the timer looks for lifts of workers off CPU only while there are some. */
 s64 nr_open_episodes;
 
@@ -295,18 +312,13 @@ static __always_inline bool hold_allowed(struct task_struct *p)
 	return false;
 }
 
-/* The pressure level of the header's seqlocked record; keeps `fallback` if a write is in progress. */
-static __always_inline u32 read_pressure_level(struct morpheus_region *r, u32 fallback)
+/* The live gate's configuration: the agent's, from the program's load-time data (never the header). */
+static __always_inline void live_gate_config(struct morpheus_gate_config *cfg)
 {
-	u32 seq0, seq1, level;
-
-	seq0 = load_acquire(&r->hdr.pressure.seq);
-	if (seq0 & 1)
-		return fallback;
-	level = READ_ONCE(r->hdr.pressure.level);
-	barrier();
-	seq1 = READ_ONCE(r->hdr.pressure.seq);
-	return seq0 == seq1 ? level : fallback;
+	cfg->scheduler_mode = cfg_scheduler_mode;
+	cfg->escalation_policy = cfg_escalation_policy;
+	cfg->slice_ns = cfg_slice_ns;
+	cfg->grace_ns = cfg_grace_ns;
 }
 
 /* Start a fresh accounting period: the worker reached a yield point. */
@@ -386,17 +398,18 @@ static __always_inline void count_verdict(struct worker_ctx *w, u64 seq, u32 ver
 }
 
 /*
- * The escalation gate (spec/SCB.md §5.6) and its state machine for one SCB: every input loaded from
- * the region at decision time by the shared policy header (morpheus_gate_load, SCB.md's orders), then
+ * The escalation gate (spec/SCB.md §5.6) and its state machine for one SCB under `cfg`: every SCB input
+ * loaded at decision time by the shared policy header (morpheus_gate_load, SCB.md's orders), then
  * the next step of the worker's episode. `runtime` is the worker's CPU time since its last yield
- * point. The live path (run_escalation) and the conformance replays (gate_replay, escalation_replay)
- * all call this, so the replayed answers are the live path's loads and rules.
+ * point. The live path (run_escalation, cfg from live_gate_config) and the conformance replays
+ * (gate_replay, escalation_replay, cfg from the case's header image) all call this, so the replayed
+ * answers are the live path's loads and rules.
  */
 static __always_inline enum morpheus_escalation_step
-escalation_decide(struct morpheus_region *r, struct morpheus_scb *scb, struct morpheus_escalation *esc,
+escalation_decide(const struct morpheus_gate_config *cfg, struct morpheus_scb *scb, struct morpheus_escalation *esc,
 		  u64 runtime, u64 now, struct morpheus_gate_input *in, enum morpheus_gate_verdict *verdict)
 {
-	*verdict = morpheus_gate_decide(&r->hdr, scb, runtime, in);
+	*verdict = morpheus_gate_decide(cfg, scb, runtime, in);
 	return morpheus_escalation_decide(esc, in, *verdict, now, throttle_max_ns);
 }
 
@@ -423,12 +436,14 @@ static __always_inline void lift_escalation(struct morpheus_scb *scb, struct wor
 static __always_inline void run_escalation_locked(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
 			   s32 cpu, u64 runtime, u64 now)
 {
+	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
 	enum morpheus_gate_verdict verdict;
 	enum morpheus_escalation_step step;
 	u32 action, opened;
 
-	step = escalation_decide(r, scb, &w->esc, runtime, now, &in, &verdict);
+	live_gate_config(&cfg);
+	step = escalation_decide(&cfg, scb, &w->esc, runtime, now, &in, &verdict);
 	if (cpu >= 0 && runtime > in.slice_ns)
 		count_verdict(w, in.preempt_seq, verdict);
 	if (step == MORPHEUS_STEP_NONE)
@@ -507,15 +522,13 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 	if (cpu >= 0 && now > w->run_start_ns)
 		runtime += now - w->run_start_ns;
 
-	slice = READ_ONCE(r->hdr.slice_ns);
+	slice = cfg_slice_ns;
 	state = load_acquire(&scb->worker_state);
 	WRITE_ONCE(scb->budget_remaining_ns, runtime < slice ? slice - runtime : 0);
-	WRITE_ONCE(scb->kernel_pressure_level,
-		   read_pressure_level(r, READ_ONCE(scb->kernel_pressure_level)));
+	WRITE_ONCE(scb->kernel_pressure_level, READ_ONCE(pressure_level));
 
 	last_hint = READ_ONCE(scb->last_hint_ns);
-	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint,
-				    READ_ONCE(r->hdr.hint_min_interval_ns));
+	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint, cfg_hint_min_interval_ns);
 	if (hint == MORPHEUS_HINT_EMIT) {
 		emit_hint(scb, slot, tid, now, last_hint, runtime, slice);
 	} else if (hint == MORPHEUS_HINT_RATE_LIMITED) {
@@ -530,12 +543,14 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 
 /*
  * Conformance replay (spec/CONFORMANCE.md §2.7; `scx_morpheus --replay-gate`): the gate on the SCB of
- * ctx->slot in the region map, which the agent has filled with a scenario's region image. Run with
- * BPF_PROG_TEST_RUN, never attached. Returns the verdict, or -ERANGE for a slot the map cannot hold.
+ * ctx->slot in the region map, which the agent has filled with a scenario's region image, under the
+ * configuration that image's header states. Run with BPF_PROG_TEST_RUN, never attached. Returns the
+ * verdict, or -ERANGE for a slot the map cannot hold.
  */
 SEC("syscall")
 int gate_replay(struct morpheus_gate_replay_ctx *ctx)
 {
+	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
 	struct morpheus_region *r = get_region();
 	struct morpheus_scb *scb;
@@ -545,18 +560,21 @@ int gate_replay(struct morpheus_gate_replay_ctx *ctx)
 	scb = scb_of(r, ctx->slot);
 	if (!scb)
 		return -ERANGE;
-	return morpheus_gate_decide(&r->hdr, scb, ctx->runtime_ns, &in);
+	morpheus_gate_config_of_header(&r->hdr, &cfg);
+	return morpheus_gate_decide(&cfg, scb, ctx->runtime_ns, &in);
 }
 
 /*
  * Conformance replay of the escalation state machine (`scx_morpheus --replay-gate`, `escalate` cases):
  * the gate and the next step on the SCB of ctx->slot at time ctx->now_ns, with the episode kept in the
- * slot's worker_ctx between runs (ctx->reset clears it: a new scenario). The step is recorded as the
+ * slot's worker_ctx between runs (ctx->reset clears it: a new scenario), under the configuration the
+ * image's header states. The step is recorded as the
  * live path records it, without its effects. Results go back in ctx; returns 0 or a negative errno.
  */
 SEC("syscall")
 int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 {
+	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
 	struct morpheus_region *r = get_region();
 	enum morpheus_gate_verdict verdict;
@@ -573,7 +591,8 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 		return -ERANGE;
 	if (ctx->reset)
 		__builtin_memset(&w->esc, 0, sizeof(w->esc));
-	step = escalation_decide(r, scb, &w->esc, ctx->runtime_ns, ctx->now_ns, &in, &verdict);
+	morpheus_gate_config_of_header(&r->hdr, &cfg);
+	step = escalation_decide(&cfg, scb, &w->esc, ctx->runtime_ns, ctx->now_ns, &in, &verdict);
 	morpheus_escalation_commit(&w->esc, step, &in, ctx->now_ns);
 	ctx->verdict = verdict;
 	ctx->step = step;
@@ -614,7 +633,8 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	u32 cpu;
 
 	count(MORPHEUS_CNT_TIMER_RUNS);
-	if (r && READ_ONCE(r->hdr.generation)) {
+	/* The agent published the header before attaching; nothing here reads it (runtimes can write it). */
+	if (r) {
 		bpf_for(cpu, 0, nr_possible_cpus) {
 			struct worker_ctx *w;
 			u32 *cur, slot;
@@ -634,7 +654,7 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 		 * every 16th run, over the SCBs the region has, and only while an episode is open.
 		 */
 		if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
-			u32 slot, nr_slots = READ_ONCE(r->hdr.scb_count);
+			u32 slot, nr_slots = cfg_scb_count;
 
 			if (nr_slots > MORPHEUS_MAX_WORKERS)
 				nr_slots = MORPHEUS_MAX_WORKERS;

@@ -6,9 +6,9 @@
  * policy_test.cc. Normative text: spec/SCB.md §5.2 (hints) and §5.6 (escalation gate and its state
  * machine).
  *
- * Shared memory is touched in two places only, morpheus_gate_load() and morpheus_effect_may_hold(),
- * through accessors each build defines before including this header: MORPHEUS_LOAD_ACQUIRE(p),
- * MORPHEUS_LOAD_RELAXED(p) and MORPHEUS_FULL_BARRIER(). The defaults below are the C11 builtins
+ * Shared memory is touched in three places only, morpheus_gate_load(), morpheus_effect_may_hold() and
+ * (replays only) morpheus_gate_config_of_header(), through accessors each build defines before
+ * including this header: MORPHEUS_LOAD_ACQUIRE(p), MORPHEUS_LOAD_RELAXED(p) and MORPHEUS_FULL_BARRIER(). The defaults below are the C11 builtins
  * (userspace C and C++); the BPF program defines its own.
  */
 #ifndef MORPHEUS_POLICY_H
@@ -45,8 +45,8 @@ enum morpheus_gate_verdict {
 
 /* Everything the gate looks at, as loaded at decision time. */
 struct morpheus_gate_input {
-	morpheus_u32 scheduler_mode;    /* region_header.scheduler_mode */
-	morpheus_u32 escalation_policy; /* region_header.escalation_policy */
+	morpheus_u32 scheduler_mode;    /* morpheus_gate_config (the scheduler's own, S4) */
+	morpheus_u32 escalation_policy; /* morpheus_gate_config */
 	morpheus_u32 worker_state;      /* scb.worker_state */
 	morpheus_u32 escapable;         /* scb.escapable */
 	morpheus_u32 in_critical;       /* scb.in_critical */
@@ -54,8 +54,8 @@ struct morpheus_gate_input {
 	morpheus_u64 preempt_seq;       /* scb.preempt_seq */
 	morpheus_u64 last_ack_seq;      /* scb.last_ack_seq */
 	morpheus_u64 runtime_ns;        /* CPU time since the worker's last yield point */
-	morpheus_u64 slice_ns;          /* region_header.slice_ns */
-	morpheus_u64 grace_ns;          /* region_header.grace_ns */
+	morpheus_u64 slice_ns;          /* morpheus_gate_config */
+	morpheus_u64 grace_ns;          /* morpheus_gate_config */
 };
 
 /*
@@ -116,15 +116,39 @@ MORPHEUS_POLICY_FN morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, 
 }
 
 /*
+ * The scheduler's configuration as the gate sees it. A live scheduler passes its own copy (S4, SCB.md
+ * §10: the BPF program's load-time data, the simulation backend's command line), never the region
+ * header, which every runtime of the region can write; the header only publishes these values.
+ */
+struct morpheus_gate_config {
+	morpheus_u32 scheduler_mode;
+	morpheus_u32 escalation_policy;
+	morpheus_u64 slice_ns;
+	morpheus_u64 grace_ns;
+};
+
+/*
+ * The configuration a region header image states: for the conformance replays only, whose cases
+ * carry their own header (a live scheduler never reads its configuration back from a region).
+ */
+MORPHEUS_POLICY_FN void morpheus_gate_config_of_header(const struct morpheus_region_header *hdr,
+							struct morpheus_gate_config *cfg)
+{
+	cfg->scheduler_mode = MORPHEUS_LOAD_RELAXED(&hdr->scheduler_mode);
+	cfg->escalation_policy = MORPHEUS_LOAD_RELAXED(&hdr->escalation_policy);
+	cfg->slice_ns = MORPHEUS_LOAD_RELAXED(&hdr->slice_ns);
+	cfg->grace_ns = MORPHEUS_LOAD_RELAXED(&hdr->grace_ns);
+}
+
+/*
  * The gate's inputs, loaded at decision time with SCB.md §5.6's orders: a full barrier, worker_state
  * first (acquire: it pairs with the store-release of RUNNING, which follows the registrar's store of
  * escapable and the runtime's of in_critical, so a worker is judged with the values it registered
- * with), then escapable, in_critical
- * and last_ack_seq (acquire, each pairing with the runtime's release store or CAS), preempt_seq, and
- * the header's fields, which only the agent writes (relaxed). `runtime_ns` is the scheduler's own
- * measurement. Every backend calls this; none loads the gate's inputs itself.
+ * with), then escapable, in_critical and last_ack_seq (acquire, each pairing with the runtime's
+ * release store or CAS), preempt_seq; the configuration is the caller's `cfg`. `runtime_ns` is the
+ * scheduler's own measurement. Every backend calls this; none loads the gate's inputs itself.
  */
-MORPHEUS_POLICY_FN void morpheus_gate_load(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb,
+MORPHEUS_POLICY_FN void morpheus_gate_load(const struct morpheus_gate_config *cfg, const struct morpheus_scb *scb,
 					   morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
 {
 	/* The scheduler's half of the in_critical pairing (SCB.md §3.1), as in morpheus_effect_may_hold. */
@@ -134,20 +158,20 @@ MORPHEUS_POLICY_FN void morpheus_gate_load(const struct morpheus_region_header *
 	in->in_critical = MORPHEUS_LOAD_ACQUIRE(&scb->in_critical);
 	in->last_ack_seq = MORPHEUS_LOAD_ACQUIRE(&scb->last_ack_seq);
 	in->preempt_seq = MORPHEUS_LOAD_ACQUIRE(&scb->preempt_seq);
-	in->scheduler_mode = MORPHEUS_LOAD_RELAXED(&hdr->scheduler_mode);
-	in->escalation_policy = MORPHEUS_LOAD_RELAXED(&hdr->escalation_policy);
-	in->slice_ns = MORPHEUS_LOAD_RELAXED(&hdr->slice_ns);
-	in->grace_ns = MORPHEUS_LOAD_RELAXED(&hdr->grace_ns);
+	in->scheduler_mode = cfg->scheduler_mode;
+	in->escalation_policy = cfg->escalation_policy;
+	in->slice_ns = cfg->slice_ns;
+	in->grace_ns = cfg->grace_ns;
 	in->runtime_ns = runtime_ns;
 	in->_pad = 0;
 }
 
-/* Load and judge in one call: the verdict on the SCB as it is now. */
+/* Load and judge in one call: the verdict on the SCB as it is now, under `cfg`. */
 MORPHEUS_POLICY_FN enum morpheus_gate_verdict
-morpheus_gate_decide(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb, morpheus_u64 runtime_ns,
+morpheus_gate_decide(const struct morpheus_gate_config *cfg, const struct morpheus_scb *scb, morpheus_u64 runtime_ns,
 		     struct morpheus_gate_input *in)
 {
-	morpheus_gate_load(hdr, scb, runtime_ns, in);
+	morpheus_gate_load(cfg, scb, runtime_ns, in);
 	return morpheus_gate(in);
 }
 

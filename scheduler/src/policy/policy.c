@@ -17,10 +17,10 @@ enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, 
 	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns);
 }
 
-void morpheus_ffi_gate_load(const struct morpheus_region_header *hdr, const struct morpheus_scb *scb,
+void morpheus_ffi_gate_load(const struct morpheus_gate_config *cfg, const struct morpheus_scb *scb,
 			    morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
 {
-	morpheus_gate_load(hdr, scb, runtime_ns, in);
+	morpheus_gate_load(cfg, scb, runtime_ns, in);
 }
 
 enum morpheus_escalation_step morpheus_ffi_escalation_decide(const struct morpheus_escalation *e,

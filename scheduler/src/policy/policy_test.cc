@@ -152,15 +152,16 @@ TEST(Gate, BoundariesAndOverflow)
 	EXPECT_EQ(morpheus_gate(&in), MORPHEUS_GATE_BLOCKED_ACKNOWLEDGED);
 }
 
-// morpheus_gate_load reads each input from its own field of a real header and SCB.
+// morpheus_gate_load reads each worker input from its own field of a real SCB and the configuration
+// from the caller's config, never from a header (S4).
 TEST(GateLoad, ReadsEveryInputFromItsField)
 {
-	morpheus_region_header hdr{};
+	morpheus_gate_config cfg{};
 	morpheus_scb scb{};
-	hdr.scheduler_mode = MORPHEUS_SCHEDULER_MODE_ENFORCED;
-	hdr.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
-	hdr.slice_ns = 11;
-	hdr.grace_ns = 13;
+	cfg.scheduler_mode = MORPHEUS_SCHEDULER_MODE_ENFORCED;
+	cfg.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	cfg.slice_ns = 11;
+	cfg.grace_ns = 13;
 	scb.worker_state = MORPHEUS_WORKER_STATE_RUNNING;
 	scb.escapable = 1;
 	scb.in_critical = 1;
@@ -168,7 +169,7 @@ TEST(GateLoad, ReadsEveryInputFromItsField)
 	scb.last_ack_seq = 16;
 	morpheus_gate_input in;
 	memset(&in, 0xa5, sizeof(in));
-	EXPECT_EQ(morpheus_gate_decide(&hdr, &scb, 99, &in), MORPHEUS_GATE_BLOCKED_CRITICAL);
+	EXPECT_EQ(morpheus_gate_decide(&cfg, &scb, 99, &in), MORPHEUS_GATE_BLOCKED_CRITICAL);
 	EXPECT_EQ(in.scheduler_mode, (morpheus_u32)MORPHEUS_SCHEDULER_MODE_ENFORCED);
 	EXPECT_EQ(in.escalation_policy, (morpheus_u32)MORPHEUS_ESCALATION_POLICY_HYBRID);
 	EXPECT_EQ(in.worker_state, (morpheus_u32)MORPHEUS_WORKER_STATE_RUNNING);
@@ -181,10 +182,30 @@ TEST(GateLoad, ReadsEveryInputFromItsField)
 	EXPECT_EQ(in.slice_ns, 11u);
 	EXPECT_EQ(in.grace_ns, 13u);
 	scb.in_critical = 0;
-	EXPECT_EQ(morpheus_gate_decide(&hdr, &scb, 11 + 13 + 1, &in), MORPHEUS_GATE_ESCALATE);
+	EXPECT_EQ(morpheus_gate_decide(&cfg, &scb, 11 + 13 + 1, &in), MORPHEUS_GATE_ESCALATE);
+	cfg.scheduler_mode = MORPHEUS_SCHEDULER_MODE_OBSERVER;
+	EXPECT_EQ(morpheus_gate_decide(&cfg, &scb, 11 + 13 + 1, &in), MORPHEUS_GATE_BLOCKED_MODE);
 	EXPECT_TRUE(morpheus_effect_may_hold(&scb));
 	scb.in_critical = 1;
 	EXPECT_FALSE(morpheus_effect_may_hold(&scb));
+}
+
+// The replays' configuration comes from the case's header image, each field from its own.
+TEST(GateConfig, OfHeaderReadsEveryField)
+{
+	morpheus_region_header hdr{};
+	hdr.scheduler_mode = MORPHEUS_SCHEDULER_MODE_ENFORCED;
+	hdr.escalation_policy = MORPHEUS_ESCALATION_POLICY_THREAD_KICK;
+	hdr.slice_ns = 11;
+	hdr.grace_ns = 13;
+	hdr.hint_min_interval_ns = 17;
+	morpheus_gate_config cfg;
+	memset(&cfg, 0xa5, sizeof(cfg));
+	morpheus_gate_config_of_header(&hdr, &cfg);
+	EXPECT_EQ(cfg.scheduler_mode, (morpheus_u32)MORPHEUS_SCHEDULER_MODE_ENFORCED);
+	EXPECT_EQ(cfg.escalation_policy, (morpheus_u32)MORPHEUS_ESCALATION_POLICY_THREAD_KICK);
+	EXPECT_EQ(cfg.slice_ns, 11u);
+	EXPECT_EQ(cfg.grace_ns, 13u);
 }
 
 constexpr morpheus_u64 kBound = MORPHEUS_DEFAULT_THROTTLE_MAX_NS;

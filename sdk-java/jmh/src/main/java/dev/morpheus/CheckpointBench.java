@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+package dev.morpheus;
+
+import dev.morpheus.abi.Abi;
+import dev.morpheus.abi.RegionHeaderOffsets;
+import dev.morpheus.abi.ScbOffsets;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.openjdk.jmh.annotations.Benchmark;
+import org.openjdk.jmh.annotations.BenchmarkMode;
+import org.openjdk.jmh.annotations.Fork;
+import org.openjdk.jmh.annotations.Level;
+import org.openjdk.jmh.annotations.Measurement;
+import org.openjdk.jmh.annotations.Mode;
+import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Param;
+import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.Setup;
+import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.annotations.TearDown;
+import org.openjdk.jmh.annotations.Warmup;
+import org.openjdk.jmh.infra.BenchmarkParams;
+
+/**
+ * The checkpoint's fast path (nothing pending) and a critical enter+exit, per backend, beside the reads
+ * they are judged against, all in one run: {@code AtomicLong.getAcquire()}, a {@code VarHandle.getAcquire}
+ * on a mapped {@code MemorySegment} held in a static final field, and an empty JNI call. Each read is
+ * compared with a long held in a field, as the checkpoint compares preempt_seq with its cached ack.
+ * The backend is the {@code backend} parameter, passed to each fork as -Dmorpheus.backend.
+ */
+@BenchmarkMode({Mode.AverageTime, Mode.SampleTime})
+@OutputTimeUnit(TimeUnit.NANOSECONDS)
+@Warmup(iterations = 5, time = 1)
+@Measurement(iterations = 5, time = 1)
+@Fork(value = 3, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED"})
+@State(Scope.Thread)
+public class CheckpointBench {
+    /** A mapped 4 KiB file: the plain-segment baseline (static final, as the notes require). */
+    private static final MemorySegment PLAIN = mapScratch();
+    private static final VarHandle PLAIN_LONG = ValueLayout.JAVA_LONG.varHandle();
+
+    @Param({"ffm", "jni"})
+    public String backend;
+
+    private final AtomicLong atomic = new AtomicLong();
+    private long cachedAck;
+    private Path dir;
+    private Worker worker;
+
+    @Setup(Level.Trial)
+    public void register(BenchmarkParams params) throws IOException {
+        if (!backend.equals(System.getProperty("morpheus.backend"))) {
+            throw new IllegalStateException("run through run.sh: each fork gets -Dmorpheus.backend=" + backend);
+        }
+        dir = Files.createTempDirectory("morpheus-jmh-");
+        Path region = dir.resolve("region");
+        writeRegion(region);
+        worker = Morpheus.register(Options.defaults().regionPath(region.toString()).directSlot(0));
+    }
+
+    @TearDown(Level.Trial)
+    public void unregister() throws IOException {
+        worker.close();
+        Files.deleteIfExists(dir.resolve("region"));
+        Files.deleteIfExists(dir);
+    }
+
+    @Benchmark
+    public boolean atomicLongGetAcquire() {
+        return atomic.getAcquire() == cachedAck;
+    }
+
+    @Benchmark
+    public boolean segmentGetAcquire() {
+        return (long) PLAIN_LONG.getAcquire(PLAIN, 0L) == cachedAck;
+    }
+
+    @Benchmark
+    public void emptyJniCall() {
+        JniNative.nop();
+    }
+
+    @Benchmark
+    public boolean checkpoint() {
+        return worker.checkpoint();
+    }
+
+    @Benchmark
+    public void criticalEnterExit() {
+        try (CriticalSection section = worker.critical()) {
+            // nothing: the cost of entering and leaving
+        }
+    }
+
+    private static MemorySegment mapScratch() {
+        try {
+            Path file = Files.createTempFile("morpheus-jmh-plain-", ".bin");
+            file.toFile().deleteOnExit();
+            try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                return channel.map(FileChannel.MapMode.READ_WRITE, 0, 4096, Arena.global());
+            }
+        } catch (IOException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    /** A one-slot sim region the benchmark thread registers in directly (nobody bumps it). */
+    private static void writeRegion(Path path) throws IOException {
+        long size = RegionHeaderOffsets.SIZE + ScbOffsets.SIZE;
+        try (FileChannel channel = FileChannel.open(path, StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
+                StandardOpenOption.WRITE); Arena arena = Arena.ofConfined()) {
+            MemorySegment s = channel.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            s.set(ValueLayout.JAVA_LONG, RegionHeaderOffsets.MAGIC, Abi.REGION_MAGIC);
+            s.set(ValueLayout.JAVA_SHORT, RegionHeaderOffsets.ABI_MAJOR, (short) Abi.ABI_MAJOR);
+            s.set(ValueLayout.JAVA_SHORT, RegionHeaderOffsets.ABI_MINOR, (short) Abi.ABI_MINOR);
+            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.HEADER_SIZE, (int) RegionHeaderOffsets.SIZE);
+            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.SCB_STRIDE, (int) ScbOffsets.SIZE);
+            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.SCB_COUNT, 1);
+            s.set(ValueLayout.JAVA_LONG, RegionHeaderOffsets.SLICE_NS, Abi.DEFAULT_SLICE_NS);
+            ValueLayout.JAVA_LONG.varHandle().setRelease(s, RegionHeaderOffsets.GENERATION, 1L);
+        }
+    }
+}

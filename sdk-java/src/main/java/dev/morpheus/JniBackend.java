@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+package dev.morpheus;
+
+import java.nio.charset.StandardCharsets;
+
+/** The JNI backend (JDK 17+). */
+final class JniBackend implements Backend {
+    JniBackend() {
+        JniNative.nop(); // load the library now, so a missing one fails the choice, not the first register
+    }
+
+    @Override
+    public String name() {
+        return "jni";
+    }
+
+    @Override
+    public Worker register(Options options) {
+        JniNative.check(JniNative.register(bytes(options.regionPath), bytes(options.agentSocket), options.directSlot,
+                options.escapableArgument(), options.priority));
+        return new JniWorker(Thread.currentThread());
+    }
+
+    @Override
+    public boolean checkRegion(String path) {
+        return JniNative.check(JniNative.checkRegion(bytes(path))) == 0;
+    }
+
+    private static byte[] bytes(String path) {
+        return path == null ? null : path.getBytes(StandardCharsets.UTF_8);
+    }
+}

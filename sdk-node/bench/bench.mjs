@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+// Per-call cost of shouldYield() and await checkpoint() when nothing is pending, beside the
+// primitives they are built from, measured with mitata in one process (ratios are within one run).
+//
+// Every case is a loop of INNER calls, the shape users write (a check or an `await checkpoint()`
+// directly in a hot loop; V8 inlines differently into other shapes): its time / INNER is the per-call
+// cost. The worker is registered on a region file (direct registration), so the fast path reads the
+// real mapped slot through the external ArrayBuffer.
+import { createRequire } from 'node:module';
+import { measure, do_not_optimize } from 'mitata';
+import * as morpheus from '@morpheus-sched/node';
+
+const require = createRequire(import.meta.url);
+const native = require('../lib/native.js');
+const { TestRegion } = require('../test/region.js');
+
+const INNER = 10000;
+const ROUNDS = Number(process.argv[2] ?? 5);
+// The clock: the process's CPU time (default), so time spent descheduled on a shared, loaded machine
+// is not counted (µs resolution: a sample of INNER calls lasts 0.1-2 ms), or `wall` (mitata's own).
+const CLOCK = process.argv[3] ?? 'cpu';
+const cpuNow = () => {
+  const { user, system } = process.cpuUsage();
+  return (user + system) * 1e3;
+};
+const OPTIONS = CLOCK === 'cpu' ? { now: cpuNow, min_cpu_time: 300e6, min_samples: 50 } : { min_cpu_time: 300e6 };
+const RESOLVED = Promise.resolve(false);
+const region = new TestRegion();
+const worker = morpheus.initWorker({ region: region.path, slot: 0 });
+if (!worker.attached) throw new Error('bench: the worker did not attach');
+
+// The mapped slot's scheduler-written line, read directly (the design alternatives the fast path
+// was chosen from: two Int32 halves, or one BigInt64).
+const slot32 = new Int32Array(native.scbView(native.currentToken()));
+const slot64 = new BigInt64Array(slot32.buffer);
+const sab32 = new Int32Array(new SharedArrayBuffer(64));
+const sab64 = new BigInt64Array(new SharedArrayBuffer(64));
+const object = { seq: 0 };
+
+const sync = {
+  'empty loop': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) n += i;
+    return n;
+  },
+  'JS property read': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) n += object.seq;
+    return n;
+  },
+  'Atomics.load, Int32Array over a local SharedArrayBuffer': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) n += Atomics.load(sab32, 0);
+    return n;
+  },
+  'Atomics.load, BigInt64Array over a local SharedArrayBuffer': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (Atomics.load(sab64, 0) === 0n) n++;
+    return n;
+  },
+  'two Int32 Atomics.load over the mapped slot, compared': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (Atomics.load(slot32, 0) === 0 && Atomics.load(slot32, 1) === 0) n++;
+    return n;
+  },
+  'one BigInt64 Atomics.load over the mapped slot, compared': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (Atomics.load(slot64, 0) === 0n) n++;
+    return n;
+  },
+  'napi call returning a number (criticalDepth)': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) n += native.criticalDepth();
+    return n;
+  },
+  'shouldYield(), nothing pending (attached)': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (morpheus.shouldYield()) n++;
+    return n;
+  },
+  'native checkpoint (napi call into the core; not the fast path)': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (native.checkpointSync()) n++;
+    return n;
+  },
+};
+
+const asynchronous = {
+  'await null': async () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) {
+      await null;
+      n++;
+    }
+    return n;
+  },
+  'await of an already resolved promise': async () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (await RESOLVED) n++;
+    return n;
+  },
+  'await checkpoint(), nothing pending (attached)': async () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (await morpheus.checkpoint()) n++;
+    return n;
+  },
+};
+
+// Rounds interleave the cases, so a burst of load from elsewhere hits all of them alike; each case's
+// figure is the median over the rounds of its per-round p50.
+const samples = {};
+for (let round = 0; round < ROUNDS; round++) {
+  for (const [name, fn] of Object.entries(sync)) {
+    const stats = await measure(() => do_not_optimize(fn()), OPTIONS);
+    (samples[name] ??= []).push(stats.p50 / INNER);
+  }
+  for (const [name, fn] of Object.entries(asynchronous)) {
+    const stats = await measure(async () => do_not_optimize(await fn()), OPTIONS);
+    (samples[name] ??= []).push(stats.p50 / INNER);
+  }
+}
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const results = Object.entries(samples).map(([name, xs]) => ({ name, ns: median(xs), min: Math.min(...xs), max: Math.max(...xs) }));
+worker.close();
+region.close();
+
+const by = Object.fromEntries(results.map((r) => [r.name, r.ns]));
+const ratio = (a, b) => by[a] / by[b];
+console.log(`node ${process.version}, ${CLOCK} clock, ${INNER} calls per sample, ${ROUNDS} rounds: median (min-max) of the rounds' p50\n`);
+console.log('| case | ns per call |  range |');
+console.log('|---|---:|---:|');
+for (const r of results) console.log(`| ${r.name} | ${r.ns.toFixed(2)} | ${r.min.toFixed(2)}-${r.max.toFixed(2)} |`);
+const sync32 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+const sync64 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, BigInt64Array over a local SharedArrayBuffer');
+const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'await null');
+const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
+console.log('\n| ratio | value | target |');
+console.log('|---|---:|---|');
+console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
+console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | <= 2 |`);
+console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
+console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
+console.log(JSON.stringify({ sync32, sync64, asyncRatio, halves, results }));

@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+// @morpheus-sched/node: kernel-guided cooperative yielding for Node's event loop (spec/SCB.md).
+//
+// The protocol is the Rust SDK's (through the addon). This file holds only what must be JavaScript:
+// the checkpoint's fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer
+// over the mapped slot with `Atomics.load` and calls the addon only when it differs from the
+// acknowledged value; the yield of an asynchronous checkpoint to the event loop (setImmediate, so the
+// I/O poll runs before the task resumes and acknowledges, spec/SCB.md §5.1); and the API around them.
+//
+// State is per JavaScript thread: the event loop's thread and each worker_threads thread load their
+// own copy of this module and register on their own (the addon keeps one worker per OS thread).
+'use strict';
+const { Scb, PRIORITY_MIN, PRIORITY_MAX } = require('@morpheus/abi');
+const native = require('./native.js');
+const { MorpheusError, errors, fromNative } = require('./errors.js');
+
+// ------------------------------------------------------------------------------------------------
+// The fast path's state (this thread's)
+
+// preempt_seq as one BigInt64 element (measured faster than two Int32 halves: bench/, BENCHMARKS.md).
+// Signed: the core's FORCE_SLOW_PATH (u64::MAX) reads as -1n.
+const SEQ = Scb.fields.preempt_seq.offset / BigInt64Array.BYTES_PER_ELEMENT;
+// What a thread without a live view reads: a zeroed SCB, as the core's detached worker does (§7).
+const ZEROES = new BigInt64Array(new ArrayBuffer(Scb.size));
+// fastState() kinds (sdk-node/src/lib.rs).
+const KIND_VIEW = 0;
+const KIND_ALWAYS_SLOW = 1;
+// A value preempt_seq cannot reach (the core's FORCE_SLOW_PATH, u64::MAX): every check reaches the addon.
+const FORCE_SLOW_PATH = -1n;
+
+let seq = ZEROES;
+// The acknowledged sequence the view is compared with (as a signed 64-bit BigInt).
+let ack = 0n;
+// The view of the current registration (kept while it is live, dropped at close or on a restart).
+let view = null;
+
+/** Re-read what the fast path compares with; called after every slow path and registration. */
+function refresh() {
+  const [low, high, kind] = native.fastState();
+  if (kind === KIND_VIEW && view !== null) {
+    seq = view;
+    ack = BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
+  } else if (kind === KIND_ALWAYS_SLOW || (kind === KIND_VIEW && view === null)) {
+    seq = ZEROES;
+    ack = FORCE_SLOW_PATH;
+  } else {
+    // No worker, detached, or lost after a scheduler restart: zeroes, never a yield (§6, §7).
+    seq = ZEROES;
+    ack = 0n;
+    view = null;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Checkpoints
+
+const NOT_YIELDED = Promise.resolve(false);
+
+/**
+ * The synchronous checkpoint: true means the scheduler asked this thread to yield; the request is
+ * already acknowledged and the caller must yield now (return to the event loop). One atomic load of
+ * shared memory when nothing is pending.
+ */
+function shouldYield() {
+  if (Atomics.load(seq, SEQ) === ack) return false;
+  return shouldYieldSlow();
+}
+
+function shouldYieldSlow() {
+  const yielded = native.checkpointSync();
+  refresh();
+  return yielded;
+}
+
+/**
+ * The asynchronous checkpoint: `await checkpoint()`. When nothing is pending it returns an already
+ * resolved promise (false). When the scheduler asked, it yields to the event loop once with
+ * setImmediate semantics (the I/O poll runs), then acknowledges on resumption and resolves true.
+ */
+function checkpoint() {
+  if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
+  return checkpointSlow();
+}
+
+function checkpointSlow() {
+  const pending = native.checkpointBegin();
+  refresh();
+  if (pending === null) return NOT_YIELDED;
+  return yieldThenFinish(pending);
+}
+
+const nextMacrotask = (resolve) => setImmediate(resolve);
+
+async function yieldThenFinish(pending) {
+  // Yield first; the core writes nothing until finish() (acknowledges only if the worker and the
+  // region's generation are unchanged). A suspension that spans a restart still yielded: true (§6).
+  do {
+    await new Promise(nextMacrotask);
+  } while (pending.finish() < 0);
+  refresh();
+  return true;
+}
+
+/**
+ * A checkpoint for hot loops that is real every `every`-th call: `const tick = checkpointEvery(100)`,
+ * then `await tick()` (async) or `if (tick.sync()) ...` (sync) in the loop.
+ */
+function checkpointEvery(every) {
+  if (!Number.isSafeInteger(every) || every < 1) {
+    throw MorpheusError.of('INVALID_ARGUMENT', `checkpointEvery(every): expected an integer >= 1, got ${String(every)}`);
+  }
+  let count = 0;
+  const tick = () => {
+    if (++count < every) return NOT_YIELDED;
+    count = 0;
+    return checkpoint();
+  };
+  tick.sync = () => {
+    if (++count < every) return false;
+    count = 0;
+    return shouldYield();
+  };
+  tick.every = every;
+  return tick;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Critical sections
+
+/** Enter a critical section on this thread (prefer `critical(fn)`); returns the nesting depth. */
+function criticalEnter() {
+  return native.criticalEnter();
+}
+
+/** Exit one level; `NotInCriticalError` (nothing written) without a matching enter. */
+function criticalExit() {
+  try {
+    return native.criticalExit();
+  } catch (error) {
+    throw fromNative(error);
+  }
+}
+
+/** This thread's critical-section nesting depth. */
+function criticalDepth() {
+  return native.criticalDepth();
+}
+
+/**
+ * Run `fn` inside a critical section: no checkpoint of this thread yields until it returns (or, for
+ * an async function, until its promise settles: the whole event-loop thread is the worker, so the
+ * section covers the other tasks that run meanwhile too). The section is exited on throw/rejection.
+ */
+function critical(fn) {
+  if (typeof fn !== 'function') {
+    throw MorpheusError.of('INVALID_ARGUMENT', `critical(fn): expected a function, got ${typeof fn}`);
+  }
+  native.criticalEnter();
+  let result;
+  try {
+    result = fn();
+  } catch (error) {
+    exitAfterFailure();
+    throw error;
+  }
+  if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+    return Promise.resolve(result).then(
+      (value) => {
+        criticalExit();
+        return value;
+      },
+      (error) => {
+        exitAfterFailure();
+        throw error;
+      },
+    );
+  }
+  criticalExit();
+  return result;
+}
+
+// The function's own error wins over an unbalanced exit inside it.
+function exitAfterFailure() {
+  try {
+    native.criticalExit();
+  } catch {
+    // fn exited more sections than it entered; its error is the one to report.
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Regions and workers
+
+/**
+ * Map and validate a region without registering (spec/SCB.md §1.3; nothing is written). `path`: that
+ * file or pinned map; `''`: detached (null); omitted: discovery (§1.2), null when there is no scheduler.
+ */
+function attach(path) {
+  if (path !== undefined && typeof path !== 'string') {
+    throw MorpheusError.of('INVALID_ARGUMENT', `attach(path): expected a string, got ${typeof path}`);
+  }
+  try {
+    return native.attach(path);
+  } catch (error) {
+    throw fromNative(error);
+  }
+}
+
+const OPTION_TYPES = {
+  region: 'string or Region',
+  detached: 'boolean',
+  slot: 'integer',
+  socket: 'string',
+  escapable: 'boolean',
+  priority: 'integer',
+};
+
+function invalidOption(name, value) {
+  return MorpheusError.of(
+    'INVALID_ARGUMENT',
+    `initWorker(options): ${name} must be a ${OPTION_TYPES[name]}, got ${value === null ? 'null' : typeof value} ${String(value)}`,
+  );
+}
+
+function checkPriority(where, value) {
+  if (!Number.isInteger(value) || value < PRIORITY_MIN || value > PRIORITY_MAX) {
+    throw MorpheusError.of(
+      'INVALID_ARGUMENT',
+      `${where}: priority must be an integer from ${PRIORITY_MIN} (most important) to ${PRIORITY_MAX}, got ${String(value)}`,
+    );
+  }
+}
+
+/** Turn `initWorker` options into the addon's, refusing anything malformed by name. */
+function nativeOptions(options) {
+  if (options === null || typeof options !== 'object') {
+    throw MorpheusError.of('INVALID_ARGUMENT', `initWorker(options): expected an object, got ${options === null ? 'null' : typeof options}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!Object.hasOwn(OPTION_TYPES, key)) {
+      throw MorpheusError.of('INVALID_ARGUMENT', `initWorker(options): unknown option ${key} (known: ${Object.keys(OPTION_TYPES).join(', ')})`);
+    }
+  }
+  const { region, detached, slot, socket, escapable, priority } = options;
+  const out = {};
+  let regionObject = null;
+  if (region !== undefined) {
+    if (region instanceof native.Region) regionObject = region;
+    else if (typeof region === 'string') out.regionPath = region;
+    else throw invalidOption('region', region);
+  }
+  if (detached !== undefined) {
+    if (typeof detached !== 'boolean') throw invalidOption('detached', detached);
+    if (detached && region !== undefined) {
+      throw MorpheusError.of('INVALID_ARGUMENT', 'initWorker(options): give region or detached: true, not both');
+    }
+    out.detached = detached;
+  }
+  if (slot !== undefined) {
+    if (!Number.isSafeInteger(slot) || slot < 0) throw invalidOption('slot', slot);
+    out.slot = slot;
+  }
+  if (socket !== undefined) {
+    if (typeof socket !== 'string') throw invalidOption('socket', socket);
+    if (slot !== undefined) {
+      throw MorpheusError.of('INVALID_ARGUMENT', 'initWorker(options): give slot (direct registration) or socket (through the agent), not both');
+    }
+    out.socket = socket;
+  }
+  if (escapable !== undefined) {
+    if (typeof escapable !== 'boolean') throw invalidOption('escapable', escapable);
+    out.escapable = escapable;
+  }
+  if (priority !== undefined) {
+    checkPriority('initWorker(options)', priority);
+    out.priority = priority;
+  }
+  return [out, regionObject];
+}
+
+const dispose = Symbol.dispose ?? Symbol.for('nodejs.dispose');
+let current = null;
+
+/**
+ * This thread's registration. Get one with `initWorker()`; `close()` (or `using`, or the end of the
+ * thread or process) shuts it down and frees its slot.
+ */
+class Worker {
+  #token;
+
+  /** @internal */
+  constructor(token) {
+    this.#token = token;
+  }
+
+  #call(fn, ...args) {
+    try {
+      return fn(this.#token, ...args);
+    } catch (error) {
+      throw fromNative(error);
+    }
+  }
+
+  /** Whether this handle's registration is live. */
+  get registered() {
+    return native.currentToken() === this.#token;
+  }
+
+  /** Whether the worker drives an SCB (false when detached or after a scheduler restart). */
+  get attached() {
+    return this.#call(native.workerAttached);
+  }
+
+  /** The slot index, or null when detached. */
+  get slot() {
+    return this.#call(native.workerSlot);
+  }
+
+  /** The slot's slot_generation at registration. */
+  get slotGeneration() {
+    return this.#call(native.workerSlotGeneration);
+  }
+
+  /** Why the worker runs detached from the start (NO_SCHEDULER, FORCED_BY_ENVIRONMENT, REQUESTED), or null. */
+  get detachReason() {
+    return this.#call(native.workerDetachReason);
+  }
+
+  /** Whether the scheduler may escalate this worker (default false for Node, spec/SCB.md §5.5). */
+  get escapable() {
+    return this.#call(native.workerEscapable);
+  }
+
+  set escapable(value) {
+    this.setEscapable(value);
+  }
+
+  setEscapable(value) {
+    if (typeof value !== 'boolean') {
+      throw MorpheusError.of('INVALID_ARGUMENT', `setEscapable(value): expected a boolean, got ${typeof value}`);
+    }
+    this.#call(native.workerSetEscapable, value);
+  }
+
+  /** Advisory priority, PRIORITY_MIN (most important) to PRIORITY_MAX. */
+  get priority() {
+    return this.#call(native.workerPriority);
+  }
+
+  set priority(value) {
+    this.setPriority(value);
+  }
+
+  setPriority(value) {
+    checkPriority('setPriority(value)', value);
+    this.#call(native.workerSetPriority, value);
+  }
+
+  /** DETERMINISTIC, PRESSURED or DEFENSIVE (spec/SCB.md §5.4). */
+  get runtimeMode() {
+    return this.#call(native.workerRuntimeMode);
+  }
+
+  /** The last acknowledged preempt_seq. */
+  get acknowledgedSeq() {
+    return this.#call(native.workerAcknowledgedSeq);
+  }
+
+  /** Yields per reason, e.g. `{ PREEMPT_REQUEST: 3, ... }`, counted in the SDK's own memory. */
+  yieldCounts() {
+    return Object.fromEntries(this.#call(native.workerYieldCounts));
+  }
+
+  /** Throws GenerationChangedError after a scheduler restart, DetachedError for a worker without a region. */
+  status() {
+    this.#call(native.workerStatus);
+  }
+
+  /** Record a yield the application made on its own (EXPLICIT), acknowledging any pending request. */
+  recordExplicitYield() {
+    this.#call(native.workerRecordExplicitYield);
+    refresh();
+  }
+
+  /** Shut the worker down and free its slot. Idempotent. */
+  close() {
+    if (current === this) current = null;
+    let released;
+    try {
+      released = native.unregister(this.#token);
+    } catch (error) {
+      throw fromNative(error);
+    } finally {
+      refresh();
+    }
+    return released;
+  }
+
+  [dispose]() {
+    this.close();
+  }
+}
+
+/**
+ * Register the calling thread (the event loop's, or a worker_threads thread) as a Morpheus worker.
+ * Options: `region` (path, `''` for detached, or a Region from attach()), `detached`, `slot` (direct
+ * registration), `socket` (the agent's), `escapable`, `priority` (both written into the
+ * registration, so the SCB is right before RUNNING). Without a scheduler the worker is detached and
+ * everything still works. A second registration of one thread throws AlreadyRegisteredError.
+ */
+function initWorker(options = {}) {
+  const [opts, region] = nativeOptions(options);
+  let token;
+  try {
+    token = native.register(opts, region);
+  } catch (error) {
+    throw fromNative(error);
+  }
+  try {
+    view = native.scbView(token);
+    view = view === null ? null : new BigInt64Array(view);
+  } catch (error) {
+    native.unregister(token);
+    throw fromNative(error);
+  }
+  refresh();
+  current = new Worker(token);
+  return current;
+}
+
+/** This thread's worker registered through this module, or null. */
+function currentWorker() {
+  if (current !== null && !current.registered) current = null;
+  return current;
+}
+
+function workerOrThrow(operation) {
+  const worker = currentWorker();
+  if (worker === null) throw MorpheusError.of('NOT_REGISTERED', `${operation}: this thread holds no worker (call initWorker() first)`);
+  return worker;
+}
+
+/** Set escapable on this thread's worker. */
+function setEscapable(value) {
+  workerOrThrow('setEscapable').setEscapable(value);
+}
+
+/** Set the priority of this thread's worker. */
+function setPriority(value) {
+  workerOrThrow('setPriority').setPriority(value);
+}
+
+// The event loop's worker is released at exit even without close() (the addon's environment
+// cleanup hook does the same for worker_threads threads and for exits that skip this event).
+process.once('exit', () => {
+  if (current !== null) {
+    try {
+      current.close();
+    } catch {
+      // Exiting: nothing useful can be done with the error.
+    }
+  }
+});
+
+const [ABI_MAJOR, ABI_MINOR] = native.abiVersion();
+
+module.exports = {
+  ABI_MAJOR,
+  ABI_MINOR,
+  ESCAPABLE_DEFAULT: native.escapableDefault(),
+  MorpheusError,
+  errors,
+  Region: native.Region,
+  Worker,
+  attach,
+  checkpoint,
+  checkpointEvery,
+  critical,
+  criticalDepth,
+  criticalEnter,
+  criticalExit,
+  currentWorker,
+  initWorker,
+  setEscapable,
+  setPriority,
+  shouldYield,
+};
+// Each error class by name too (require('@morpheus-sched/node').NotInCriticalError).
+Object.assign(module.exports, errors);

@@ -1,0 +1,535 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The native half of `@morpheus-sched/node`: the Node face of the Rust SDK (`sdk-rust`, crate
+//! `morpheus`), built with napi-rs.
+//!
+//! Nothing of the protocol is re-implemented here: registration, checkpoints, critical sections and
+//! attaching are the core's, reached through its safe API only. This addon adds what Node needs
+//! around them:
+//!
+//! * the **fast-path view** ([`scb_view`], [`fast_state`]): the SCB's scheduler-written line as an
+//!   external `ArrayBuffer` over the mapped slot, and the value the JS fast path compares
+//!   `preempt_seq` with. The buffer holds the region (`Arc<Region>`) until V8 collects it, so it can
+//!   never outlive the mapping. JS calls into this addon only when the view shows something new;
+//! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]) and the asynchronous one split
+//!   around the JS event loop's yield ([`checkpoint_begin`] polls the core's `Checkpoint` future once;
+//!   [`PendingCheckpoint::finish`] polls it again after the task resumed, which acknowledges);
+//! * workers held per OS thread (the event-loop thread and each `worker_threads` thread register on
+//!   their own), released when the thread's Node environment is torn down;
+//! * errors thrown with `code` = the ABI `error_code` name (the JS side turns them into classes).
+
+use std::{
+    cell::RefCell,
+    future::Future,
+    path::PathBuf,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    task::{Context, Poll, Waker},
+};
+
+use morpheus::{Config, CriticalSection, DetachReason, Discovered, Error, RuntimeKind, RuntimeMode, YieldReason};
+use morpheus_abi::CACHE_LINE_SIZE;
+use napi::{bindgen_prelude::*, Env};
+use napi_derive::napi;
+
+// ------------------------------------------------------------------------------------------------
+// Errors
+
+/// The `code` of a thrown error: an ABI `error_code` name, or `INVALID_ARGUMENT` for bad input that
+/// the JS wrapper did not already refuse.
+pub struct Code(&'static str);
+
+impl AsRef<str> for Code {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+/// What fallible functions return: thrown as a JS `Error` whose `code` is the [`Code`].
+type Fallible<T> = Result<T, Code>;
+
+fn to_js(err: Error) -> napi::Error<Code> {
+    napi::Error::new(Code(err.code().name()), err.to_string())
+}
+
+fn invalid(message: String) -> napi::Error<Code> {
+    napi::Error::new(Code(morpheus::ErrorCode::InvalidArgument.name()), message)
+}
+
+fn not_registered(operation: &str) -> napi::Error<Code> {
+    napi::Error::new(
+        Code(morpheus::ErrorCode::NotRegistered.name()),
+        format!("{operation}: this thread holds no worker registered through @morpheus-sched/node"),
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
+// Per-thread state
+
+/// The worker this thread registered, with the token its JS handle carries.
+struct Held {
+    token: u32,
+    worker: morpheus::Worker,
+    /// Whether [`scb_view`] handed out a live view of the mapped slot (false when the runtime copied
+    /// the bytes instead: then every check goes to the native side).
+    view_live: bool,
+}
+
+thread_local! {
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// Open critical sections of this thread, innermost last. The core counts the depth per thread;
+    /// these guards are how JS holds them (exit = drop the innermost).
+    static CRITICAL: RefCell<Vec<CriticalSection<'static>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tokens tell a stale JS handle (its worker shut down, the thread registered again) from the live one.
+static NEXT_TOKEN: AtomicU32 = AtomicU32::new(1);
+
+fn with_held<T>(token: u32, operation: &str, f: impl FnOnce(&Held) -> Fallible<T>) -> Fallible<T> {
+    HELD.with(|held| match &*held.borrow() {
+        Some(h) if h.token == token => f(h),
+        _ => Err(not_registered(operation)),
+    })
+}
+
+/// Shut the thread's worker down, if any. Called by `Worker.close()`, and by the environment's
+/// cleanup hook when the event loop's thread or a `worker_threads` thread ends.
+fn release(token: Option<u32>) -> Result<bool, Code> {
+    let held = HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        match (&*held, token) {
+            (Some(h), Some(t)) if h.token != t => None,
+            (Some(_), _) => held.take(),
+            (None, _) => None,
+        }
+    });
+    match held {
+        // A worker lost to a scheduler restart shuts down without error, writing nothing (spec/SCB.md
+        // §6); the core reports the restart it finds at shutdown after having written nothing.
+        Some(h) => match h.worker.shutdown() {
+            Ok(()) | Err(Error::GenerationChanged { .. }) => Ok(true),
+            Err(e) => Err(to_js(e)),
+        },
+        None => Ok(false),
+    }
+}
+
+#[napi(module_exports)]
+pub fn module_init(_exports: Object, env: Env) -> Result<()> {
+    // At environment teardown (process exit, a worker thread ending, even without close()), release
+    // the worker this thread holds: its slot is freed (thread-local destructors do not run for the
+    // main thread at exit, and a worker thread's may run after its isolate is gone).
+    env.add_env_cleanup_hook((), |()| {
+        let _ = release(None);
+    })?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// Regions
+
+/// A validated, mapped region (spec/SCB.md §1): the header checks of §1.3 passed, nothing written.
+#[napi]
+pub struct Region {
+    inner: Arc<morpheus::Region>,
+}
+
+#[napi]
+impl Region {
+    /// Where the region was mapped from.
+    #[napi(getter)]
+    pub fn path(&self) -> String {
+        self.inner.path().to_string_lossy().into_owned()
+    }
+
+    /// `"PINNED_MAP"` (kernel backend, bpffs), `"FILE"` (a region file), or `"AGENT_FD"` (a descriptor
+    /// the agent handed over with the registration reply).
+    #[napi(getter)]
+    pub fn backing(&self) -> &'static str {
+        match self.inner.backing() {
+            morpheus::Backing::PinnedMap => "PINNED_MAP",
+            morpheus::Backing::File => "FILE",
+            morpheus::Backing::AgentFd => "AGENT_FD",
+        }
+    }
+
+    /// The generation seen at attach.
+    #[napi(getter)]
+    pub fn attached_generation(&self) -> BigInt {
+        BigInt::from(self.inner.attached_generation())
+    }
+
+    /// The generation stored now (0 once the scheduler retired the region).
+    #[napi(getter)]
+    pub fn current_generation(&self) -> BigInt {
+        BigInt::from(self.inner.current_generation())
+    }
+
+    /// Whether the scheduler that published the region is still the one attached to.
+    #[napi(getter)]
+    pub fn is_current(&self) -> bool {
+        self.inner.is_current()
+    }
+
+    /// Number of SCB slots.
+    #[napi(getter)]
+    pub fn scb_count(&self) -> u32 {
+        self.inner.scb_count()
+    }
+
+    /// The scheduler's slice in nanoseconds (may change at run time).
+    #[napi(getter)]
+    pub fn slice_ns(&self) -> BigInt {
+        BigInt::from(self.inner.slice_ns())
+    }
+}
+
+/// Map and validate a region. `path` given: that file or pinned map (an error if it cannot be
+/// mapped); `""`: detached mode (null); absent: discovery (spec/SCB.md §1.2), null when no scheduler.
+#[napi]
+pub fn attach(path: Option<String>) -> Result<Option<Region>, Code> {
+    let region = match path {
+        Some(path) if path.is_empty() => None,
+        Some(path) => Some(morpheus::Region::open(PathBuf::from(path)).map_err(to_js)?),
+        None => match morpheus::region::discover().map_err(to_js)? {
+            Discovered::Attached(region) => Some(region),
+            Discovered::Detached(_) => None,
+        },
+    };
+    Ok(region.map(|inner| Region { inner }))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Registration
+
+/// Registration options, already checked for type by the JS wrapper.
+#[napi(object)]
+pub struct RegisterOptions {
+    /// Region file or pinned map; `""` forces detached mode. Absent: discovery.
+    pub region_path: Option<String>,
+    /// Run detached whatever is available.
+    pub detached: Option<bool>,
+    /// Direct registration of this slot (no agent).
+    pub slot: Option<i64>,
+    /// Register through the agent listening at this socket.
+    pub socket: Option<String>,
+    /// Whether the scheduler may escalate the worker (default: the ABI's default for Node, false).
+    pub escapable: Option<bool>,
+    /// Advisory priority, PRIORITY_MIN..PRIORITY_MAX.
+    pub priority: Option<i32>,
+}
+
+/// Register the calling thread (written into the registration, so the SCB is right before RUNNING).
+/// Returns the token of the new worker. `region` (an attached [`Region`]) wins over `region_path`.
+#[napi]
+pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<u32, Code> {
+    let mut config = Config::default().runtime_kind(RuntimeKind::Node);
+    if options.detached == Some(true) {
+        config = config.detached();
+    } else if let Some(region) = region {
+        config = config.region(region.inner.clone());
+    } else if let Some(path) = options.region_path {
+        config = if path.is_empty() { config.detached() } else { config.region_path(path) };
+    }
+    if let Some(slot) = options.slot {
+        let slot = u32::try_from(slot)
+            .map_err(|_| invalid(format!("register: slot must be an integer from 0 to {}, got {slot}", u32::MAX)))?;
+        config = config.direct_slot(slot);
+    } else if let Some(socket) = options.socket {
+        config = config.agent_socket(socket);
+    }
+    if let Some(escapable) = options.escapable {
+        config = config.escapable(escapable);
+    }
+    if let Some(priority) = options.priority {
+        check_priority("register", priority)?;
+        config = config.priority(priority);
+    }
+    let worker = config.register().map_err(to_js)?;
+    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+    HELD.with(|held| *held.borrow_mut() = Some(Held { token, worker, view_live: false }));
+    Ok(token)
+}
+
+fn check_priority(operation: &str, priority: i32) -> Result<(), Code> {
+    let (min, max) = (morpheus_abi::PRIORITY_MIN, morpheus_abi::PRIORITY_MAX);
+    if !(min..=max).contains(&priority) {
+        return Err(invalid(format!("{operation}: priority must be from {min} (most important) to {max}, got {priority}")));
+    }
+    Ok(())
+}
+
+/// Shut the worker with this token down and free its slot. False if it was already released.
+#[napi]
+pub fn unregister(token: u32) -> Result<bool, Code> {
+    release(Some(token))
+}
+
+/// The token of the worker this thread holds, if any.
+#[napi]
+pub fn current_token() -> Option<u32> {
+    HELD.with(|held| held.borrow().as_ref().map(|h| h.token))
+}
+
+// ------------------------------------------------------------------------------------------------
+// The fast path's view
+
+/// `kind` values of [`fast_state`].
+const VIEW: i32 = 0;
+const ALWAYS_SLOW: i32 = 1;
+const ZEROES: i32 = 2;
+
+/// What the JS fast path compares with, as `[ack_low, ack_high, kind]`: `kind` 0 compares the view's
+/// `preempt_seq` with the acknowledged sequence; 1 goes to the native side on every check (PRESSURED
+/// and DEFENSIVE modes disable the fast path, spec/SCB.md §5.4; also when no live view exists); 2
+/// reads zeroes (no worker, detached, or lost after a scheduler restart: the core then reads its
+/// static zeroed SCB too, §6, §7). Called at registration and after every slow path.
+#[napi]
+pub fn fast_state() -> Vec<i32> {
+    HELD.with(|held| match &*held.borrow() {
+        None => vec![0, 0, ZEROES],
+        Some(h) if !h.worker.is_attached() => vec![0, 0, ZEROES],
+        Some(h) if !h.view_live || h.worker.runtime_mode() != RuntimeMode::Deterministic => {
+            vec![0, 0, ALWAYS_SLOW]
+        }
+        Some(h) => {
+            let ack = h.worker.acknowledged_seq();
+            vec![ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW]
+        }
+    })
+}
+
+/// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
+/// `ArrayBuffer` over the mapping, for `Atomics.load` at the generated offsets. Null when the worker
+/// has no SCB, or when the runtime refuses external buffers (it would hand back a copy, which never
+/// changes: the fast path then always asks the native side).
+#[napi]
+pub fn scb_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'env>>, Code> {
+    let target = with_held(token, "scbView", |h| {
+        let (Some(region), Some(slot)) = (h.worker.region(), h.worker.slot()) else { return Ok(None) };
+        if !h.worker.is_attached() {
+            return Ok(None);
+        }
+        let scb = region.scb_ptr(slot).map_err(to_js)?;
+        Ok(Some((region.clone(), scb.cast::<u8>())))
+    })?;
+    let Some((region, data)) = target else { return Ok(None) };
+    let len = CACHE_LINE_SIZE as usize;
+    // SAFETY: `data` points at `len` bytes of the mapping that `region` keeps alive; the hint moves a
+    // clone of the Arc into the buffer, dropped only by the finalizer, so the mapping outlives every
+    // JS view of it. JS may write into it: the bytes are atomics the scheduler writes, and the JS
+    // wrapper only ever loads them.
+    let buffer = unsafe { ArrayBuffer::from_external(env, data, len, region, |_, region| drop(region)) }
+        .map_err(|e| napi::Error::new(Code(morpheus::ErrorCode::Io.name()), e.reason.clone()))?;
+    let live = buffer.as_ptr() == data.cast_const();
+    HELD.with(|held| {
+        if let Some(h) = held.borrow_mut().as_mut() {
+            h.view_live = live;
+        }
+    });
+    Ok(live.then_some(buffer))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Checkpoints (slow paths; the JS fast path decides when to call them)
+
+/// The synchronous checkpoint: true = the scheduler asked, the request is acknowledged, yield now.
+#[napi]
+pub fn checkpoint_sync() -> bool {
+    morpheus::checkpoint_sync()
+}
+
+/// First half of the asynchronous checkpoint: polls the core's future once. Null when it need not
+/// yield (nothing pending, a critical section, a lost worker); otherwise the pending checkpoint,
+/// whose `finish()` the caller runs after the task has yielded to the event loop.
+#[napi]
+pub fn checkpoint_begin() -> Option<PendingCheckpoint> {
+    let mut future = morpheus::checkpoint();
+    // The JS side does the waking (setImmediate), so a no-op waker suffices.
+    let mut cx = Context::from_waker(Waker::noop());
+    match Pin::new(&mut future).poll(&mut cx) {
+        Poll::Ready(_) => None,
+        Poll::Pending => Some(PendingCheckpoint { future: Some(future) }),
+    }
+}
+
+/// A checkpoint that decided to yield and writes nothing until [`finish`](Self::finish).
+#[napi]
+pub struct PendingCheckpoint {
+    future: Option<morpheus::Checkpoint>,
+}
+
+#[napi]
+impl PendingCheckpoint {
+    /// Second half, after the task resumed: polls the core's future again, which acknowledges (only if
+    /// the worker and the region's generation are unchanged). Returns 1 when done (acknowledged), 0
+    /// when done without acknowledging (the scheduler restarted meanwhile), -1 when the core asks for
+    /// one more trip through the event loop.
+    #[napi]
+    pub fn finish(&mut self) -> i32 {
+        let Some(mut future) = self.future.take() else { return 0 };
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(true) => 1,
+            Poll::Ready(false) => 0,
+            Poll::Pending => {
+                self.future = Some(future);
+                -1
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Critical sections
+
+/// Enter a critical section on the calling thread (counted even without a worker). Returns the depth.
+#[napi]
+pub fn critical_enter() -> u32 {
+    CRITICAL.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        stack.push(morpheus::critical_section());
+        stack.len() as u32
+    })
+}
+
+/// Exit the innermost critical section; `NOT_IN_CRITICAL` (writing nothing) without one. Returns the depth.
+#[napi]
+pub fn critical_exit() -> Result<u32, Code> {
+    CRITICAL.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        match stack.pop() {
+            Some(guard) => {
+                drop(guard);
+                Ok(stack.len() as u32)
+            }
+            None => Err(to_js(Error::NotInCritical)),
+        }
+    })
+}
+
+/// The calling thread's critical-section nesting depth.
+#[napi]
+pub fn critical_depth() -> u32 {
+    CRITICAL.with(|stack| stack.borrow().len() as u32)
+}
+
+// ------------------------------------------------------------------------------------------------
+// The worker's state and settings
+
+/// Whether the worker drives an SCB (false when detached, or after a scheduler restart).
+#[napi]
+pub fn worker_attached(token: u32) -> Result<bool, Code> {
+    with_held(token, "attached", |h| Ok(h.worker.is_attached()))
+}
+
+/// The slot index, or null when detached.
+#[napi]
+pub fn worker_slot(token: u32) -> Result<Option<u32>, Code> {
+    with_held(token, "slot", |h| Ok(h.worker.slot()))
+}
+
+/// The slot's `slot_generation` at registration.
+#[napi]
+pub fn worker_slot_generation(token: u32) -> Result<u32, Code> {
+    with_held(token, "slotGeneration", |h| Ok(h.worker.slot_generation()))
+}
+
+/// Why the worker runs detached from the start, or null.
+#[napi]
+pub fn worker_detach_reason(token: u32) -> Result<Option<&'static str>, Code> {
+    with_held(token, "detachReason", |h| {
+        Ok(h.worker.detach_reason().map(|reason| match reason {
+            DetachReason::NoScheduler => "NO_SCHEDULER",
+            DetachReason::ForcedByEnvironment => "FORCED_BY_ENVIRONMENT",
+            DetachReason::Requested => "REQUESTED",
+        }))
+    })
+}
+
+/// Whether the scheduler may escalate this worker.
+#[napi]
+pub fn worker_escapable(token: u32) -> Result<bool, Code> {
+    with_held(token, "escapable", |h| Ok(h.worker.escapable()))
+}
+
+/// Opt in to or out of escalation. Detached: remembered only (spec/SCB.md §7); after a scheduler
+/// restart: `GENERATION_CHANGED`, nothing written (§6).
+#[napi]
+pub fn worker_set_escapable(token: u32, value: bool) -> Result<(), Code> {
+    with_held(token, "setEscapable", |h| match h.worker.set_escapable(value) {
+        Err(Error::Detached { .. }) => Ok(()),
+        other => other.map_err(to_js),
+    })
+}
+
+/// The advisory priority.
+#[napi]
+pub fn worker_priority(token: u32) -> Result<i32, Code> {
+    with_held(token, "priority", |h| Ok(h.worker.priority()))
+}
+
+/// Set the advisory priority (PRIORITY_MIN..PRIORITY_MAX, else `INVALID_ARGUMENT`, nothing written).
+#[napi]
+pub fn worker_set_priority(token: u32, value: i32) -> Result<(), Code> {
+    check_priority("setPriority", value)?;
+    with_held(token, "setPriority", |h| match h.worker.set_priority(value) {
+        Err(Error::Detached { .. }) => Ok(()),
+        other => other.map_err(to_js),
+    })
+}
+
+/// The runtime mode name (`DETERMINISTIC`, `PRESSURED`, `DEFENSIVE`).
+#[napi]
+pub fn worker_runtime_mode(token: u32) -> Result<&'static str, Code> {
+    with_held(token, "runtimeMode", |h| Ok(h.worker.runtime_mode().name()))
+}
+
+/// The last acknowledged `preempt_seq`.
+#[napi]
+pub fn worker_acknowledged_seq(token: u32) -> Result<BigInt, Code> {
+    with_held(token, "acknowledgedSeq", |h| Ok(BigInt::from(h.worker.acknowledged_seq())))
+}
+
+/// Yields per reason name, counted in the SDK's own memory.
+#[napi]
+pub fn worker_yield_counts(token: u32) -> Result<Vec<(String, i64)>, Code> {
+    with_held(token, "yieldCounts", |h| {
+        let counts = h.worker.yield_counts();
+        Ok(YieldReason::ALL
+            .iter()
+            .filter(|r| **r != YieldReason::None)
+            .map(|r| (r.name().to_owned(), counts.get(*r) as i64))
+            .collect())
+    })
+}
+
+/// Throws `GENERATION_CHANGED` after a scheduler restart, `DETACHED` for a worker without a region.
+#[napi]
+pub fn worker_status(token: u32) -> Result<(), Code> {
+    with_held(token, "status", |h| h.worker.status().map_err(to_js))
+}
+
+/// Record a yield the application made on its own (`EXPLICIT`), acknowledging any pending request.
+#[napi]
+pub fn worker_record_explicit_yield(token: u32) -> Result<(), Code> {
+    // Detached: nothing to acknowledge, and an explicit yield never reports DETACHED (spec/SCB.md §7).
+    with_held(token, "recordExplicitYield", |h| match h.worker.record_explicit_yield() {
+        Err(Error::Detached { .. }) => Ok(()),
+        other => other.map_err(to_js),
+    })
+}
+
+/// The ABI's default for `escapable` of a Node worker (false, spec/SCB.md §5.5).
+#[napi]
+pub fn escapable_default() -> bool {
+    morpheus_abi::escapable_default(RuntimeKind::Node)
+}
+
+/// The ABI version this addon was built with, `[major, minor]`.
+#[napi]
+pub fn abi_version() -> Vec<u32> {
+    vec![u32::from(morpheus_abi::ABI_MAJOR), u32::from(morpheus_abi::ABI_MINOR)]
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+// Checkpoints against a region file the test plays the scheduler on (direct registration): the
+// registration's bytes, the fast path's view, the async yield-then-acknowledge order (§5.1), critical
+// sections (§5.3) and restarts (§6).
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const morpheus = require('@morpheus-sched/node');
+const { TestRegion, abi } = require('./region.js');
+
+process.env.MORPHEUS_REGION = '';
+const { errors } = morpheus;
+const SLOT = 1;
+
+let region;
+let worker;
+test.beforeEach(() => {
+  region = new TestRegion();
+});
+test.afterEach(() => {
+  if (worker) worker[Symbol.dispose]();
+  worker = undefined;
+  region.close();
+  assert.equal(morpheus.criticalDepth(), 0);
+});
+
+function register(options = {}) {
+  worker = morpheus.initWorker({ region: region.path, slot: SLOT, ...options });
+  return worker;
+}
+
+const immediate = () => new Promise((resolve) => setImmediate(resolve));
+
+test('registration: RUNNING with the Node kind, escapable and priority from the options, before RUNNING', () => {
+  register({ priority: -7 });
+  assert.equal(worker.attached, true);
+  assert.equal(worker.slot, SLOT);
+  assert.equal(region.scb(SLOT, 'worker_state'), abi.WorkerState.RUNNING);
+  assert.equal(region.scb(SLOT, 'runtime_kind'), abi.RuntimeKind.NODE);
+  assert.equal(region.scb(SLOT, 'escapable'), 0, 'Node default: not escapable');
+  assert.equal(region.scb(SLOT, 'priority'), -7);
+  assert.equal(region.scb(SLOT, 'pid'), process.pid);
+  worker.close();
+  assert.equal(region.scb(SLOT, 'worker_state'), abi.WorkerState.INIT, 'direct shutdown frees the slot');
+  register({ escapable: true });
+  assert.equal(region.scb(SLOT, 'escapable'), 1);
+});
+
+test('sync: one request yields exactly once and is acknowledged; an idle checkpoint writes nothing', () => {
+  register();
+  const idle = region.bytes();
+  for (let i = 0; i < 100; i++) assert.equal(morpheus.shouldYield(), false);
+  assert.deepEqual(region.bytes(), idle);
+  region.bump(SLOT, 3);
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 3n);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+  assert.equal(region.scb(SLOT, 'last_yield_reason'), abi.YieldReason.PREEMPT_REQUEST);
+  assert.equal(morpheus.shouldYield(), false);
+  assert.equal(worker.acknowledgedSeq, 3n);
+  assert.deepEqual(worker.yieldCounts().PREEMPT_REQUEST, 1);
+});
+
+test('async: yields to the event loop once (a setImmediate queued first runs), acknowledges only on resumption', async () => {
+  register();
+  region.bump(SLOT);
+  const order = [];
+  setImmediate(() => order.push(`immediate saw ack ${region.scb(SLOT, 'last_ack_seq')}`));
+  const promise = morpheus.checkpoint();
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 0n, 'nothing acknowledged before the yield');
+  const yielded = await promise;
+  order.push(`resumed with ack ${region.scb(SLOT, 'last_ack_seq')}`);
+  assert.equal(yielded, true);
+  assert.deepEqual(order, ['immediate saw ack 0', 'resumed with ack 1']);
+  assert.equal(await morpheus.checkpoint(), false);
+});
+
+test('async: a request bumped during the suspension stays pending for the next checkpoint', async () => {
+  register();
+  region.bump(SLOT);
+  const promise = morpheus.checkpoint();
+  region.bump(SLOT);
+  assert.equal(await promise, true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n, 'acknowledges what it saw when it decided');
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 2n);
+});
+
+test('several tasks checkpointing while a request is pending each step aside once', async () => {
+  register();
+  region.bump(SLOT);
+  const results = await Promise.all([morpheus.checkpoint(), morpheus.checkpoint(), morpheus.checkpoint()]);
+  assert.deepEqual(results, [true, true, true]);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
+  assert.equal(await morpheus.checkpoint(), false);
+});
+
+test('critical sections: the flag is written by the outermost enter and exit; a request waits for the exit', async () => {
+  register();
+  morpheus.critical(() => {
+    assert.equal(region.scb(SLOT, 'in_critical'), 1);
+    morpheus.critical(() => assert.equal(region.scb(SLOT, 'in_critical'), 1));
+    assert.equal(region.scb(SLOT, 'in_critical'), 1);
+    region.bump(SLOT);
+    assert.equal(morpheus.shouldYield(), false);
+  });
+  assert.equal(region.scb(SLOT, 'in_critical'), 0);
+  await morpheus.critical(async () => {
+    assert.equal(await morpheus.checkpoint(), false);
+  });
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 0n);
+  assert.equal(await morpheus.checkpoint(), true);
+});
+
+test('registering inside an open critical section publishes in_critical = 1 at RUNNING', () => {
+  morpheus.criticalEnter();
+  try {
+    register();
+    assert.equal(region.scb(SLOT, 'in_critical'), 1);
+  } finally {
+    morpheus.criticalExit();
+  }
+  assert.equal(region.scb(SLOT, 'in_critical'), 0);
+});
+
+test('restart: a changed generation detaches the worker, which writes nothing more (§6)', async () => {
+  register();
+  region.header('generation', 7n);
+  region.bump(SLOT);
+  const before = region.bytes();
+  assert.equal(morpheus.shouldYield(), false);
+  assert.equal(worker.attached, false);
+  assert.throws(() => worker.status(), errors.GenerationChangedError);
+  assert.throws(() => (worker.escapable = true), errors.GenerationChangedError);
+  assert.throws(() => worker.setPriority(3), errors.GenerationChangedError);
+  morpheus.critical(() => assert.equal(morpheus.criticalDepth(), 1));
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), false);
+  assert.equal(await morpheus.checkpoint(), false);
+  region.header('generation', 1n);
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), false, 'a lost worker stays lost');
+  const after = region.bytes();
+  // Only what the test itself wrote differs (generation and preempt_seq).
+  region.header('generation', 7n);
+  region.scb(SLOT, 'preempt_seq', 1n);
+  assert.deepEqual(region.bytes(), before);
+  region.header('generation', 1n);
+  assert.notDeepEqual(after, before);
+  worker.close();
+  assert.equal(region.scb(SLOT, 'worker_state'), abi.WorkerState.RUNNING, 'no write to the lost region at shutdown');
+});
+
+test('async suspension spanning a restart: it yielded, and acknowledges nothing', async () => {
+  register();
+  region.bump(SLOT);
+  const promise = morpheus.checkpoint();
+  region.header('generation', 9n);
+  assert.equal(await promise, true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 0n);
+  assert.equal(region.scb(SLOT, 'yield_count'), 0n);
+});
+
+test('priority and escapable setters write the SCB; an out-of-range priority writes nothing', () => {
+  register();
+  worker.priority = abi.PRIORITY_MIN;
+  assert.equal(region.scb(SLOT, 'priority'), abi.PRIORITY_MIN);
+  morpheus.setEscapable(true);
+  assert.equal(region.scb(SLOT, 'escapable'), 1);
+  const before = region.bytes();
+  assert.throws(() => (worker.priority = abi.PRIORITY_MAX + 1), errors.InvalidArgumentError);
+  assert.throws(() => morpheus.setPriority(0.5), errors.InvalidArgumentError);
+  assert.throws(() => worker.setEscapable(1), errors.InvalidArgumentError);
+  assert.deepEqual(region.bytes(), before);
+});
+
+test('slot refusals: out of range and busy, with nothing written', () => {
+  const before = region.bytes();
+  assert.throws(() => morpheus.initWorker({ region: region.path, slot: 4 }), errors.SlotOutOfRangeError);
+  region.scb(SLOT, 'worker_state', abi.WorkerState.RUNNING);
+  const busy = region.bytes();
+  assert.throws(() => morpheus.initWorker({ region: region.path, slot: SLOT }), errors.SlotBusyError);
+  assert.deepEqual(region.bytes(), busy);
+  region.scb(SLOT, 'worker_state', abi.WorkerState.INIT);
+  assert.deepEqual(region.bytes(), before);
+  assert.equal(morpheus.currentWorker(), null);
+});
+
+test('the view outlives neither the registration nor the mapping: after close and unlink, checks read zeroes', async () => {
+  register();
+  region.bump(SLOT);
+  worker.close();
+  region.close(); // unlinks the file: the mapping lives on while a view of it exists
+  region = new TestRegion();
+  if (global.gc) global.gc();
+  await immediate();
+  assert.equal(morpheus.shouldYield(), false);
+  assert.equal(await morpheus.checkpoint(), false);
+});

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+// With the real scheduler (scx_morpheus --backend sim, observer mode): the event loop's thread registers
+// through the agent's socket and its busy `await checkpoint()` loop is asked to yield, and yields.
+// Runs when the scheduler binary is built (cargo build --release -p scx_morpheus), else is skipped.
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+const { once } = require('node:events');
+const morpheus = require('@morpheus-sched/node');
+
+const root = path.join(__dirname, '..', '..');
+const scx = path.join(process.env.CARGO_TARGET_DIR || path.join(root, 'target'), 'release', 'scx_morpheus');
+
+test('registered through the sim scheduler\'s agent, a busy loop is asked to yield and yields', { skip: fs.existsSync(scx) ? false : `${scx} is not built` }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-sched-'));
+  const region = path.join(dir, 'region');
+  const socket = path.join(dir, 'sock');
+  const scheduler = spawn(scx, ['--backend', 'sim', '--mode', 'observer', '--region', region, '--socket', socket, '--max-workers', '2'], { stdio: 'ignore' });
+  try {
+    for (let i = 0; i < 400 && !fs.existsSync(socket); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(fs.existsSync(socket), 'scx_morpheus did not start listening');
+    const worker = morpheus.initWorker({ region, socket });
+    try {
+      assert.equal(worker.attached, true);
+      assert.equal(worker.escapable, false);
+      // Busy until the scheduler has asked and the loop has yielded (bounded, not timed).
+      const deadline = performance.now() + 60_000;
+      let yielded = 0;
+      while (yielded === 0 && performance.now() < deadline) {
+        let h = 0;
+        for (let i = 0; i < 10_000; i++) h = Math.imul(h ^ i, 0x5bd1e995);
+        if (await morpheus.checkpoint()) yielded++;
+      }
+      assert.ok(yielded > 0, 'no yield within 60 s of busy checkpointing');
+      const counts = worker.yieldCounts();
+      assert.ok(counts.PREEMPT_REQUEST + counts.BUDGET + counts.DEFENSIVE >= 1, JSON.stringify(counts));
+    } finally {
+      worker.close();
+    }
+  } finally {
+    if (scheduler.exitCode === null && scheduler.signalCode === null) {
+      scheduler.kill('SIGINT');
+      await once(scheduler, 'exit');
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
