@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 #
 # The release gate refuses, and says why, in a scratch copy of this tree committed as its own repository:
-#   * an SDK that does not exist yet (node, java), a dirty tree, a kernel column that is missing, from
+#   * an SDK not releasable yet (node, java: missing, or no version key/artifact builder yet), a dirty tree, a kernel column that is missing, from
 #     another commit or red, a red live-kernel column of the SDK;
 #   * sdk-rust with its conformance agent broken on purpose (MORPHEUS_CONFORMANCE_BREAK=ack_before_yield):
 #     the refusal names a red scenario and dist/ holds no rust artifact, not even a partial one;
@@ -61,8 +61,8 @@ kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and sdk-c's and sd
 	EOF
 }
 
-expect_refusal "does not exist on this commit" node
-expect_refusal "does not exist on this commit" java
+expect_refusal "is not releasable yet" node
+expect_refusal "is not releasable yet" java
 expect_refusal "no SDK named 'cobol'" cobol
 
 touch "$repo/stray-file"

@@ -79,11 +79,11 @@ def sdk_entry(name: str) -> dict:
         raise Refused(f"no SDK named {name!r} in release/sdks.toml; known: {', '.join(sorted(table))}")
     entry = table[name]
     if not (ROOT / entry["dir"]).is_dir():
-        raise Refused(f"SDK {name!r} does not exist on this commit ({entry['dir']}/ is missing): "
-                      f"it joins the release gate when its branch lands")
+        raise Refused(f"SDK {name!r} is not releasable yet: {entry['dir']}/ does not exist on this commit "
+                      f"(it joins the release gate when its branch lands)")
     if entry["artifact"] not in BUILDERS or "version" not in entry:
-        raise Refused(f"SDK {name!r}: release/sdks.toml has no version key or release.py no builder for "
-                      f"its artifact {entry['artifact']!r} yet")
+        raise Refused(f"SDK {name!r} is not releasable yet: release/sdks.toml gives it no version key, or "
+                      f"release.py no builder for its artifact {entry['artifact']!r}")
     return entry
 
 
