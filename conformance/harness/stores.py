@@ -21,11 +21,13 @@ tracer raises Unavailable with the reason; the cell is reported as skipped with 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import signal
 import struct
 import threading
+import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -43,6 +45,8 @@ WALL = 0x40000000 | 0x20000000
 # offsetof(struct user, u_debugreg) on x86-64 (sys/user.h): where PTRACE_POKEUSER finds DR0..DR7.
 X86_64_DEBUGREG_OFFSET = 848
 MAX_WATCHES = 4  # DR0..DR3
+# How long the tracer waits for one thread to stop (it is normally a few microseconds).
+WAIT_FOR_THREAD_S = 10.0
 _LEN_BITS = {1: 0b00, 2: 0b01, 4: 0b11, 8: 0b10}  # DR7 LENn encodings
 
 
@@ -189,13 +193,20 @@ class StoreTracer:
             self._resume(tid)
 
     def _wait_for(self, tid: int) -> int:
+        # Bounded: a traced thread-group leader that has exited is reported only once every other
+        # thread has, and those may be stopped by this very tracer, so a blocking wait could wait for
+        # ever (seen with a JVM agent). Past the deadline the thread counts as gone.
         status = ctypes.c_int()
+        deadline = time.monotonic() + WAIT_FOR_THREAD_S
         while True:
-            got = _libc.waitpid(tid, ctypes.byref(status), WALL)
+            got = _libc.waitpid(tid, ctypes.byref(status), WALL | 1)  # WNOHANG
             if got == tid:
                 return status.value
             if got == -1 and ctypes.get_errno() != 4:  # EINTR
                 raise OSError(ctypes.get_errno(), "waitpid")
+            if time.monotonic() > deadline:
+                raise OSError(errno.ETIMEDOUT, f"thread {tid} did not stop within {WAIT_FOR_THREAD_S} s")
+            time.sleep(0.0005)
 
     def _resume(self, tid: int, sig: int = 0) -> None:
         # Until the mapping is found, stop at every system-call exit to look for it.

@@ -114,15 +114,13 @@ public final class Agent {
                 }
                 return ok(id, "\"iterations\":" + iterations + ",\"yields\":" + yields);
             }
-            case "critical_enter": {
-                Worker w = needWorker();
-                w.criticalEnter();
-                return ok(id, "\"depth\":" + w.criticalDepth());
+            case "critical_enter": { // the thread's depth, worker or not (SCB.md §5.3)
+                Morpheus.criticalEnter();
+                return ok(id, "\"depth\":" + Morpheus.criticalDepth());
             }
             case "critical_exit": {
-                Worker w = needWorker();
-                w.criticalExit();
-                return ok(id, "\"depth\":" + w.criticalDepth());
+                Morpheus.criticalExit();
+                return ok(id, "\"depth\":" + Morpheus.criticalDepth());
             }
             case "set_escapable": {
                 Object value = request.get("value");
@@ -204,7 +202,7 @@ public final class Agent {
 
     private String state(long id) {
         if (worker == null) {
-            return ok(id, "\"attached\":" + attached + ",\"registered\":false,\"depth\":0");
+            return ok(id, "\"attached\":" + attached + ",\"registered\":false,\"depth\":" + Morpheus.criticalDepth());
         }
         String slot = worker.slot().isPresent() ? Integer.toString(worker.slot().getAsInt()) : "null";
         return ok(id, "\"attached\":" + worker.slot().isPresent() + ",\"registered\":true,\"depth\":"

@@ -190,6 +190,38 @@ pub extern "system" fn Java_dev_morpheus_JniNative_checkpointSlow(_env: *mut jni
     })
 }
 
+/// Enter a critical section on the calling thread with or without a worker (the depth is the
+/// thread's, SCB.md §5.3); returns the new depth.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalEnter(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
+    let raw = morpheus::raw::current_raw();
+    // SAFETY: the calling thread's own state.
+    unsafe {
+        morpheus::raw::critical_enter_raw(raw);
+        (*raw).critical_depth as jint
+    }
+}
+
+/// Exit a thread-level critical section; the new depth, or `-NOT_IN_CRITICAL` (writing nothing).
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalExit(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
+    let raw = morpheus::raw::current_raw();
+    // SAFETY: the calling thread's own state.
+    unsafe {
+        match morpheus::raw::critical_exit_raw(raw) {
+            Ok(()) => (*raw).critical_depth as jint,
+            Err(err) => fail(err),
+        }
+    }
+}
+
+/// The calling thread's critical depth, worker or not.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalDepth(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
+    // SAFETY: the calling thread's own state.
+    unsafe { (*morpheus::raw::current_raw()).critical_depth as jint }
+}
+
 /// Enter a critical section; returns the new depth.
 #[no_mangle]
 pub extern "system" fn Java_dev_morpheus_JniNative_criticalEnter(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {

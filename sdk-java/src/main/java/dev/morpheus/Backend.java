@@ -11,4 +11,13 @@ interface Backend {
 
     /** See {@link Morpheus#checkRegion(String)}. */
     boolean checkRegion(String path);
+
+    /** Critical enter on the calling thread, which holds no worker (SCB.md §5.3: the depth is the thread's). */
+    void threadCriticalEnter();
+
+    /** Critical exit on the calling thread, which holds no worker; NOT_IN_CRITICAL at depth 0. */
+    void threadCriticalExit();
+
+    /** The calling thread's critical depth. */
+    int threadCriticalDepth();
 }

@@ -26,6 +26,21 @@ final class JniBackend implements Backend {
         return JniNative.check(JniNative.checkRegion(bytes(path))) == 0;
     }
 
+    @Override
+    public void threadCriticalEnter() {
+        JniNative.check(JniNative.threadCriticalEnter());
+    }
+
+    @Override
+    public void threadCriticalExit() {
+        JniNative.check(JniNative.threadCriticalExit());
+    }
+
+    @Override
+    public int threadCriticalDepth() {
+        return JniNative.threadCriticalDepth();
+    }
+
     private static byte[] bytes(String path) {
         return path == null ? null : path.getBytes(StandardCharsets.UTF_8);
     }

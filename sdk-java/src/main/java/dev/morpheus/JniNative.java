@@ -33,6 +33,15 @@ final class JniNative {
 
     static native int criticalEnter();
 
+    /** Thread-level critical section (no worker needed): new depth. */
+    static native int threadCriticalEnter();
+
+    /** Thread-level critical exit: new depth, or -NOT_IN_CRITICAL. */
+    static native int threadCriticalExit();
+
+    /** The calling thread's critical depth, worker or not. */
+    static native int threadCriticalDepth();
+
     static native int criticalExit();
 
     static native int criticalDepth();

@@ -82,6 +82,46 @@ public final class Morpheus {
         return worker != null && worker.checkpoint();
     }
 
+    /**
+     * Enter a critical section on the calling thread, with or without a worker: the nesting depth belongs
+     * to the thread (spec/SCB.md §5.3), so a section opened before {@link #register()} carries into the
+     * worker, which starts with {@code in_critical = 1}. With a worker this is {@link Worker#criticalEnter()}.
+     * {@code INVALID_ARGUMENT} on a virtual thread (it would count on whichever carrier it runs on).
+     */
+    public static void criticalEnter() {
+        Worker worker = CURRENT.get();
+        if (worker != null) {
+            worker.criticalEnter();
+        } else {
+            platformThreadBackend("criticalEnter").threadCriticalEnter();
+        }
+    }
+
+    /** Exit a section opened by {@link #criticalEnter()}; {@code NOT_IN_CRITICAL} at depth 0. */
+    public static void criticalExit() {
+        Worker worker = CURRENT.get();
+        if (worker != null) {
+            worker.criticalExit();
+        } else {
+            platformThreadBackend("criticalExit").threadCriticalExit();
+        }
+    }
+
+    /** The calling thread's critical nesting depth, worker or not. */
+    public static int criticalDepth() {
+        Worker worker = CURRENT.get();
+        return worker != null ? worker.criticalDepth() : platformThreadBackend("criticalDepth").threadCriticalDepth();
+    }
+
+    private static Backend platformThreadBackend(String operation) {
+        Thread thread = Thread.currentThread();
+        if (isVirtual(thread)) {
+            throw MorpheusException.of(ErrorCode.INVALID_ARGUMENT, operation + ": expected a platform thread, found the "
+                    + "virtual thread " + thread + " (critical depth is an OS thread's)");
+        }
+        return backend();
+    }
+
     /** The backend this JVM uses ("ffm" or "jni"), choosing it on first use. */
     public static String backendName() {
         return backend().name();

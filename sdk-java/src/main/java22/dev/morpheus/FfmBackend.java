@@ -39,6 +39,44 @@ final class FfmBackend implements Backend {
         }
     }
 
+    private static final long THREAD_DEPTH = FfmLibmorpheus.offset("morpheus_worker.critical_depth");
+
+    /** libmorpheus's state of the calling thread (never NULL): downcalls, since this is not a fast path. */
+    private static MemorySegment thread() throws Throwable {
+        return (MemorySegment) FfmLibmorpheus.THREAD.invokeExact();
+    }
+
+    @Override
+    public void threadCriticalEnter() {
+        try {
+            FfmLibmorpheus.check((int) FfmLibmorpheus.CRITICAL_ENTER_CALL.invokeExact(thread()));
+        } catch (MorpheusException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    @Override
+    public void threadCriticalExit() {
+        try {
+            FfmLibmorpheus.check((int) FfmLibmorpheus.CRITICAL_EXIT_CALL.invokeExact(thread()));
+        } catch (MorpheusException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    @Override
+    public int threadCriticalDepth() {
+        try {
+            return thread().reinterpret(THREAD_DEPTH + 4).get(JAVA_INT, THREAD_DEPTH);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
     @Override
     public Worker register(Options options) {
         try (Arena arena = Arena.ofConfined()) {

@@ -42,6 +42,9 @@ final class FfmLibmorpheus {
     static final MethodHandle CHECKPOINT_SLOW =
             function("morpheus_checkpoint_slow", FunctionDescriptor.of(JAVA_BOOLEAN, ADDRESS, JAVA_LONG), CRITICAL);
     static final MethodHandle WORKER_LOST = function("morpheus_worker_lost", FunctionDescriptor.ofVoid(ADDRESS), CRITICAL);
+    static final MethodHandle THREAD = function("morpheus_thread", FunctionDescriptor.of(ADDRESS), CRITICAL);
+    static final MethodHandle CRITICAL_ENTER_CALL =
+            function("morpheus_critical_enter_call", FunctionDescriptor.of(JAVA_INT, ADDRESS), CRITICAL);
     static final MethodHandle CRITICAL_EXIT_CALL =
             function("morpheus_critical_exit_call", FunctionDescriptor.of(JAVA_INT, ADDRESS), CRITICAL);
     static final MethodHandle STATUS = function("morpheus_worker_status", FunctionDescriptor.of(JAVA_INT, ADDRESS), CRITICAL);
