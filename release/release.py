@@ -214,8 +214,10 @@ def add_to_tar_gz(archive: Path, members: dict[str, bytes]) -> None:
 def build_crate(info: dict, stamp: dict, out: Path) -> list[Path]:
     # morpheus-abi is packaged with it (the crate depends on that exact version); a library crate ships
     # no lockfile, and without one cargo does not look the unpublished morpheus-abi up in the registry.
-    run(["cargo", "package", "--quiet", "--offline", "--no-verify", "--exclude-lockfile", "-p", "morpheus-abi", "-p", "morpheus"],
-        "cargo package")
+    # --allow-dirty: the gate has already refused a dirty tree; `build` alone (the install test, a
+    # developer's try) must work on a working tree with changes, as every other test does.
+    run(["cargo", "package", "--quiet", "--offline", "--no-verify", "--allow-dirty", "--exclude-lockfile",
+         "-p", "morpheus-abi", "-p", "morpheus"], "cargo package")
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "package"
     abi_version = json.loads(run(["cargo", "metadata", "--quiet", "--offline", "--no-deps", "--format-version", "1"],
                                  "cargo metadata", capture=True))

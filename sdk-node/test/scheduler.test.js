@@ -17,13 +17,13 @@ const scx = path.join(process.env.CARGO_TARGET_DIR || path.join(root, 'target'),
 
 test('registered through the sim scheduler\'s agent, a busy loop is asked to yield and yields', { skip: fs.existsSync(scx) ? false : `${scx} is not built` }, async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-sched-'));
-  const region = path.join(dir, 'region');
   const socket = path.join(dir, 'sock');
-  const scheduler = spawn(scx, ['--backend', 'sim', '--mode', 'observer', '--region', region, '--socket', socket, '--max-workers', '2'], { stdio: 'ignore' });
+  const scheduler = spawn(scx, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--max-workers', '2'], { stdio: 'ignore' });
   try {
     for (let i = 0; i < 400 && !fs.existsSync(socket); i++) await new Promise((r) => setTimeout(r, 50));
     assert.ok(fs.existsSync(socket), 'scx_morpheus did not start listening');
-    const worker = morpheus.initWorker({ region, socket });
+    // Since ABI 1.3 the region comes with the agent's reply (a sealed memfd per uid), never a path.
+    const worker = morpheus.initWorker({ socket });
     try {
       assert.equal(worker.attached, true);
       assert.equal(worker.escapable, false);
