@@ -67,6 +67,10 @@ static void *run_role(void *arg)
 
 	morpheus_options_init(&opts);
 	opts.escapable = job->role == UNESCAPABLE ? 0 : 1;
+	/* The critical role opens its section before registering: the depth is the thread's, so the SCB
+	 * says in_critical from the moment the worker is RUNNING (SCB.md §4, §5.3). */
+	if (job->role == CRITICAL)
+		morpheus_critical_enter(morpheus_thread());
 	int32_t rc = morpheus_worker_register(&opts, &w);
 	if (rc != 0 || w == NULL || morpheus_worker_slot(w) < 0) {
 		snprintf(job->report, sizeof job->report, "role=%s sdk=c error=registration rc=%d: %s",
@@ -76,16 +80,14 @@ static void *run_role(void *arg)
 	}
 	const struct morpheus_scb *scb = scb_of(w);
 	uint64_t seq0 = __atomic_load_n(&scb->preempt_seq, __ATOMIC_ACQUIRE);
-	if (job->role == CRITICAL)
-		morpheus_critical_enter(w);
 	double deadline = now() + job->seconds;
 	while (now() < deadline) {
 		burn(20000);
 		if (job->role == COOPERATIVE && morpheus_checkpoint(w))
 			sched_yield();
 	}
-	if (job->role == CRITICAL)
-		morpheus_critical_exit(w);
+	/* The report is taken before the section closes: once it is closed the worker, still ignoring
+	 * its requests, may rightly be escalated, and that must not count against the section. */
 	snprintf(job->report, sizeof job->report,
 		 "role=%s sdk=c slot=%lld preempt_seq_start=%llu preempt_seq=%llu last_ack_seq=%llu escalations=%u yields=%llu",
 		 ROLE_NAMES[job->role], (long long)morpheus_worker_slot(w), (unsigned long long)seq0,
@@ -93,6 +95,8 @@ static void *run_role(void *arg)
 		 (unsigned long long)__atomic_load_n(&scb->last_ack_seq, __ATOMIC_ACQUIRE),
 		 (unsigned)__atomic_load_n(&scb->escalations, __ATOMIC_RELAXED),
 		 (unsigned long long)morpheus_yield_count(w, MORPHEUS_YIELD_REASON_PREEMPT_REQUEST));
+	if (job->role == CRITICAL)
+		morpheus_critical_exit(w);
 	morpheus_worker_unregister(w);
 	return NULL;
 }

@@ -110,11 +110,15 @@ def main() -> int:
         if args.role == "cooperative" and morpheus.checkpoint():
             yields += 1
             os.sched_yield()
+    # The report is taken before the section closes: once it is closed the worker, still ignoring its
+    # requests, may rightly be escalated, and that must not count against the section (as the Rust
+    # and C workers do).
+    report = (f"role={args.role} sdk=python slot={worker.slot} preempt_seq_start={seq0} "
+              f"preempt_seq={scb[abi.Scb.PREEMPT_SEQ]} last_ack_seq={scb[abi.Scb.LAST_ACK_SEQ]} "
+              f"escalations={scb[abi.Scb.ESCALATIONS]} yields={yields}")
     if section:
         section.__exit__(None, None, None)
-    print(f"role={args.role} sdk=python slot={worker.slot} preempt_seq_start={seq0} "
-          f"preempt_seq={scb[abi.Scb.PREEMPT_SEQ]} last_ack_seq={scb[abi.Scb.LAST_ACK_SEQ]} "
-          f"escalations={scb[abi.Scb.ESCALATIONS]} yields={yields}", flush=True)
+    print(report, flush=True)
     worker.close()
     return 0
 
