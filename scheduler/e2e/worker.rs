@@ -145,14 +145,17 @@ enum Until {
 }
 
 fn run_role(role: Role, until: Until) -> Result<String, String> {
+    // The critical role opens its section before it registers: the depth is the thread's, so the SCB
+    // says in_critical from the instant the worker is RUNNING (SCB.md §4, §5.3) and the verdict cannot
+    // depend on how long the registration takes. Opened after, a slow registration under TCG left a
+    // window in which the worker was RUNNING, past slice + grace and not yet in its section.
+    let critical = (role == Role::Critical).then(morpheus::critical_section);
     let worker = register(role)?;
     let scb = ScbView::of(&worker)?;
     if FORGE_HEADER.load(Ordering::Relaxed) {
         forge_header(&worker)?;
     }
     let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
-    // A critical section for the whole run: the gate must never escalate this worker.
-    let critical = (role == Role::Critical).then(|| worker.critical_section());
     let mut sections = 0u64;
     match &until {
         Until::Seconds(seconds) => {

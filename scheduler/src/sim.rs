@@ -450,7 +450,10 @@ impl SimBackend {
         worker.run_ns = run_ns;
         let ack = scb.last_ack_seq().load(Ordering::Acquire);
         let yields = scb.yield_count().load(Ordering::Relaxed);
-        if ack != worker.last_ack || yields != worker.last_yield_count {
+        if state != WorkerState::Running.raw() {
+            // It cannot checkpoint before it is RUNNING: its runtime starts there (SCB.md §5.2).
+            worker.since_yield_ns = 0;
+        } else if ack != worker.last_ack || yields != worker.last_yield_count {
             // A yield point since the last tick: the worker starts a new slice.
             worker.since_yield_ns = 0;
         } else if let Some(switches) = read_voluntary_switches(&worker.status).filter(|s| *s != worker.voluntary_switches) {

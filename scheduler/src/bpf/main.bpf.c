@@ -518,12 +518,16 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 		reset_runtime(w, ack, now);
 		count(MORPHEUS_CNT_ACK_RESETS);
 	}
+	state = load_acquire(&scb->worker_state);
+	/* A worker cannot checkpoint before it is RUNNING, so its runtime starts there (SCB.md §5.2):
+	 * CPU time spent registering never counts against its first slice. */
+	if (state != MORPHEUS_WORKER_STATE_RUNNING)
+		reset_runtime(w, ack, now);
 	runtime = w->runtime_ns;
 	if (cpu >= 0 && now > w->run_start_ns)
 		runtime += now - w->run_start_ns;
 
 	slice = cfg_slice_ns;
-	state = load_acquire(&scb->worker_state);
 	WRITE_ONCE(scb->budget_remaining_ns, runtime < slice ? slice - runtime : 0);
 	WRITE_ONCE(scb->kernel_pressure_level, READ_ONCE(pressure_level));
 
