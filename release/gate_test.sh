@@ -101,8 +101,15 @@ assert all(c["status"] in ("pass", "n/a", "skip") for c in stamp["conformance"][
 print(f"gate-test: sdk-c {stamp['version']} released at {sys.argv[2][:12]} "
       f"({len(stamp['conformance']['sdk']['rows'])} conformance cells, {len(stamp['conformance']['kernel']['rows'])} kernel scenarios)")
 EOF
-tar -xzOf "$tarball" --wildcards '*/share/morpheus-c/RELEASE.json' | grep -q "\"commit\": \"$commit\"" ||
-	fail "the tarball's RELEASE.json does not name commit $commit"
+# Read the member whole and compare the field (a `tar | grep -q` pipeline fails under pipefail when grep
+# stops reading early and tar takes SIGPIPE, which depends on timing).
+python3 - "$tarball" "$commit" <<-'EOF' || fail "the tarball's RELEASE.json does not name commit $commit"
+import json, sys, tarfile
+with tarfile.open(sys.argv[1]) as tar:
+    member = next(m for m in tar.getmembers() if m.name.endswith("/share/morpheus-c/RELEASE.json"))
+    stamp = json.load(tar.extractfile(member))
+assert stamp["commit"] == sys.argv[2], stamp["commit"]
+EOF
 [[ -z $(find "$repo/dist" -name '.staging-*' -o -name '.old-*') ]] || fail "staging directories left in dist/"
 DIST_DIR=$repo/dist bash "$root/release/install_test.sh" c
 echo "gate-test: every refusal named its cause; sdk-c released and installed"

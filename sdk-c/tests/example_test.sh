@@ -28,7 +28,8 @@ pkg-config --exists morpheus || fail "pkg-config does not find morpheus in $PKG_
 # shellcheck disable=SC2046 # pkg-config output is a list of flags
 cc -std=c11 -O2 -Wall -Wextra -Werror "$here/examples/worker_loop.c" $(pkg-config --cflags --libs morpheus) \
   -pthread -Wl,-rpath,"$prefix/lib" -o "$build/worker_loop"
-readelf -d "$build/worker_loop" | grep -q 'NEEDED.*libmorpheus\.so\.' ||
+dynamic=$(readelf -d "$build/worker_loop")
+grep -q 'NEEDED.*libmorpheus\.so\.' <<<"$dynamic" ||
   fail "worker_loop is not linked against the installed libmorpheus.so"
 
 "$tool" create "$region" 4
