@@ -114,6 +114,7 @@ PIP_PACKAGES=(
   "maturin maturin>=1.9,<2"   # sdk-python: builds the pyo3 extension
   "pytest pytest>=8"          # sdk-python and conformance tests
   "uvloop uvloop>=0.19"       # sdk-python: the checkpoint tests under uvloop
+  "matplotlib matplotlib>=3.7"  # scheduler/compare: the comparison's p99 plots
   # add here
 )
 
@@ -197,6 +198,34 @@ setup_java() {
 # example the sid kernel for the qemu tests, fetched through a private apt
 # configuration into $MORPHEUS_CACHE, never into the system's sources).
 
+# The sched_ext schedulers scx_morpheus is compared with (scheduler/compare, tools/main.sh compare),
+# from crates.io at the scx release scx_morpheus builds against (scx_utils/scx_cargo 1.1.4), with
+# their own Cargo.lock and the same clang-19 BPF build. Installed under the project's cache, not on
+# PATH: they are guests' binaries, never the host's scheduler. Present binaries are kept, so a
+# second run is offline.
+SCX_PEERS=(
+  # "crate version" pairs.
+  "scx_bpfland 1.1.4"
+  "scx_lavd 1.1.4"
+  # add here
+)
+
+setup_scx_peers() {
+  local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
+  local entry crate version root
+  for entry in "${SCX_PEERS[@]}"; do
+    read -r crate version <<<"$entry"
+    root="$dest/$crate-$version"
+    [[ -x "$root/bin/$crate" ]] && continue
+    log "cargo: installing $crate $version into $root (first time only; several minutes)"
+    # A private target dir: never the workspace's (its build-script outputs are per worktree).
+    BPF_CLANG="${BPF_CLANG:-clang-19}" CARGO_TARGET_DIR="$dest/target" \
+      cargo install --locked --quiet --root "$root" --version "=$version" "$crate" ||
+      die "cargo install $crate $version failed (see above); it needs clang-19 and libelf (apt section)"
+  done
+  log "scx peers: ${SCX_PEERS[*]} in $dest"
+}
+
 main() {
   local start=$SECONDS
   setup_apt
@@ -205,6 +234,7 @@ main() {
   setup_python
   setup_node
   setup_java
+  setup_scx_peers
   log "done in $((SECONDS - start))s"
 }
 
