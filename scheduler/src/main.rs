@@ -434,13 +434,18 @@ fn serve(
                 last_stats = (now, counters);
             }
         }
-        next_tick += tick;
         let now = Instant::now();
-        if next_tick > now {
-            std::thread::sleep(next_tick - now);
-        } else {
+        if next_tick <= now {
             // Fell behind (a slow tick, or the machine was busy): don't try to catch up in a burst.
-            next_tick = now;
+            next_tick = (next_tick + tick).max(now);
+        }
+        if next_tick > now {
+            // Returns early when the backend has work (kernel: an escalation record); the tick after
+            // that keeps its time.
+            if let Err(e) = backend.wait(next_tick - now) {
+                result = Err(e).context("backend wait failed");
+                break;
+            }
         }
     }
     if STOP.load(Ordering::SeqCst) {

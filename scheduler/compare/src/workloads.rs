@@ -190,26 +190,30 @@ pub fn liar(section_ms: u64, rest_ms: u64, cpu: usize, socket: Option<&Path>, se
         let mut result = LiarResult { overhead_ppm: Vec::new(), escalations_inside: 0 };
         // A section is only started when it can end inside the cell's time at no overhead.
         while monotonic_ns() + section < end {
-            let esc0 = escalations_of(&worker);
             let sw0 = involuntary_switches();
             let idle0 = idle_ms(cpu);
             let guard = worker.critical_section();
+            // Read inside the section at both ends: an escalation between the exit and the
+            // acknowledgement below is of a worker outside its section, ignoring a request.
+            let esc0 = escalations_of(&worker);
             let (wall0, cpu0) = (monotonic_ns(), thread_cpu_ns());
             while thread_cpu_ns() - cpu0 < section {
                 std::hint::spin_loop();
             }
             let (wall, used) = (monotonic_ns() - wall0, thread_cpu_ns() - cpu0);
+            let esc1 = escalations_of(&worker);
             drop(guard);
             if std::env::var_os("COMPARE_DEBUG").is_some() {
                 eprintln!(
-                    "liar: section wall {} µs cpu {} µs switches {} cpu{cpu} idle {} ms",
+                    "liar: section wall {} µs cpu {} µs switches {} cpu{cpu} idle {} ms escalations {}",
                     wall / 1000,
                     used / 1000,
                     involuntary_switches() - sw0,
-                    idle_ms(cpu).saturating_sub(idle0)
+                    idle_ms(cpu).saturating_sub(idle0),
+                    esc1.wrapping_sub(esc0)
                 );
             }
-            result.escalations_inside += escalations_of(&worker).wrapping_sub(esc0) & u64::from(u32::MAX);
+            result.escalations_inside += esc1.wrapping_sub(esc0) & u64::from(u32::MAX);
             if wall0 >= start + WARMUP_NS {
                 result.overhead_ppm.push((wall.saturating_sub(used)) * 1_000_000 / used.max(1));
             }
