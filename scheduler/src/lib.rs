@@ -21,6 +21,7 @@ pub mod sim;
 pub mod snapshot;
 pub mod stats;
 pub mod stats_socket;
+pub mod top;
 pub mod watch;
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of last_hint_ns and escalation events).
