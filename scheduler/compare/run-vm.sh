@@ -55,6 +55,16 @@ for bin in "$bpfland" "$lavd"; do
 	fi
 done
 
+# The kernel (fetched once, cached), resolved here because its config goes into the guest too:
+# scx_bpfland's and scx_lavd's BPF programs read Kconfig values (libbpf looks for
+# /boot/config-<release>), which the initramfs would not have.
+if [[ ${#kernel_args[@]} -eq 0 ]]; then
+	kernel_args=(--kernel "$("$root/scheduler/vm/fetch-kernel.sh")") || die "could not get a kernel (fetch-kernel.sh failed)"
+fi
+kdir=${kernel_args[1]}
+[[ -f "$kdir/config" && -f "$kdir/kernel-release" ]] || die "$kdir has no config or kernel-release (expected a directory from fetch-kernel.sh)"
+kconfig=(--file "$kdir/config:/boot/config-$(cat "$kdir/kernel-release")")
+
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (default features: kernel) and compare, release" >&2
 (cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
@@ -73,7 +83,7 @@ code=0
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/compare" \
 	"${peer_bins[@]}" \
-	--file "$work/compare.env:/etc/morpheus/compare.env" \
+	--file "$work/compare.env:/etc/morpheus/compare.env" "${kconfig[@]}" \
 	--timeout "$timeout" --log "$log" --quiet || code=$?
 
 results="$work/results.jsonl"

@@ -194,11 +194,11 @@ fn main() -> Result<()> {
             })();
             let totals = schedulers::stop(running)?;
             outcome?;
-            if let Some(t) = totals {
+            if let Some(stats) = totals {
                 // Whole-round counters, kept on the starvation cell (the one that escalates).
                 let pool = pools.entry(("starvation".into(), "zombie+3".into(), sched.name())).or_default();
-                pool.escalations += schedulers::totals_field(&t, "escalations");
-                pool.hints += schedulers::totals_field(&t, "hints");
+                pool.escalations += schedulers::stats_counter(&stats, "/escalations");
+                pool.hints += schedulers::stats_counter(&stats, "/hints_emitted");
             }
         }
     }

@@ -3,7 +3,6 @@
 //! peers scx_bpfland and scx_lavd with their default options, and scx_morpheus's sched_ext backend in
 //! observer and enforced mode. Each is started before a round's cells and stopped after them.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -123,7 +122,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             let mut child = Command::new(&bins.morpheus)
                 .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--socket"])
                 .arg(&socket)
-                .stdout(Stdio::piped())
+                .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
                 .with_context(|| format!("cannot start {}", bins.morpheus.display()))?;
@@ -148,10 +147,11 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
     Ok(running)
 }
 
-/// Stops the scheduler and waits until the kernel is back on EEVDF. Returns scx_morpheus's exit
-/// `totals:` line (None for the others).
-pub fn stop(mut running: Running) -> Result<Option<String>> {
+/// Stops the scheduler and waits until the kernel is back on EEVDF. Returns scx_morpheus's stats
+/// snapshot, read just before it stops (None for the others).
+pub fn stop(mut running: Running) -> Result<Option<serde_json::Value>> {
     let Some(mut child) = running.child.take() else { return Ok(None) };
+    let stats = running.socket.as_deref().map(morpheus_starvation::read_stats).transpose();
     if let Some(ms) = cpu_time_ms(child.id()) {
         eprintln!("compare: {} userspace CPU time while loaded: {ms} ms", running.sched.name());
     }
@@ -159,10 +159,6 @@ pub fn stop(mut running: Running) -> Result<Option<String>> {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let status = child.wait()?;
-    let totals = match child.stdout.take() {
-        Some(out) => BufReader::new(out).lines().map_while(|l| l.ok()).find(|l| l.starts_with("totals:")),
-        None => None,
-    };
     if let Some(dir) = running.dir.take() {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -173,7 +169,7 @@ pub fn stop(mut running: Running) -> Result<Option<String>> {
         eprintln!("compare: note: {} exited with {status} on SIGINT", running.sched.name());
     }
     wait_disabled(30)?;
-    Ok(totals)
+    stats
 }
 
 /// utime + stime of a process, all threads (ms), from /proc/PID/stat.
@@ -188,11 +184,7 @@ fn cpu_time_ms(pid: u32) -> Option<u64> {
     Some(ticks * 1000 / hz)
 }
 
-/// A counter of a `totals:` line (0 when absent).
-pub fn totals_field(totals: &str, key: &str) -> u64 {
-    totals
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// A counter of scx_morpheus's stats snapshot (0 when absent).
+pub fn stats_counter(stats: &serde_json::Value, pointer: &str) -> u64 {
+    stats.pointer(pointer).and_then(|v| v.as_u64()).unwrap_or(0)
 }

@@ -4,7 +4,9 @@
 //! beside cooperative workers, all pinned to one CPU, and the helpers both use (clocks, pinning,
 //! registration through the agent's socket, the SDK's yield counters).
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -186,5 +188,23 @@ pub fn run_phase(opts: &Scenario, cpu: usize, target: Option<Target>, seconds: f
     }
     let zombie_share = zombie.join().map_err(|_| anyhow::anyhow!("the zombie thread panicked"))??;
     Ok((all, zombie_share, yields, bound))
+}
+
+
+/// scx_morpheus's stats snapshot, read from its stats socket (`<socket>.stats`, scx_stats protocol:
+/// one JSON request line, one JSON reply line).
+pub fn read_stats(socket: &Path) -> Result<serde_json::Value> {
+    let mut path = socket.as_os_str().to_owned();
+    path.push(".stats");
+    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", Path::new(&path).display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    (&stream).write_all(b"{\"req\":\"stats\",\"args\":{}}\n")?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line)?;
+    let mut reply: serde_json::Value = serde_json::from_str(&line).context("the stats reply is not JSON")?;
+    if reply["errno"] != 0 {
+        bail!("the stats request failed: {line}");
+    }
+    Ok(reply["args"]["resp"].take())
 }
 
