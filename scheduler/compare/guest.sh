@@ -20,6 +20,6 @@ compare --scx-morpheus "$(command -v scx_morpheus)" $peers $COMPARE_ARGS >/tmp/c
 rc=$?
 # Prefixed so the host picks the results out of the console log (kernel messages interleave there).
 sed 's/^/compare-vm: /' /tmp/compare.out
-sed 's/^/compare-log: /' /tmp/compare.err | tail -n 60
+sed 's/^/compare-log: /' /tmp/compare.err | tail -n 200
 echo "compare-vm: exit $rc"
 exit $rc

@@ -24,6 +24,13 @@ def load(path):
         for line in f:
             line = line.strip()
             kind, _, body = line.partition(" ")
+            if kind == "unavailable":
+                try:
+                    u = json.loads(body)
+                    print(f"report: {u['scheduler']} could not be loaded in the guest: {u['error']}", file=sys.stderr)
+                except json.JSONDecodeError:
+                    skipped += 1
+                continue
             if kind not in ("config", "result"):
                 continue
             try:
@@ -160,7 +167,8 @@ def main():
     parser.add_argument("--plots", help="directory for the PNG plots (not written without it)")
     args = parser.parse_args()
     config, results = load(args.results)
-    order = [s for s in config["schedulers"]]
+    seen = {r["scheduler"] for r in results}
+    order = [s for s in config["schedulers"] if s in seen]
     tables = index(results)
     print(f"Comparison: {config['rounds']} rounds, {config['cell_seconds']} s per cell and round, {config['cpus']} CPUs; "
           f"ratios are to {BASELINE} of the same run.")

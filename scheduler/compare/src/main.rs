@@ -147,12 +147,26 @@ fn main() -> Result<()> {
     // (table, cell, scheduler) -> pool
     let mut pools: BTreeMap<(String, String, &'static str), Pool> = BTreeMap::new();
     let mut bound_ns: Option<u64> = None;
+    let mut unavailable: Vec<(Sched, String)> = Vec::new();
     for round in 0..opts.rounds {
         let n = opts.schedulers.len();
         for k in 0..n {
             let sched = opts.schedulers[(k + round as usize) % n];
             eprintln!("compare: round {}/{}: {}", round + 1, opts.rounds, sched.name());
-            let running = schedulers::start(sched, &bins)?;
+            if unavailable.iter().any(|(s, _)| *s == sched) {
+                continue;
+            }
+            let running = match schedulers::start(sched, &bins) {
+                Ok(r) => r,
+                // A peer that cannot load here is reported and left out; scx_morpheus must load.
+                Err(e) if !sched.is_morpheus() => {
+                    eprintln!("compare: {} could not be loaded, left out of the run: {e:#}", sched.name());
+                    println!("unavailable {}", json!({"scheduler": sched.name(), "error": format!("{e:#}")}));
+                    unavailable.push((sched, format!("{e:#}")));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let socket = running.socket.clone();
             let morpheus_socket = if sched.is_morpheus() { socket.as_deref() } else { None };
             let outcome = (|| -> Result<()> {

@@ -11,6 +11,8 @@ use anyhow::{bail, Context, Result};
 
 /// Where the running kernel reports whether a sched_ext scheduler is loaded.
 const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
+/// How long a peer may take to load its BPF scheduler.
+const PEER_LOAD_SECONDS: u64 = 240;
 /// Name of the loaded sched_ext scheduler.
 const SCHED_EXT_OPS: &str = "/sys/kernel/sched_ext/root/ops";
 
@@ -107,7 +109,8 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .with_context(|| format!("cannot start {}", bin.display()))?;
-            if let Err(e) = wait_state(&mut child, sched.name(), "enabled", 60) {
+            // Generous: under TCG the verifier alone can take minutes for a large BPF scheduler.
+            if let Err(e) = wait_state(&mut child, sched.name(), "enabled", PEER_LOAD_SECONDS) {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(e);
