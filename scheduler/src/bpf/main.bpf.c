@@ -829,15 +829,14 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 	/*
 	 * Nothing else can run here: a runnable prev whose slice ended keeps the CPU for another slice
-	 * (SCX_OPS_ENQ_LAST would otherwise take it through ops.enqueue and the idle task and back),
-	 * unless its cgroup is out of quota and the hold may take it off.
+	 * (SCX_OPS_ENQ_LAST would otherwise take it through ops.enqueue and the idle task and back).
+	 * Not a task of a capped cgroup: its run is charged to the quota in ops.stopping, and the hold
+	 * in ops.enqueue decides whether it may go on.
 	 */
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
-		struct cgroup_bw *bw;
 		u64 cgid;
 
-		bw = task_bw(prev, &cgid);
-		if (!(bw && bw_exhausted(bw, bpf_ktime_get_ns()) && hold_allowed(prev)))
+		if (!task_bw(prev, &cgid))
 			scx_bpf_task_set_slice(prev, base_slice());
 	}
 }
