@@ -50,6 +50,13 @@ step_python_bench_vm() {
   bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0
 }
 
+# sdk-node's service table: the example Fastify service driven over loopback with the sim scheduler
+# running; light-route latency per yield mode (none, setImmediate every N, Morpheus) and what Morpheus
+# costs the heavy route when nothing is asked (sdk-node/BENCHMARKS.md). About 2.5 minutes at 6 s a cell.
+step_node_service() {
+  bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-6}" --rounds 3
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
@@ -58,6 +65,7 @@ STEPS=(
   starvation
   starvation_vm
   python_bench_vm
+  node_service
 )
 
 # ---------------------------------------------------------------------------
