@@ -343,10 +343,10 @@ struct Throttle {
 }
 
 /// Throttles in force; shared with the slot observer so that a released slot is lifted at once.
+///
+/// Lock order: the registry releases a slot holding the agent's slot table ([`Workers`]) and then
+/// takes this; so whoever holds this never takes the table (callers look the holder up first).
 struct Throttles {
-    /// The agent's slot table: whose cgroup a THROTTLE record means (never the record's or an SCB's
-    /// tid and pid).
-    table: Arc<Workers>,
     /// The BPF side's bookkeeping of each slot (its episode says whether a cap is still due).
     workers: MapHandle,
     by_slot: HashMap<u32, Throttle>,
@@ -360,13 +360,14 @@ struct Throttles {
 }
 
 impl Throttles {
-    fn apply(&mut self, slot: u32) {
+    /// Caps the cgroup of `holder`, the thread the agent's table names for `slot` (never a record's
+    /// or an SCB's tid and pid); None: released since the BPF side decided, nobody to cap.
+    fn apply(&mut self, slot: u32, holder: Option<&Assigned>) {
         if self.by_slot.contains_key(&slot) {
             // Already capped for this episode (a repeated record); one cap per slot.
             return;
         }
-        let Some(Assigned { tid, pid, .. }) = self.table.get(slot) else {
-            // Released since the BPF side decided: nobody to cap.
+        let Some(&Assigned { tid, pid, .. }) = holder else {
             log::debug!("throttle of slot {slot} not applied: the slot is free");
             return;
         };
@@ -408,15 +409,20 @@ impl Throttles {
         Some(ctx.esc.open != 0)
     }
 
+    /// Slots with a cap in force.
+    fn capped(&self) -> Vec<u32> {
+        self.by_slot.keys().copied().collect()
+    }
+
     /// The BPF program decides when an episode ends (its UNTHROTTLE record); should that record be
     /// lost to a full ring, a cap whose episode the program shows closed, or whose slot changed
-    /// hands, is lifted here.
-    fn lift_closed(&mut self) {
+    /// hands (`holders`: the thread the agent's table names for each capped slot), is lifted here.
+    fn lift_closed(&mut self, holders: &HashMap<u32, Option<u32>>) {
         let due: Vec<u32> = self
             .by_slot
             .iter()
             .filter(|(&slot, t)| {
-                self.table.get(slot).is_none_or(|w| w.tid != t.tid) || self.episode_open(slot) == Some(false)
+                holders.get(&slot).is_some_and(|&holder| holder != Some(t.tid)) || self.episode_open(slot) == Some(false)
             })
             .map(|(&slot, _)| slot)
             .collect();
@@ -577,7 +583,6 @@ impl KernelBackend {
         let mut skel: BpfSkel<'static> = skel;
 
         let throttles = Arc::new(Mutex::new(Throttles {
-            table: Arc::clone(&table),
             workers: MapHandle::try_from(&skel.maps.workers).context("workers map handle")?,
             by_slot: HashMap::new(),
             cgroup2_root: cgroup::cgroup2_root(),
@@ -727,7 +732,8 @@ impl KernelBackend {
                     log::debug!("kick: slot {slot} (tid {}) {} µs past slice + grace", ev.tid, ev.overrun_ns / 1000);
                 }
                 Ok(abi::EscalationAction::Throttle) => {
-                    self.throttles.lock().unwrap().apply(slot);
+                    let holder = self.table.get(slot);
+                    self.throttles.lock().unwrap().apply(slot, holder.as_ref());
                 }
                 Ok(abi::EscalationAction::Unthrottle) => {
                     self.throttles.lock().unwrap().lift(slot, "lifted by the scheduler");
@@ -770,7 +776,9 @@ impl Backend for KernelBackend {
         // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
         unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
         self.drain()?;
-        self.throttles.lock().unwrap().lift_closed();
+        let capped = self.throttles.lock().unwrap().capped();
+        let holders: HashMap<u32, Option<u32>> = capped.into_iter().map(|slot| (slot, self.table.get(slot).map(|w| w.tid))).collect();
+        self.throttles.lock().unwrap().lift_closed(&holders);
         Ok(())
     }
 
