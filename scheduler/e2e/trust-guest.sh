@@ -13,11 +13,15 @@ else
 	bad "scx_morpheus (trust: pin directory) did not start"
 fi
 
+# The cap must still be in force when the agent is killed, whatever the speed of the VM: the episode's
+# bound (--throttle-max-ms) is the longest there is, and the spinner runs until the test stops it, so
+# nothing lifts the cap between the two looks at cpu.max (with the default bound an expiry could).
 TCG=/sys/fs/cgroup/e2e-trust
 if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$TCG"; then
 	before=$(cat "$TCG/cpu.max")
-	if start_agent /tmp/trust-kill.log --mode enforced --policy throttle; then
-		morpheus-e2e-worker --cgroup "$TCG" --seconds 8 spin >/tmp/trust-kill.out 2>&1 &
+	rm -f /tmp/trust-kill.stop
+	if start_agent /tmp/trust-kill.log --mode enforced --policy throttle --throttle-max-ms 60000; then
+		morpheus-e2e-worker --cgroup "$TCG" --until /tmp/trust-kill.stop spin >/tmp/trust-kill.out 2>&1 &
 		wpid=$!
 		i=0
 		while [ "$(cat "$TCG/cpu.max")" = "$before" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
@@ -33,6 +37,7 @@ if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$TCG"; then
 		else
 			bad "scx_morpheus (trust: restart after SIGKILL) did not start"
 		fi
+		touch /tmp/trust-kill.stop
 		wait "$wpid"
 	else
 		bad "scx_morpheus (trust: throttle) did not start"
