@@ -336,7 +336,8 @@ for sdk in rust c python; do
 		live $sdk enforced_workers_ran "scx_morpheus (enforced, kick) started" false
 	fi
 done
-# --- trust (SCB.md §10): root-only pins, the effect journal across SIGKILL (e2e/trust-guest.sh) ---
+# --- trust (SCB.md §10): root-only pins, the effect journal across SIGKILL, per-uid region maps
+# attacked by another unprivileged user (e2e/trust-guest.sh) ---
 . /morpheus/trust-guest.sh
 
 # --- overhead benchmark (reported, not asserted) ----------------------------------------------

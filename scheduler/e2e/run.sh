@@ -35,6 +35,8 @@ done
 
 # scx_utils' and our build scripts run $BPF_CLANG (the workspace's .cargo/config.toml: clang-19).
 command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+# The trust-domain phase runs its workers as unprivileged users (util-linux setpriv, shipped in the image).
+command -v setpriv >/dev/null || die "setpriv (util-linux) not found"
 
 # The column names the commit it was produced at, read before the build (the release gate accepts only its own commit's);
 # a tree with uncommitted changes is marked so no commit can claim it.
@@ -85,6 +87,7 @@ code=0
 	--bin "$target_dir/release/morpheus-e2e-worker" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
 	--bin "$work/morpheus-e2e-worker-c" \
+	--bin "$(command -v setpriv)" \
 	--file "$work/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
 	--module 9p --module 9pnet_virtio --share-host-root \
 	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \

@@ -6,7 +6,8 @@
 //! `role=... key=value` line with what its Shared Control Block shows (read through the SDK's region
 //! mapping; the scheduler-written counters are what the test checks).
 //!
-//! usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] --seconds S ROLE...
+//! usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] --seconds S ROLE...
+//!        morpheus-e2e-worker [--ready FILE] --until FILE ROLE...
 //!        morpheus-e2e-worker [--cgroup DIR] --stress SECTIONS
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
 //! roles: cooperative   checkpoint_sync between pieces of work, sched_yield when it says so; escapable
@@ -18,6 +19,10 @@
 //!        THREAD_KICK and grace_ns = 0 into the region header it maps, as a hostile runtime would (S4,
 //!        spec/SCB.md §10: the scheduler must decide with its own configuration, not the header's);
 //!        `header_mode` in the report is the mode the header shows afterwards.
+//! --ready FILE: each role, once registered, writes `pid=P tid=T` (its process and thread) to FILE.
+//! --until FILE: the roles run until FILE exists instead of for a time (the test decides when).
+//! --attack VICTIM_PID:VICTIM_TID:ROOT_PID:AGENT_PID: each role, once registered, attacks another
+//!        user's worker as e2e/domains_attack.rs says, and reports what it found and forged.
 //! --stress: a `racer` (escapable, never checkpoints) enters and leaves a critical section SECTIONS
 //!        times, racing the scheduler's escalations of it, while `spin` and `unescapable` run beside it
 //!        until it is done. The end is a count, not a time, so the run does not depend on speed.
@@ -32,8 +37,13 @@ use std::time::{Duration, Instant};
 use morpheus::{Worker, YieldReason};
 use morpheus_abi::{RegionHeader, Scb};
 
+mod domains_attack;
+
 /// `--forge-header`: set once by main before any role starts.
 static FORGE_HEADER: AtomicBool = AtomicBool::new(false);
+/// `--ready` and `--attack`: set once by main before any role starts.
+static READY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+static ATTACK: std::sync::OnceLock<domains_attack::Target> = std::sync::OnceLock::new();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -142,6 +152,8 @@ enum Until {
     Seconds(f64),
     /// Sections for the racer; the others run until `done` is set.
     Sections(u64, Arc<AtomicBool>),
+    /// Until the file exists.
+    File(String),
 }
 
 fn run_role(role: Role, until: Until) -> Result<String, String> {
@@ -155,6 +167,20 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
     if FORGE_HEADER.load(Ordering::Relaxed) {
         forge_header(&worker)?;
     }
+    if let Some(path) = READY.get() {
+        let tmp = format!("{path}.tmp");
+        std::fs::write(&tmp, format!("pid={} tid={}\n", std::process::id(), gettid()))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("--ready {path}: {e}"))?;
+    }
+    let attack = match ATTACK.get() {
+        Some(target) => {
+            let found = domains_attack::probe(&worker, target)?;
+            let (forged, saved) = domains_attack::forge(&worker, target)?;
+            Some((format!("{found} forged_slots={forged}"), saved))
+        }
+        None => None,
+    };
     let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
     let mut sections = 0u64;
     match &until {
@@ -185,10 +211,18 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
                 burn(20_000);
             }
         }
+        Until::File(path) => {
+            while !std::path::Path::new(path).exists() {
+                burn(20_000);
+            }
+        }
+    }
+    if let Some((_, saved)) = &attack {
+        domains_attack::restore(&worker, saved)?;
     }
     // Read while still inside the critical section: once it ends, this worker (escapable, far past
     // slice + grace, never acknowledging) may rightly be escalated before it shuts down.
-    let line = format!(
+    let mut line = format!(
         "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={} header_mode={}",
         role.name(),
         worker.slot().unwrap_or(u32::MAX),
@@ -204,6 +238,9 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
         load!(scb, budget_remaining_ns, AtomicU64, Ordering::Relaxed),
         worker.region().map_or(u32::MAX, |r| r.scheduler_mode().map_or_else(|raw| raw, |m| m.raw())),
     );
+    if let Some((report, _)) = &attack {
+        line = format!("{line} {report}");
+    }
     drop(critical);
     worker.shutdown().map_err(|e| format!("shutdown: {e}"))?;
     Ok(line)
@@ -233,7 +270,7 @@ fn bench_cpu(iterations: u64, threads: usize) {
     println!("bench_cpu threads={threads} iterations={iterations} elapsed_ms={:.1}", start.elapsed().as_secs_f64() * 1e3);
 }
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] --seconds S ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] (--seconds S | --until FILE) ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
@@ -249,6 +286,7 @@ fn main() -> ExitCode {
     let mut threads = 2usize;
     let mut roles = Vec::new();
     let mut cgroup = None;
+    let mut until_file = None;
     let mut i = 0;
     while i < args.len() {
         let parsed: Result<(), String> = match args[i].as_str() {
@@ -284,6 +322,19 @@ fn main() -> ExitCode {
                 FORGE_HEADER.store(true, Ordering::Relaxed);
                 Ok(())
             }
+            "--ready" => value(i, "--ready").map(|v| {
+                let _ = READY.set(v);
+                i += 1;
+            }),
+            "--until" => value(i, "--until").map(|v| {
+                until_file = Some(v);
+                i += 1;
+            }),
+            "--attack" => value(i, "--attack").and_then(|v| {
+                let _ = ATTACK.set(domains_attack::Target::parse(&v)?);
+                i += 1;
+                Ok(())
+            }),
             "-h" | "--help" => return usage(),
             role => Role::parse(role).map(|r| roles.push(r)),
         };
@@ -297,14 +348,15 @@ fn main() -> ExitCode {
         bench_cpu(iterations, threads);
         return ExitCode::SUCCESS;
     }
-    let until = match (seconds, stress) {
-        (Some(s), None) if !roles.is_empty() => Until::Seconds(s),
-        (None, Some(n)) if roles.is_empty() => {
+    let until = match (seconds, stress, until_file) {
+        (Some(s), None, None) if !roles.is_empty() => Until::Seconds(s),
+        (None, None, Some(path)) if !roles.is_empty() => Until::File(path),
+        (None, Some(n), None) if roles.is_empty() => {
             roles = vec![Role::Racer, Role::Spin, Role::Unescapable];
             Until::Sections(n, Arc::new(AtomicBool::new(false)))
         }
         _ => {
-            eprintln!("morpheus-e2e-worker: give --seconds with roles, or --stress alone");
+            eprintln!("morpheus-e2e-worker: give --seconds or --until with roles, or --stress alone");
             return usage();
         }
     };

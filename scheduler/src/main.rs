@@ -387,33 +387,34 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
 
     let workers = domains::Workers::new(config.max_workers);
     let mut backend = backend::open(choice, &config, &workers)?;
-    let (placement, reply_path) = match backend.shared_domain() {
-        Some(domain) => {
-            let path = domain.region.path().to_owned();
-            (domains::Placement::Shared(domain), Some(path))
-        }
-        None => {
-            let params = region::RegionParams {
-                scb_count: config.max_workers_per_uid,
-                mode: config.mode,
-                policy: config.policy,
-                slice_ns: config.slice_ns,
-                grace_ns: config.grace_ns,
-                hint_min_interval_ns: config.hint_min_interval_ns,
-                backend: backend.kind(),
-                optional_features: if pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
-            };
-            // Fail at start-up, not at a registration, if a region cannot be allocated (S9).
-            region::Region::create_memfd("morpheus-region-probe", params.scb_count)
-                .context("cannot allocate a region of --max-workers-per-uid slots")?;
-            (domains::Placement::PerUid { params, generation }, None)
-        }
+    let params = region::RegionParams {
+        scb_count: config.max_workers_per_uid,
+        mode: config.mode,
+        policy: config.policy,
+        slice_ns: config.slice_ns,
+        grace_ns: config.grace_ns,
+        hint_min_interval_ns: config.hint_min_interval_ns,
+        backend: backend.kind(),
+        optional_features: if pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
     };
-    let domains = Arc::new(domains::Domains::new(placement));
+    // One region per uid (SCB.md §10): a sealed memfd (sim) or a BPF map the program reaches through
+    // its array of maps (kernel).
+    let maker = backend.region_maker();
+    let per_uid = if maker.is_some() { "one BPF region map per uid" } else { "one sealed memfd region per uid" };
+    let domains = Arc::new(domains::Domains::new(params.clone(), generation, maker));
+    // Fail at start-up, not at a registration, if a region cannot be allocated (S9): the agent's own
+    // uid's region is made now (kernel: it is the one pinned at PINNED_REGION_PATH); for the sim a
+    // probe is enough (its uid may never register).
+    if backend.region_maker().is_some() {
+        // SAFETY: no preconditions.
+        domains.for_uid(unsafe { libc::geteuid() }).context("cannot allocate the agent's own region")?;
+    } else {
+        region::Region::create_memfd("morpheus-region-probe", params.scb_count)
+            .context("cannot allocate a region of --max-workers-per-uid slots")?;
+    }
     log::info!(
-        "{} backend, {} (generation {:#x}), {} slots, {} per uid, {} per process, mode {}, policy {}, slice {} µs, grace {} µs",
+        "{} backend, {per_uid} (generation {:#x}), {} slots, {} per uid, {} per process, mode {}, policy {}, slice {} µs, grace {} µs",
         backend.kind(),
-        if domains.is_shared() { "one shared region" } else { "one sealed memfd region per uid" },
         generation,
         config.max_workers,
         config.max_workers_per_uid,
@@ -435,7 +436,6 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
         backend.slot_observer(),
         Some(Arc::clone(&journal)),
         limits,
-        registry::reply_path(reply_path.as_deref())?,
     );
     // The stats socket: before the registry thread starts (its bind runs under a strict umask).
     let stats_name = format!("{socket_name}.stats");
