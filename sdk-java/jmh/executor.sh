@@ -37,7 +37,7 @@ trap 'stop_scheduler; rm -rf "$dir"' EXIT
 run() { # NAME SCHEDULER_OPTIONS...
   local name=$1
   shift
-  "$scx" --backend sim --mode observer --socket "$dir/$name.sock" --max-workers 4 "$@" 2>"$out/$name.scheduler.log" &
+  "$scx" --backend sim --mode observer --socket "$dir/$name.sock" --max-workers 4 "$@" >"$out/$name.scheduler.log" 2>&1 &
   sched=$!
   for _ in $(seq 200); do [[ -S $dir/$name.sock ]] && break; sleep 0.05; done
   [[ -S $dir/$name.sock ]] || { echo "executor.sh: scx_morpheus did not start, see $out/$name.scheduler.log" >&2; exit 1; }
