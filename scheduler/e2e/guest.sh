@@ -316,7 +316,7 @@ run_node() { # one process per role (a Node process runs its JavaScript on one t
 	done
 	return $node_rc
 }
-run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only: less JIT work under TCG)
+run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
 	j_bin=$1
 	j_backend=$2
 	shift 2
@@ -324,7 +324,7 @@ run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per r
 	j_flags=""
 	[ "$j_backend" = ffm ] && j_flags=--enable-native-access=ALL-UNNAMED
 	# shellcheck disable=SC2086
-	env LD_LIBRARY_PATH="$HOST_LIBS" "$j_bin" -Xmx128m -XX:TieredStopAtLevel=1 -XX:-UsePerfData $j_flags \
+	env LD_LIBRARY_PATH="$HOST_LIBS" "$j_bin" -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData $j_flags \
 		-Dmorpheus.backend="$j_backend" -Djava.util.logging.ConsoleHandler.level=WARNING \
 		-cp /morpheus/java/morpheus.jar:/morpheus/java WorkerJava --seconds "$WORKER_SECONDS" "$@"
 }
@@ -332,7 +332,10 @@ run_java_ffm() { run_java "${JAVA25:-}" ffm "$@"; }
 run_java_jni() { run_java "${JAVA17:-}" jni "$@"; }
 if [ -f /morpheus/python.env ]; then
 	mkdir -p /hostroot
-	if mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /hostroot; then
+	# cache=loose: the host's root does not change during the test, so the guest may keep what it read
+	# (each JVM maps the same lib/modules; uncached, every page fault is a 9p round trip under TCG);
+	# msize: larger 9p messages, fewer round trips.
+	if mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /hostroot; then
 		. /morpheus/python.env
 		# node and the JDKs (e2e/run.sh); the JDKs' absolute symlinks into the host's /etc resolve here too.
 		. /morpheus/runtimes.env
