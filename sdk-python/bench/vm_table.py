@@ -51,7 +51,8 @@ for c in on["cells"]:
     w = c["workers"]
     up_on, up_off = c["units_per_s_median"], o["units_per_s_median"]
     p_on, p_off = c["probe_p99_ms_median"], o["probe_p99_ms_median"]
-    interval = 1e6 / up_on if up_on else None  # ms per 1,000 units
+    # ms per 1,000 units: the time between two checkpoints of a task (naive, morpheus; blocking has none)
+    interval = 1e6 / up_on if up_on and c["mode"] in ("naive", "morpheus") else None
     floor = cells_on.get((w, "idle"), {}).get("probe_p99_ms_median")
     naive = cells_on.get((w, "naive"), {}).get("probe_p99_ms_median")
     scaled = budget + floor + interval if c["mode"] == "morpheus" and floor is not None and interval else None
