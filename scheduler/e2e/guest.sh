@@ -20,7 +20,7 @@
 #      the verdicts are counts, not timings;
 #   7. every stop unpins the region, the hint ring is never pinned (its one consumer is the agent,
 #      which drained its records), and the kernel returns to its default scheduler;
-#   8. every SDK's own workers (Rust, C, Python) through the observer and enforced (kick) phases: each
+#   8. every SDK's own workers (Rust, C, Python, Node, Java on FFM and on JNI) through the observer and enforced (kick) phases: each
 #      check is a row of that SDK's live-kernel column (`e2e-live:` lines, judged in e2e/run.sh);
 #   9. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
@@ -264,7 +264,8 @@ fi
 # The observer and enforced (kick) phases once per SDK, with that SDK's own worker: Rust
 # (morpheus-e2e-worker), C (morpheus-e2e-worker-c on libmorpheus), Python (worker_py.py on the morpheus
 # wheel; the interpreter and its standard library come from the host's root, shared read-only over
-# virtio-9p). Each check prints an `e2e-live: SDK ROW pass|fail` line; e2e/run.sh turns them into each
+# virtio-9p), Node (worker_node.js on the npm package) and Java (WorkerJava on the jar: java-ffm on
+# JDK 25, java-jni on JDK 17), node and the JDKs from the host's root as well. Each check prints an `e2e-live: SDK ROW pass|fail` line; e2e/run.sh turns them into each
 # SDK's live-kernel column of the conformance matrix.
 live() { # live SDK ROW DESCRIPTION COMMAND...
 	l_sdk=$1
@@ -295,18 +296,62 @@ run_python() { # one process per role (threads of one interpreter would take tur
 	done
 	return $py_rc
 }
+run_node() { # one process per role (a Node process runs its JavaScript on one thread)
+	[ -n "${NODE_BIN:-}" ] || { echo "no node: /hostroot is not mounted"; return 1; }
+	node_pids=""
+	for role in "$@"; do
+		rm -f "/tmp/node-$role.rc"
+		(
+			env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" /morpheus/node/worker_node.js --seconds "$WORKER_SECONDS" "$role" \
+				>"/tmp/node-$role.out" 2>&1
+			echo $? >"/tmp/node-$role.rc"
+		) &
+		node_pids="$node_pids $!"
+	done
+	for p in $node_pids; do wait "$p"; done
+	node_rc=0
+	for role in "$@"; do
+		cat "/tmp/node-$role.out"
+		[ "$(cat "/tmp/node-$role.rc" 2>/dev/null)" = 0 ] || node_rc=1
+	done
+	return $node_rc
+}
+run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
+	j_bin=$1
+	j_backend=$2
+	shift 2
+	[ -n "$j_bin" ] || { echo "no JDK: /hostroot is not mounted"; return 1; }
+	j_flags=""
+	[ "$j_backend" = ffm ] && j_flags=--enable-native-access=ALL-UNNAMED
+	# shellcheck disable=SC2086
+	env LD_LIBRARY_PATH="$HOST_LIBS" "$j_bin" -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData $j_flags \
+		-Dmorpheus.backend="$j_backend" -Djava.util.logging.ConsoleHandler.level=WARNING \
+		-cp /morpheus/java/morpheus.jar:/morpheus/java WorkerJava --seconds "$WORKER_SECONDS" "$@"
+}
+run_java_ffm() { run_java "${JAVA25:-}" ffm "$@"; }
+run_java_jni() { run_java "${JAVA17:-}" jni "$@"; }
 if [ -f /morpheus/python.env ]; then
 	mkdir -p /hostroot
-	if mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /hostroot; then
+	# cache=loose: the host's root does not change during the test, so the guest may keep what it read
+	# (each JVM maps the same lib/modules; uncached, every page fault is a 9p round trip under TCG);
+	# msize: larger 9p messages, fewer round trips.
+	if mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /hostroot; then
 		. /morpheus/python.env
+		# node and the JDKs (e2e/run.sh); the JDKs' absolute symlinks into the host's /etc resolve here too.
+		. /morpheus/runtimes.env
+		HOST_LIBS=$PY_LIBS
+		for d in $HOST_ETC_LINKS; do
+			[ -e "$d" ] || { mkdir -p "$(dirname "$d")" && ln -s "/hostroot$d" "$d"; }
+		done
 	else
-		echo "e2e: could not mount the host's root over virtio-9p: no Python in this guest"
+		echo "e2e: could not mount the host's root over virtio-9p: no Python, Node or Java in this guest"
 	fi
 fi
-for sdk in rust c python; do
+for sdk in rust c python node java-ffm java-jni; do
+	runner=run_$(echo "$sdk" | tr - _)
 	out=/tmp/live-$sdk-observer.out
 	if start_agent /tmp/live-$sdk-observer.log --mode observer; then
-		run_$sdk spin cooperative >"$out" 2>&1
+		$runner spin cooperative >"$out" 2>&1
 		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-observer.log
@@ -323,7 +368,7 @@ for sdk in rust c python; do
 	fi
 	out=/tmp/live-$sdk-enforced.out
 	if start_agent /tmp/live-$sdk-enforced.log --mode enforced --policy kick; then
-		run_$sdk spin critical unescapable >"$out" 2>&1
+		$runner spin critical unescapable >"$out" 2>&1
 		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-enforced.log
