@@ -2,13 +2,16 @@
 //! A worker's slow-path state ([`Inner`], owned by the thread's [`RawWorker`]) and the checkpoint's
 //! slow path: deciding a yield, acknowledging it (spec/SCB.md §5.1) and the runtime modes (§5.4).
 
-use std::{ptr::addr_of, sync::atomic::Ordering, sync::Arc};
+use std::{path::PathBuf, ptr::addr_of, sync::atomic::Ordering, sync::Arc};
 
 use morpheus_abi::{PressureLevel, RuntimeKind, RuntimeMode, Scb, YieldReason};
 
 use crate::{
     agent::AgentConnection,
+    config::Config,
+    lifeline::Instance,
     protocol,
+    registration::reattach,
     raw::{generation_ok, inner, lose, RawWorker, FORCE_SLOW_PATH},
     region::{DetachReason, Region},
     sys::{self, a32, a64},
@@ -52,6 +55,8 @@ pub(crate) struct Inner {
     /// The generation found when a restart detached the worker.
     pub(crate) lost: Option<u64>,
     pub(crate) detach_reason: Option<DetachReason>,
+    /// What exactly made the worker detached or kept it from registering again (§6.1).
+    pub(crate) detach_detail: Option<String>,
     pub(crate) mode: RuntimeMode,
     pub(crate) last_hints_dropped: u32,
     pub(crate) last_yield_ns: u64,
@@ -59,6 +64,14 @@ pub(crate) struct Inner {
     pub(crate) counts: YieldCounts,
     pub(crate) escapable: bool,
     pub(crate) priority: i32,
+    /// The options of the registration, for registering again after a restart (§6.1).
+    pub(crate) config: Config,
+    /// The agent instance the worker registered with (None: direct registration, or unknown).
+    pub(crate) instance: Option<Arc<Instance>>,
+    /// The socket on which the worker waits for a scheduler instance, while it waits (§6.1).
+    pub(crate) awaiting: Option<PathBuf>,
+    /// How many times the worker registered again on its own.
+    pub(crate) reattachments: u64,
 }
 
 /// Why a checkpoint decided to yield, and what it saw.
@@ -81,6 +94,11 @@ pub(crate) unsafe fn prepare(raw: *mut RawWorker, seq: u64) -> Option<Ticket> {
         return None;
     }
     let inner = inner(raw)?;
+    if inner.awaiting.is_some() {
+        // The wake sequence moved (or the worker was just lost): a scheduler may be there (§6.1).
+        reattach(raw);
+        return None;
+    }
     let reason = if seq != inner.acked {
         YieldReason::PreemptRequest
     } else {
