@@ -82,9 +82,15 @@ impl RawWorker {
     };
 }
 
+impl RawWorker {
+    /// A thread that never registered: detached, except that its first checkpoint takes the slow
+    /// path once, which tells (once per process) that checkpoints on such a thread never yield.
+    const UNREGISTERED: RawWorker = RawWorker { cached_ack: FORCE_SLOW_PATH, ..RawWorker::DETACHED };
+}
+
 thread_local! {
     // Const-initialised and without Drop: access is a plain TLS offset, no lazy-init check.
-    static CURRENT: UnsafeCell<RawWorker> = const { UnsafeCell::new(RawWorker::DETACHED) };
+    static CURRENT: UnsafeCell<RawWorker> = const { UnsafeCell::new(RawWorker::UNREGISTERED) };
     // Touched at registration so that a thread that exits holding a worker releases its slot.
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
     // Distinguishes successive registrations of one thread (for suspended async checkpoints).

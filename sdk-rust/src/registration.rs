@@ -329,6 +329,9 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
         instance: None,
         awaiting: None,
         reattachments: 0,
+        deferred: 0,
+        deferred_since_ns: 0,
+        leak_noticed: false,
     });
 
     let wake = lifeline::WAKE_SEQ.load(Ordering::Acquire);
@@ -463,11 +466,12 @@ pub(crate) unsafe fn shutdown(raw: *mut RawWorker) -> Result<()> {
     let inner = Box::from_raw((*raw).inner as *mut Inner);
     make_detached(raw);
     (*raw).inner = std::ptr::null_mut();
-    let Inner { region, scb, slot, channel, kind, lost, .. } = *inner;
+    let Inner { region, scb, slot, channel, kind, lost, instance, .. } = *inner;
     let (Some(region), Some(slot)) = (region, slot) else { return Ok(()) };
     // A lost worker's shutdown succeeds and writes nothing, whether or not the loss was noticed
-    // before (SCB.md §6): the region belongs to a scheduler instance that no longer reads it.
-    if lost.is_some() || scb.is_null() || check_generation(&region).is_err() {
+    // before (SCB.md §6): the region belongs to a scheduler instance that no longer reads it. So
+    // does one whose agent is gone (§6.1: killed, nothing retired; no UNREGISTER to send).
+    if lost.is_some() || scb.is_null() || check_generation(&region).is_err() || instance.is_some_and(|i| i.is_gone()) {
         return Ok(());
     }
     let state = a32(addr_of!((*scb).worker_state));
