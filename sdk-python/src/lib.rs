@@ -50,6 +50,8 @@ struct Statics {
     ready: Py<Checkpoint>,
     /// `asyncio._get_running_loop` (None outside a loop, no exception), imported at the first yield.
     running_loop: PyOnceLock<Py<PyAny>>,
+    /// `asyncio.current_task`, imported at the first yield.
+    current_task: PyOnceLock<Py<PyAny>>,
     /// `_morpheus._pass` and `_morpheus._keeper`, the loop callbacks of the rotation (see `Rotation`).
     pass_callback: PyOnceLock<Py<PyAny>>,
     keeper_callback: PyOnceLock<Py<PyAny>>,
@@ -140,8 +142,15 @@ const YIELD_PASSES: u32 = 8;
 struct Rotation {
     /// The loop the state belongs to (a new loop on the thread starts afresh).
     event_loop: Option<Py<PyAny>>,
-    /// Futures of tasks suspended at a checkpoint, oldest first.
-    waiting: std::collections::VecDeque<Py<PyAny>>,
+    /// Tasks suspended at a checkpoint, oldest first.
+    waiting: std::collections::VecDeque<Waiter>,
+    /// The task resumed last, while it has its turn: its identity and its run time before the turn.
+    running: Option<(usize, u64)>,
+    /// When the running CPU-bound task's turn began: at its resumption, or for a task that was not
+    /// waiting (it joins), at the last callback of the rotation before it ran.
+    turn_started: Option<u64>,
+    /// The length of the last turn measured (CPU time): the tolerance of the choice of the next.
+    last_turn_ns: u64,
     /// The core's checkpoint of the last yielder: polling it again acknowledges (on this thread).
     unacknowledged: Option<morpheus::Checkpoint>,
     /// Yields so far: the keeper compares it to know whether the resumed task yielded again.
@@ -154,11 +163,62 @@ struct Rotation {
     passing: bool,
 }
 
+/// CPU time of the calling (loop) thread: the measure of a turn. The scheduler's slices are CPU time
+/// too, so turns cut short by a wall clock (a runtime mode's, §5.4) or stretched by the thread being
+/// preempted count for what they were. One clock read per yield, off the fast path.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// A task suspended at a checkpoint: the future its turn resolves, and its run time so far.
+struct Waiter {
+    future: Py<PyAny>,
+    task: usize,
+    run_ns: u64,
+}
+
+impl Rotation {
+    /// Account the yielder's turn and put it in the queue: its run time grows by the turn it just
+    /// had (the loop thread's CPU time), so turns cut short by anything (a mode's clock, a double request)
+    /// are made up at the next choice. A task that was not waiting joins at the least run time of
+    /// the queue, so it neither jumps the queue for ever nor starts behind (CFS's min_vruntime).
+    fn enqueue(&mut self, future: Py<PyAny>, task: usize) {
+        let ran = self.turn_started.map_or(0, |t| thread_cpu_ns().saturating_sub(t));
+        if ran > 0 {
+            self.last_turn_ns = ran;
+        }
+        let floor = self.waiting.iter().map(|w| w.run_ns).min();
+        let base = match self.running.take() {
+            Some((running, run_ns)) if running == task => run_ns,
+            Some((_, run_ns)) => floor.map_or(run_ns, |f| f.min(run_ns)),
+            None => floor.unwrap_or(0),
+        };
+        self.turn_started = None;
+        self.waiting.push_back(Waiter { future, task, run_ns: base.saturating_add(ran) });
+    }
+
+    /// Remove and return the task to resume: the oldest waiter among those within half a turn of the
+    /// least run time. With turns of equal length this is the FIFO's head (a strict rotation); a task
+    /// whose turns were cut short is resumed earlier, until it has caught up.
+    fn take_least_run(&mut self) -> Option<Waiter> {
+        let least = self.waiting.iter().map(|w| w.run_ns).min()?;
+        let within = least.saturating_add(self.last_turn_ns / 2);
+        let index = self.waiting.iter().position(|w| w.run_ns <= within)?;
+        self.waiting.remove(index)
+    }
+}
+
 thread_local! {
     static ROTATION: std::cell::RefCell<Rotation> = const {
         std::cell::RefCell::new(Rotation {
             event_loop: None,
             waiting: std::collections::VecDeque::new(),
+            running: None,
+            turn_started: None,
+            last_turn_ns: 0,
             unacknowledged: None,
             turns: 0,
             passes_left: 0,
@@ -200,6 +260,9 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
             *rotation = Rotation {
                 event_loop: Some(event_loop.clone().unbind()),
                 waiting: Default::default(),
+                running: None,
+                turn_started: None,
+                last_turn_ns: 0,
                 unacknowledged: None,
                 turns: rotation.turns,
                 passes_left: 0,
@@ -222,9 +285,13 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
     }
     let waiter = event_loop.call_method0("create_future")?;
     let first_pass = callback(py, &statics.pass_callback, "_pass")?;
+    let current_task = statics
+        .current_task
+        .get_or_try_init(py, || py.import("asyncio")?.getattr("current_task").map(Bound::unbind))?;
+    let task = current_task.bind(py).call0()?.as_ptr() as usize;
     let start_passes = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
-        rotation.waiting.push_back(waiter.clone().unbind());
+        rotation.enqueue(waiter.clone().unbind(), task);
         rotation.unacknowledged = Some(future);
         rotation.turns += 1;
         rotation.passes_left = YIELD_PASSES;
@@ -245,6 +312,10 @@ fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
     let more = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
         acknowledge_pending(&mut rotation);
+        if rotation.running.is_none() {
+            // Whoever computes next (a task made ready) starts its turn after this callback.
+            rotation.turn_started = Some(thread_cpu_ns());
+        }
         rotation.passes_left = rotation.passes_left.saturating_sub(1);
         rotation.passing = rotation.passes_left > 0;
         rotation.passing
@@ -261,17 +332,22 @@ fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
 /// whether it yielded again; if not, the next one is resumed (nobody waits forever, §5.7).
 fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
     loop {
-        let (head, turns) = ROTATION.with(|r| {
+        let (next, turns) = ROTATION.with(|r| {
             let mut rotation = r.borrow_mut();
             let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(event_loop));
-            (if same_loop { rotation.waiting.pop_front() } else { None }, rotation.turns)
+            (if same_loop { rotation.take_least_run() } else { None }, rotation.turns)
         });
-        let Some(head) = head else { return Ok(()) };
-        let head = head.bind(py);
-        if head.call_method0("done")?.is_truthy()? {
+        let Some(next) = next else { return Ok(()) };
+        let future = next.future.bind(py);
+        if future.call_method0("done")?.is_truthy()? {
             continue; // cancelled meanwhile
         }
-        head.call_method1("set_result", (true,))?;
+        future.call_method1("set_result", (true,))?;
+        ROTATION.with(|r| {
+            let mut rotation = r.borrow_mut();
+            rotation.running = Some((next.task, next.run_ns));
+            rotation.turn_started = Some(thread_cpu_ns());
+        });
         // Queued behind the resumed task's step, so it runs once that step gave control back.
         let keeper = callback(py, &statics(py).keeper_callback, "_keeper")?;
         event_loop.call_method1("call_soon", (keeper, event_loop, turns))?;
@@ -984,6 +1060,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
             stop_true: stop.call1((true,))?.unbind(),
             ready,
             running_loop: PyOnceLock::new(),
+            current_task: PyOnceLock::new(),
             pass_callback: PyOnceLock::new(),
             keeper_callback: PyOnceLock::new(),
         },

@@ -35,9 +35,12 @@ const RETRY_SOON: Duration = Duration::from_millis(2);
 /// How long a worker whose re-registration failed waits before the watcher wakes it again.
 pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-/// `(st_dev, st_ino)` of a socket path, or None if nothing is there.
-pub(crate) fn socket_identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// Which file a socket path names: device, inode and change time (a new socket may get the inode
+/// number of one just removed, never the same change time), or None if nothing is there.
+pub(crate) type SocketId = (u64, u64, i64, i64);
+
+pub(crate) fn socket_identity(path: &Path) -> Option<SocketId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// The agent instance a worker registered with: its process (a pidfd, which cannot name a later
@@ -45,7 +48,7 @@ pub(crate) fn socket_identity(path: &Path) -> Option<(u64, u64)> {
 #[derive(Debug)]
 pub(crate) struct Instance {
     socket: PathBuf,
-    socket_id: Option<(u64, u64)>,
+    socket_id: Option<SocketId>,
     pid: i32,
     pidfd: Option<OwnedFd>,
     gone: AtomicBool,
@@ -91,7 +94,7 @@ impl Instance {
 struct Awaited {
     socket: PathBuf,
     /// The socket of the instance that is gone (a new instance binds a new one).
-    old_id: Option<(u64, u64)>,
+    old_id: Option<SocketId>,
     not_before: Instant,
 }
 
@@ -156,11 +159,16 @@ pub(crate) fn instance_for(socket: &Path, pid: Option<i32>, region: &Arc<Region>
 
 /// Wait for a new instance on `socket` (one whose socket is not `old_id`), and bump [`WAKE_SEQ`] when
 /// it accepts connections, not before `delay` from now.
-pub(crate) fn await_instance(socket: &Path, old_id: Option<(u64, u64)>, delay: Duration) {
+pub(crate) fn await_instance(socket: &Path, old_id: Option<SocketId>, delay: Duration) {
     with_watch(|watch| {
         let not_before = Instant::now() + delay;
         match watch.awaited.iter_mut().find(|a| a.socket == socket) {
-            Some(existing) => existing.not_before = existing.not_before.min(not_before),
+            Some(existing) => {
+                existing.not_before = existing.not_before.min(not_before);
+                if old_id.is_some() {
+                    existing.old_id = old_id;
+                }
+            }
             None => watch.awaited.push(Awaited { socket: socket.to_path_buf(), old_id, not_before }),
         }
     });

@@ -39,7 +39,7 @@ pub(crate) struct Absent {
     /// What exactly was found, for the log line and `detach_detail` (None: nothing to add).
     pub(crate) detail: Option<String>,
     /// A socket on which a new instance would end the absence, and the old socket's identity.
-    pub(crate) awaits: Option<(PathBuf, Option<(u64, u64)>)>,
+    pub(crate) awaits: Option<(PathBuf, Option<lifeline::SocketId>)>,
 }
 
 impl Absent {
@@ -400,12 +400,21 @@ pub(crate) unsafe fn reattach(raw: *mut RawWorker) -> bool {
     inner.instance = None;
     let (escapable, priority) = (inner.escapable, inner.priority);
     let outcome = obtain(&inner.config, escapable, priority);
+    // No agent there: wait for a new socket at once. An agent that refused: try again later.
+    let mut retry_after = lifeline::RETRY_AFTER_FAILURE;
     let failure = match outcome {
         Ok(Ok(attachment)) => match start_running(raw, inner, attachment) {
             Ok(()) => None,
             Err(e) => Some(e.to_string()),
         },
-        Ok(Err(absent)) => Some(absent.detail.unwrap_or_else(|| "no scheduler found".into())),
+        Ok(Err(absent)) => {
+            retry_after = Duration::ZERO;
+            Some(absent.detail.unwrap_or_else(|| "no scheduler found".into()))
+        }
+        Err(Error::Io { context, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+            retry_after = Duration::ZERO;
+            Some(Error::Io { context, source }.to_string())
+        }
         Err(e) => Some(e.to_string()),
     };
     match failure {
@@ -442,7 +451,8 @@ pub(crate) unsafe fn reattach(raw: *mut RawWorker) -> bool {
             inner.region = old_region;
             inner.detach_detail = Some(why.clone());
             lifeline::notice(NoticeLevel::Warning, &format!("could not register again at {}: {why}; waiting for the next scheduler instance", socket.display()));
-            lifeline::await_instance(&socket, None, lifeline::RETRY_AFTER_FAILURE);
+            let old_id = if retry_after.is_zero() { lifeline::socket_identity(&socket) } else { None };
+            lifeline::await_instance(&socket, old_id, retry_after);
             await_wake(raw, wake);
             false
         }
