@@ -1,44 +1,68 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-"""Turn run.sh's JMH results (target/jmh-ffm.json, target/jmh-jni.json) into BENCHMARKS.md's tables:
-average time with its error, sample-time percentiles, and each checkpoint's ratio to its baselines."""
+"""Turn run.sh's results (target/results/*.json) into BENCHMARKS.md's tables: per configuration, each
+benchmark's average time (mean over the rounds' forks), sample-time percentiles, and each checkpoint's
+ratio to its baselines taken per round (the benchmarks of one round ran back to back) with the mean, a 95%
+interval (Student t over the rounds) and the range."""
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
-TARGET = Path(__file__).resolve().parent / "target"
-BASELINES = {"ffm": ["atomicLongGetAcquire", "segmentGetAcquire"], "jni": ["atomicLongGetAcquire", "emptyJniCall"]}
+RESULTS = Path(__file__).resolve().parent / "target" / "results"
+CONFIGS = {"ffm-25": ["atomicLongGetAcquire", "segmentGetAcquire"],
+           "jni-25": ["atomicLongGetAcquire", "emptyJniCall"],
+           "jni-17": ["atomicLongGetAcquire", "emptyJniCall"]}
+MEASURED = ["checkpoint", "criticalEnterExit"]
+# two-sided 95% Student t quantiles by degrees of freedom
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
-def load(backend):
-    rows = {}
-    for r in json.loads((TARGET / f"jmh-{backend}.json").read_text()):
-        name = r["benchmark"].rsplit(".", 1)[1]
-        m = r["primaryMetric"]
-        row = rows.setdefault(name, {"forks": r["forks"], "warmup": f'{r["warmupIterations"]}x{r["warmupTime"]}',
-                                     "measurement": f'{r["measurementIterations"]}x{r["measurementTime"]}',
-                                     "jvm": r["vmVersion"]})
-        if r["mode"] == "avgt":
-            row["avg"], row["err"] = m["score"], m["scoreError"]
-        elif r["mode"] == "sample":
-            p = m["scorePercentiles"]
-            row["p50"], row["p99"], row["p999"] = p["50.0"], p["99.0"], p["99.9"]
-    return rows
+def results(path):
+    return {r["benchmark"].rsplit(".", 1)[1]: r for r in json.loads(path.read_text())}
+
+
+def interval(values):
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    return mean, T95.get(len(values) - 1, 2.0) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def table(config, baselines):
+    rounds = [results(p) for p in sorted(RESULTS.glob(f"{config}-avgt-*.json"))]
+    if not rounds:
+        return
+    sample = results(RESULTS / f"{config}-sample.json") if (RESULTS / f"{config}-sample.json").exists() else {}
+    first = next(iter(rounds[0].values()))
+    print(f"\n### `{config}`: {config.split('-')[0]} backend on JDK {first['vmVersion']}; {len(rounds)} rounds of one "
+          f"fork each, warm-up {first['warmupIterations']}x{first['warmupTime']}, measurement "
+          f"{first['measurementIterations']}x{first['measurementTime']}\n")
+    print("| benchmark | avg ns/op (mean of rounds) | ± (95%) | p50 | p99 | p99.9 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in sorted(rounds[0]):
+        mean, half = interval([r[name]["primaryMetric"]["score"] for r in rounds])
+        p = sample.get(name, {}).get("primaryMetric", {}).get("scorePercentiles", {})
+        print(f"| `{name}` | {mean:.2f} | {half:.2f} | {p.get('50.0', math.nan):.0f} | {p.get('99.0', math.nan):.0f} "
+              f"| {p.get('99.9', math.nan):.0f} |")
+    print("\n| ratio (per round) | mean | ± (95%) | min | max |")
+    print("|---|---:|---:|---:|---:|")
+    for name in MEASURED:
+        for base in baselines:
+            ratios = [r[name]["primaryMetric"]["score"] / r[base]["primaryMetric"]["score"] for r in rounds]
+            mean, half = interval(ratios)
+            print(f"| `{name}` ÷ `{base}` | {mean:.2f} | {half:.2f} | {min(ratios):.2f} | {max(ratios):.2f} |")
 
 
 def main():
-    for backend in ("ffm", "jni"):
-        rows = load(backend)
-        any_row = next(iter(rows.values()))
-        print(f"\n### Backend `{backend}` (JDK {any_row['jvm']}; {any_row['forks']} forks, warm-up {any_row['warmup']}, "
-              f"measurement {any_row['measurement']})\n")
-        print("| benchmark | avg ns/op | ± (99.9%) | p50 | p99 | p99.9 | " +
-              " | ".join(f"ratio to {b}" for b in BASELINES[backend]) + " |")
-        print("|---|---:|---:|---:|---:|---:|" + "---:|" * len(BASELINES[backend]))
-        for name, row in rows.items():
-            ratios = " | ".join(f'{row["avg"] / rows[b]["avg"]:.2f}' for b in BASELINES[backend])
-            print(f'| `{name}` | {row["avg"]:.2f} | {row["err"]:.2f} | {row.get("p50", float("nan")):.0f} | '
-                  f'{row.get("p99", float("nan")):.0f} | {row.get("p999", float("nan")):.0f} | {ratios} |')
+    for config, baselines in CONFIGS.items():
+        table(config, baselines)
+    load = RESULTS / "load.txt"
+    if load.exists():
+        print("\nLoad average (1, 5, 15 min) at the start, after each configuration's fork, and at the end:")
+        print("`" + " / ".join(line.split("load average:")[-1].strip() if "load average" in line else line.strip()
+                               for line in load.read_text().splitlines()) + "`")
     return 0
 
 

@@ -7,28 +7,61 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { execFileSync } = require('node:child_process');
 const { Worker: Thread } = require('node:worker_threads');
-const { once } = require('node:events');
 const morpheus = require('@morpheus-sched/node');
 const { TestRegion, abi } = require('./region.js');
 
 process.env.MORPHEUS_REGION = '';
 const ROOT = path.join(__dirname, '..');
 
-/** Run `body` (a function's source, with `morpheus`, `post`, `data` in scope) on a new worker thread. */
+/**
+ * Run `body` (a function's source, with `morpheus`, `post`, `data` in scope) on a new worker thread.
+ * Returns the thread with `next()` (its next message) and `exited` (its exit code), both listened for
+ * from the start: when a thread posts and ends before this thread's loop turns, Node delivers its
+ * queued messages and then 'exit' in one synchronous burst (Worker's exit handler drains the port),
+ * so an `events.once()` taken after an earlier await would miss them and the test would hang.
+ */
 function thread(body, data) {
   const source = `
     const { parentPort, workerData: data } = require('node:worker_threads');
     const morpheus = require(${JSON.stringify(ROOT)});
     const post = (m) => parentPort.postMessage(m);
     (${body})().catch((e) => post({ error: e.stack, code: e.code }));`;
-  return new Thread(source, { eval: true, workerData: data });
-}
-
-function message(thread) {
-  return once(thread, 'message').then(([m]) => {
-    if (m && m.error) throw new Error(`thread failed: ${m.error}`);
-    return m;
+  const t = new Thread(source, { eval: true, workerData: data });
+  const inbox = [];
+  const waiting = [];
+  let ended = null; // why no further message can come, once the thread has ended
+  const settle = () => {
+    while (waiting.length > 0 && (inbox.length > 0 || ended !== null)) {
+      const { resolve, reject } = waiting.shift();
+      if (inbox.length > 0) {
+        const m = inbox.shift();
+        if (m && m.error) reject(new Error(`thread failed: ${m.error}`));
+        else resolve(m);
+      } else {
+        reject(ended);
+      }
+    }
+  };
+  t.on('message', (m) => {
+    inbox.push(m);
+    settle();
   });
+  t.on('error', (error) => {
+    ended ??= error;
+    settle();
+  });
+  t.exited = new Promise((resolve) => {
+    t.on('exit', (code) => {
+      ended ??= new Error(`thread exited (code ${code}) without posting the message awaited`);
+      settle();
+      resolve(code);
+    });
+  });
+  t.next = () => new Promise((resolve, reject) => {
+    waiting.push({ resolve, reject });
+    settle();
+  });
+  return t;
 }
 
 test('each worker thread registers its own slot and sees only its own requests', async () => {
@@ -44,15 +77,15 @@ test('each worker thread registers its own slot and sees only its own requests',
       worker.close();
       post({ closed: true });
     }, { path: region.path });
-    assert.deepEqual(await message(t), { slot: 1, registered: true });
+    assert.deepEqual(await t.next(), { slot: 1, registered: true });
     assert.equal(region.scb(1, 'worker_state'), abi.WorkerState.RUNNING);
     assert.notEqual(region.scb(1, 'tid'), region.scb(0, 'tid'));
     region.bump(1);
     assert.equal(morpheus.shouldYield(), false, 'the main thread was not asked');
     t.postMessage({ port: 1 });
-    assert.deepEqual(await message(t), { yielded: true, again: false, port: 1 });
-    assert.deepEqual(await message(t), { closed: true });
-    await once(t, 'exit');
+    assert.deepEqual(await t.next(), { yielded: true, again: false, port: 1 });
+    assert.deepEqual(await t.next(), { closed: true });
+    assert.equal(await t.exited, 0);
     assert.equal(region.scb(1, 'worker_state'), abi.WorkerState.INIT);
     assert.equal(region.scb(0, 'last_ack_seq'), 0n);
     main.close();
@@ -69,9 +102,8 @@ test('a worker thread that exits without close() frees its slot', async () => {
       morpheus.criticalEnter(); // and leaves a section open
       post({ registered: true });
     }, { path: region.path });
-    assert.deepEqual(await message(t), { registered: true });
-    const [code] = await once(t, 'exit');
-    assert.equal(code, 0);
+    assert.deepEqual(await t.next(), { registered: true });
+    assert.equal(await t.exited, 0);
     assert.equal(region.scb(2, 'worker_state'), abi.WorkerState.INIT);
     assert.equal(region.scb(2, 'tid'), 0);
   } finally {
@@ -87,7 +119,7 @@ test('a terminated worker thread frees its slot too', async () => {
       post({ registered: true });
       await new Promise(() => setInterval(() => {}, 1000)); // never ends on its own
     }, { path: region.path });
-    assert.deepEqual(await message(t), { registered: true });
+    assert.deepEqual(await t.next(), { registered: true });
     await t.terminate();
     assert.equal(region.scb(3, 'worker_state'), abi.WorkerState.INIT);
   } finally {

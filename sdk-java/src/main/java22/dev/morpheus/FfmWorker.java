@@ -37,6 +37,13 @@ final class FfmWorker extends Worker {
     private static final MemorySegment ALL = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
     private static final VarHandle LONG = JAVA_LONG.varHandle();
     private static final VarHandle INT = JAVA_INT.varHandle();
+    /**
+     * Every SCB address satisfies this mask: below 2^56 (the largest user address of any 64-bit Linux) and
+     * 64-byte aligned (the SCB's alignment). ANDing the address with it changes nothing, but tells the JIT
+     * the offset's range and low bits, so it drops the segment's bounds and alignment checks and the
+     * checkpoint compiles to a plain load and compare; {@link #sync()} checks that it holds.
+     */
+    private static final long SCB_ADDRESS_MASK = (1L << 56) - ScbLayout.LAYOUT.byteAlignment();
 
     private static final long W_PREEMPT_SEQ = FfmLibmorpheus.offset("morpheus_worker.preempt_seq");
     private static final long W_CACHED_ACK = FfmLibmorpheus.offset("morpheus_worker.cached_ack");
@@ -66,6 +73,10 @@ final class FfmWorker extends Worker {
     /** Take the fast-path state from the core after it ran (it may have acknowledged or detached). */
     private void sync() {
         scb = (long) LONG.get(ALL, raw + W_PREEMPT_SEQ) - ScbOffsets.PREEMPT_SEQ;
+        if ((scb & ~SCB_ADDRESS_MASK) != 0) {
+            throw new IllegalStateException("libmorpheus's SCB address 0x" + Long.toHexString(scb)
+                    + " is not a " + ScbLayout.LAYOUT.byteAlignment() + "-byte aligned user address below 2^56");
+        }
         cachedAck = (long) LONG.get(ALL, raw + W_CACHED_ACK);
         long inCritical = (long) LONG.get(ALL, raw + W_IN_CRITICAL);
         attached = inCritical != 0;
@@ -81,7 +92,7 @@ final class FfmWorker extends Worker {
         if (Thread.currentThread() != owner) {
             return false; // another thread's worker: the detached checkpoint, nothing read
         }
-        long seq = (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb);
+        long seq = (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & SCB_ADDRESS_MASK);
         if (seq == cachedAck) {
             return false;
         }
@@ -125,7 +136,7 @@ final class FfmWorker extends Worker {
             return;
         }
         if (generationOk()) {
-            ScbLayout.IN_CRITICAL.setOpaque(ALL, scb, 1);
+            ScbLayout.IN_CRITICAL.setOpaque(ALL, scb & SCB_ADDRESS_MASK, 1);
             VarHandle.fullFence(); // the section's loads stay after the flag's store (spec/SCB.md §3.1)
         } else {
             lost();
@@ -146,7 +157,7 @@ final class FfmWorker extends Worker {
             return;
         }
         if (generationOk()) {
-            ScbLayout.IN_CRITICAL.setRelease(ALL, scb, 0);
+            ScbLayout.IN_CRITICAL.setRelease(ALL, scb & SCB_ADDRESS_MASK, 0);
         } else {
             lost();
         }

@@ -5,10 +5,8 @@ import dev.morpheus.abi.Abi;
 import dev.morpheus.abi.RegionHeaderOffsets;
 import dev.morpheus.abi.ScbOffsets;
 import java.io.IOException;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -32,10 +30,12 @@ import org.openjdk.jmh.infra.BenchmarkParams;
 
 /**
  * The checkpoint's fast path (nothing pending) and a critical enter+exit, per backend, beside the reads
- * they are judged against, all in one run: {@code AtomicLong.getAcquire()}, a {@code VarHandle.getAcquire}
- * on a mapped {@code MemorySegment} held in a static final field, and an empty JNI call. Each read is
- * compared with a long held in a field, as the checkpoint compares preempt_seq with its cached ack.
- * The backend is the {@code backend} parameter, passed to each fork as -Dmorpheus.backend.
+ * they are judged against: {@code AtomicLong.getAcquire()} and an empty JNI call (the FFM baseline, a
+ * {@code VarHandle.getAcquire} on a static final mapped segment, is {@link SegmentBaselineBench}, which
+ * needs JDK 22; this class builds for JDK 17 as well). Each read is compared with a long held in a field,
+ * as the checkpoint compares preempt_seq with its cached ack. The backend is the {@code backend}
+ * parameter, passed to each fork as -Dmorpheus.backend. The region file is written with plain Java 17
+ * (a MappedByteBuffer) so that the class runs on JDK 17.
  */
 @BenchmarkMode({Mode.AverageTime, Mode.SampleTime})
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
@@ -44,10 +44,6 @@ import org.openjdk.jmh.infra.BenchmarkParams;
 @Fork(value = 3, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED"})
 @State(Scope.Thread)
 public class CheckpointBench {
-    /** A mapped 4 KiB file: the plain-segment baseline (static final, as the notes require). */
-    private static final MemorySegment PLAIN = mapScratch();
-    private static final VarHandle PLAIN_LONG = ValueLayout.JAVA_LONG.varHandle();
-
     @Param({"ffm", "jni"})
     public String backend;
 
@@ -80,11 +76,6 @@ public class CheckpointBench {
     }
 
     @Benchmark
-    public boolean segmentGetAcquire() {
-        return (long) PLAIN_LONG.getAcquire(PLAIN, 0L) == cachedAck;
-    }
-
-    @Benchmark
     public void emptyJniCall() {
         JniNative.nop();
     }
@@ -101,32 +92,26 @@ public class CheckpointBench {
         }
     }
 
-    private static MemorySegment mapScratch() {
-        try {
-            Path file = Files.createTempFile("morpheus-jmh-plain-", ".bin");
-            file.toFile().deleteOnExit();
-            try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                return channel.map(FileChannel.MapMode.READ_WRITE, 0, 4096, Arena.global());
-            }
-        } catch (IOException e) {
-            throw new ExceptionInInitializerError(e);
+    /** A one-slot sim region the benchmark thread registers in directly (nobody bumps it). */
+    private static void writeRegion(Path path) throws IOException {
+        int size = Math.toIntExact(RegionHeaderOffsets.SIZE + ScbOffsets.SIZE);
+        try (FileChannel channel = FileChannel.open(path, StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
+                StandardOpenOption.WRITE)) {
+            MappedByteBuffer b = channel.map(FileChannel.MapMode.READ_WRITE, 0, size);
+            b.order(ByteOrder.LITTLE_ENDIAN);
+            b.putLong(at(RegionHeaderOffsets.MAGIC), Abi.REGION_MAGIC);
+            b.putShort(at(RegionHeaderOffsets.ABI_MAJOR), (short) Abi.ABI_MAJOR);
+            b.putShort(at(RegionHeaderOffsets.ABI_MINOR), (short) Abi.ABI_MINOR);
+            b.putInt(at(RegionHeaderOffsets.HEADER_SIZE), (int) RegionHeaderOffsets.SIZE);
+            b.putInt(at(RegionHeaderOffsets.SCB_STRIDE), (int) ScbOffsets.SIZE);
+            b.putInt(at(RegionHeaderOffsets.SCB_COUNT), 1);
+            b.putLong(at(RegionHeaderOffsets.SLICE_NS), Abi.DEFAULT_SLICE_NS);
+            b.putLong(at(RegionHeaderOffsets.GENERATION), 1L); // last: a reader seeing it sees the rest
+            b.force();
         }
     }
 
-    /** A one-slot sim region the benchmark thread registers in directly (nobody bumps it). */
-    private static void writeRegion(Path path) throws IOException {
-        long size = RegionHeaderOffsets.SIZE + ScbOffsets.SIZE;
-        try (FileChannel channel = FileChannel.open(path, StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
-                StandardOpenOption.WRITE); Arena arena = Arena.ofConfined()) {
-            MemorySegment s = channel.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-            s.set(ValueLayout.JAVA_LONG, RegionHeaderOffsets.MAGIC, Abi.REGION_MAGIC);
-            s.set(ValueLayout.JAVA_SHORT, RegionHeaderOffsets.ABI_MAJOR, (short) Abi.ABI_MAJOR);
-            s.set(ValueLayout.JAVA_SHORT, RegionHeaderOffsets.ABI_MINOR, (short) Abi.ABI_MINOR);
-            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.HEADER_SIZE, (int) RegionHeaderOffsets.SIZE);
-            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.SCB_STRIDE, (int) ScbOffsets.SIZE);
-            s.set(ValueLayout.JAVA_INT, RegionHeaderOffsets.SCB_COUNT, 1);
-            s.set(ValueLayout.JAVA_LONG, RegionHeaderOffsets.SLICE_NS, Abi.DEFAULT_SLICE_NS);
-            ValueLayout.JAVA_LONG.varHandle().setRelease(s, RegionHeaderOffsets.GENERATION, 1L);
-        }
+    private static int at(long offset) {
+        return Math.toIntExact(offset);
     }
 }

@@ -26,7 +26,8 @@ import org.openjdk.jmh.annotations.Warmup;
 /**
  * Where the FFM checkpoint's time goes: the same read of a mapped u64 through the address-space segment,
  * with the generated layout VarHandle (root alignment 64 checked) or a plain JAVA_LONG one, with and
- * without the owner-thread check the SDK makes, and a byte-buffer view over a segment of the same memory,
+ * without the owner-thread check the SDK makes, with the address masked as FfmWorker masks it (so the
+ * JIT drops the bounds and alignment checks: the SDK's shape) or not, and a byte-buffer view over a segment of the same memory,
  * beside AtomicLong.getAcquire. Not the SDK's code: its shape, for BENCHMARKS.md.
  */
 @BenchmarkMode(Mode.AverageTime)
@@ -38,6 +39,8 @@ import org.openjdk.jmh.annotations.Warmup;
 public class FastPathAblationBench {
     private static final MemorySegment ALL = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
     private static final VarHandle PLAIN = ValueLayout.JAVA_LONG.varHandle();
+    /** FfmWorker's mask: tells the JIT the offset is below 2^56 and 64-byte aligned. */
+    private static final long MASK = (1L << 56) - 64;
 
     private static final VarHandle BUFFER_LONG =
             java.lang.invoke.MethodHandles.byteBufferViewVarHandle(long[].class, java.nio.ByteOrder.LITTLE_ENDIAN);
@@ -78,6 +81,14 @@ public class FastPathAblationBench {
             return false;
         }
         return (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb) != cachedAck;
+    }
+
+    @Benchmark
+    public boolean layoutHandleMaskedOwnerChecked() {
+        if (Thread.currentThread() != owner) {
+            return false;
+        }
+        return (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & MASK) != cachedAck;
     }
 
     @Benchmark
