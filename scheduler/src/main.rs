@@ -351,7 +351,12 @@ fn run(opts: Opts) -> Result<()> {
     // agent then sets everything up again, with a new generation its runtimes re-register under.
     let result = loop {
         match run_instance(&opts, config.clone(), metrics_address) {
-            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => log::info!("the BPF scheduler asked to be restarted; restarting"),
+            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => {
+                log::info!("the BPF scheduler asked to be restarted; restarting");
+                if !backend::wait_sched_ext_disabled(Duration::from_secs(10)) {
+                    break Err(anyhow::anyhow!("restart: sched_ext is still not disabled 10 s after the BPF scheduler exited"));
+                }
+            }
             Ok(_) => break Ok(()),
             Err(e) => break Err(e),
         }
