@@ -131,6 +131,10 @@ pub fn monitor(path: &Path, interval: Duration, stop: impl Fn() -> bool) -> Resu
         let mut reader = match Reader::connect(path) {
             Ok(r) => r,
             Err(e) => {
+                // Not allowed to read it: waiting will not change that.
+                if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)) {
+                    return Err(e);
+                }
                 // Said once, and not for the first miss (an agent that is still starting up).
                 failures += 1;
                 if failures == 2 {
