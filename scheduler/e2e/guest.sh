@@ -41,6 +41,8 @@ check() { # check DESCRIPTION COMMAND...
 field() { awk -v role="role=$1" -v key="$2" '$1 == role { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) print kv[2] } }' "$3"; }
 state() { cat /sys/kernel/sched_ext/state; }
 SOCK=/run/morpheus/agent.sock
+# agent_stat POINTER: a field of the running agent's stats, read from its stats socket (morpheus stats)
+agent_stat() { morpheus stats --socket "$SOCK" --get "$1"; }
 WORKER_SECONDS=${WORKER_SECONDS:-3}
 
 agent_pid=""
@@ -130,8 +132,8 @@ if start_agent /tmp/observer.log --mode observer; then
 	check "cooperative worker's acknowledgements caught up (last_ack_seq <= preempt_seq)" \
 		test "$(field cooperative last_ack_seq /tmp/observer.out)" -le "$(field cooperative preempt_seq /tmp/observer.out)"
 	check "cooperative worker was never escalated" test "$(field cooperative escalations /tmp/observer.out)" = 0
+	drained=$(agent_stat /backend_counters/hint_records)
 	stop_agent /tmp/observer.log
-	drained=$(sed -n 's/.*hint records drained: \([0-9]*\).*/\1/p' /tmp/observer.log | tail -n 1)
 	check "the agent drained the hint ring's records (${drained:-none})" test "${drained:-0}" -gt 0
 else
 	bad "scx_morpheus (observer) did not start"
@@ -151,13 +153,13 @@ if start_agent /tmp/enforced.log --mode enforced --policy kick; then
 		s1=$(field $role preempt_seq /tmp/enforced.out)
 		check "$role worker was still hinted ($s0 -> $s1)" test "${s1:-0}" -gt "${s0:-0}"
 	done
+	# The BPF gate's own view (the agent's stats): verdicts counted as blocked by critical section and
+	# by escapable=0.
+	escalate=$(agent_stat /gate_verdicts/escalate)
+	not_escapable=$(agent_stat /gate_verdicts/not_escapable)
+	critical=$(agent_stat /gate_verdicts/critical)
+	echo "e2e: gate verdicts escalate=$escalate not_escapable=$not_escapable critical=$critical"
 	stop_agent /tmp/enforced.log
-	# The BPF gate's own view: verdicts counted as blocked by critical section and by escapable=0.
-	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/enforced.log | tail -n 1)
-	echo "e2e: gate verdicts (ESCALATE,MODE,POLICY_NONE,STATE,NOT_ESCAPABLE,CRITICAL,ACKNOWLEDGED,WITHIN_GRACE) = $verdicts"
-	not_escapable=$(echo "$verdicts" | cut -d, -f5)
-	critical=$(echo "$verdicts" | cut -d, -f6)
-	escalate=$(echo "$verdicts" | cut -d, -f1)
 	check "gate escalated at least once (ESCALATE=$escalate)" test "${escalate:-0}" -gt 0
 	check "gate blocked the escapable=0 worker (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
 	check "gate blocked the critical-section worker (CRITICAL=$critical)" test "${critical:-0}" -gt 0
@@ -215,10 +217,9 @@ if [ -d "$CG" ] && start_agent /tmp/hybrid.log --mode enforced --policy hybrid -
 	cat /tmp/hybrid.out
 	esc=$(field spin escalations /tmp/hybrid.out)
 	check "non-acknowledging worker was escalated more than once (escalations=$esc)" test "${esc:-0}" -ge 2
+	kicks=$(agent_stat /backend_counters/kicks)
+	throttles=$(agent_stat /backend_counters/throttles)
 	stop_agent /tmp/hybrid.log
-	counters=$(grep 'BPF counters' /tmp/hybrid.log | tail -n 1)
-	kicks=$(echo "$counters" | sed -n 's/.* kicks=\([0-9]*\).*/\1/p')
-	throttles=$(echo "$counters" | sed -n 's/.* throttles=\([0-9]*\).*/\1/p')
 	echo "e2e: hybrid BPF counters: kicks=$kicks throttles=$throttles"
 	check "hybrid kicked (kicks=$kicks)" test "${kicks:-0}" -gt 0
 	check "hybrid throttled after kicking (throttles=$throttles)" test "${throttles:-0}" -gt 0
@@ -245,9 +246,12 @@ if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; 
 	morpheus-e2e-worker --cgroup "$CG" --stress "$STRESS_SECTIONS" >/tmp/stress.out 2>&1
 	check "stress workers ran (exit $?)" test $? -eq 0
 	cat /tmp/stress.out
+	# The BPF program's counters, from the agent's stats before it stops.
+	for c in kicks throttles kicks_spared_critical holds_spared_critical held_in_critical; do
+		eval "bpf_$c=\$(agent_stat /backend_counters/$c)"
+	done
+	bpf() { eval "echo \${bpf_$1:-}"; }
 	stop_agent /tmp/stress.log
-	counters=$(grep 'BPF counters' /tmp/stress.log | tail -n 1)
-	bpf() { echo "$counters" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"; }
 	sections=$(field racer sections /tmp/stress.out)
 	echo "e2e-stress: sections=$sections racer_escalations=$(field racer escalations /tmp/stress.out) spin_escalations=$(field spin escalations /tmp/stress.out) kicks=$(bpf kicks) throttles=$(bpf throttles) kicks_spared_critical=$(bpf kicks_spared_critical) holds_spared_critical=$(bpf holds_spared_critical) held_in_critical=$(bpf held_in_critical) unescapable_escalations=$(field unescapable escalations /tmp/stress.out)"
 	check "the racer entered $STRESS_SECTIONS critical sections (sections=$sections)" test "${sections:-0}" -eq "$STRESS_SECTIONS"

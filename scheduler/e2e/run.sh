@@ -45,7 +45,7 @@ commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 # Default features (they include `kernel`); scheduler/starvation/run.sh builds with the same command.
 echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
-(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus)
 
 # The other SDKs' workers (guest.sh's live phases): C linked statically against libmorpheus.a; Python's
 # wheel installed into a directory shipped in the initramfs, its interpreter taken from the host's root
@@ -111,6 +111,7 @@ code=0
 	--init-script "$here/guest.sh" \
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/morpheus-e2e-worker" \
+	--bin "$target_dir/release/morpheus" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
 	--bin "$work/morpheus-e2e-worker-c" \
 	--bin "$(command -v setpriv)" \
