@@ -6,6 +6,7 @@ export const {
   ABI_MAJOR,
   ABI_MINOR,
   ESCAPABLE_DEFAULT,
+  YIELD_PASSES,
   MorpheusError,
   errors,
   Region,
@@ -22,5 +23,6 @@ export const {
   setEscapable,
   setPriority,
   shouldYield,
+  yieldRequested,
 } = cjs;
 export default cjs;
