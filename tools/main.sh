@@ -47,7 +47,7 @@ step_starvation_vm() {
 # in the VM: off (kernel default scheduler) and scx_morpheus on sched_ext in one boot, probe p99 beside
 # slice + grace and its ratio to off (sdk-python/BENCHMARKS.md).
 step_python_bench_vm() {
-  bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0
+  bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus
 }
 
 # sdk-python as a service sees it, against the real agent (sim backend at its defaults, private

@@ -2,7 +2,8 @@
 # Trust checks of the kernel backend (spec/SCB.md §10), sourced by guest.sh (its check/start_agent/
 # stop_agent helpers): the pin directory is root-only, workers get the region through the agent, and
 # a cgroup cap in force when the agent is SIGKILLed is undone by the next start (the effect journal),
-# and a header a runtime forges changes nothing (the BPF side's configuration is its own).
+# a header a runtime forges changes nothing (the BPF side's configuration is its own), and each uid's
+# SCBs are in a region map of its own that another unprivileged user can neither reach nor steer.
 
 if start_agent /tmp/trust-pin.log --mode observer; then
 	mode=$(stat -c %a /sys/fs/bpf/morpheus)
@@ -12,11 +13,15 @@ else
 	bad "scx_morpheus (trust: pin directory) did not start"
 fi
 
+# The cap must still be in force when the agent is killed, whatever the speed of the VM: the episode's
+# bound (--throttle-max-ms) is the longest there is, and the spinner runs until the test stops it, so
+# nothing lifts the cap between the two looks at cpu.max (with the default bound an expiry could).
 TCG=/sys/fs/cgroup/e2e-trust
 if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$TCG"; then
 	before=$(cat "$TCG/cpu.max")
-	if start_agent /tmp/trust-kill.log --mode enforced --policy throttle; then
-		morpheus-e2e-worker --cgroup "$TCG" --seconds 8 spin >/tmp/trust-kill.out 2>&1 &
+	rm -f /tmp/trust-kill.stop
+	if start_agent /tmp/trust-kill.log --mode enforced --policy throttle --throttle-max-ms 60000; then
+		morpheus-e2e-worker --cgroup "$TCG" --until /tmp/trust-kill.stop spin >/tmp/trust-kill.out 2>&1 &
 		wpid=$!
 		i=0
 		while [ "$(cat "$TCG/cpu.max")" = "$before" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
@@ -32,6 +37,7 @@ if echo +cpu >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p "$TCG"; then
 		else
 			bad "scx_morpheus (trust: restart after SIGKILL) did not start"
 		fi
+		touch /tmp/trust-kill.stop
 		wait "$wpid"
 	else
 		bad "scx_morpheus (trust: throttle) did not start"
@@ -54,14 +60,88 @@ if start_agent /tmp/trust-forge.log --mode observer; then
 		test "$(field spin preempt_seq /tmp/trust-forge.out)" -gt "$(field spin preempt_seq_start /tmp/trust-forge.out)"
 	check "the spinner was never escalated under a forged ENFORCED header (escalations=$(field spin escalations /tmp/trust-forge.out))" \
 		test "$(field spin escalations /tmp/trust-forge.out)" = 0
+	# The BPF gate's own view, from the agent's stats.
+	blocked_mode=$(agent_stat /gate_verdicts/mode)
+	escalate=$(agent_stat /gate_verdicts/escalate)
+	kicks=$(agent_stat /backend_counters/kicks)
 	stop_agent /tmp/trust-forge.log
-	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/trust-forge.log | tail -n 1)
-	kicks=$(grep 'BPF counters' /tmp/trust-forge.log | tail -n 1 | sed -n 's/.* kicks=\([0-9]*\).*/\1/p')
-	echo "e2e: forged header: gate verdicts $verdicts, kicks=$kicks"
-	check "the BPF gate judged the spinner by its own mode (BLOCKED_MODE=$(echo "$verdicts" | cut -d, -f2))" \
-		test "$(echo "$verdicts" | cut -d, -f2)" -gt 0
-	check "the BPF gate never said ESCALATE (ESCALATE=$(echo "$verdicts" | cut -d, -f1)) nor kicked (kicks=$kicks)" \
-		test "$(echo "$verdicts" | cut -d, -f1)" = 0 -a "$kicks" = 0
+	echo "e2e: forged header: gate verdicts mode=$blocked_mode escalate=$escalate, kicks=$kicks"
+	check "the BPF gate judged the spinner by its own mode (BLOCKED_MODE=$blocked_mode)" test "${blocked_mode:-0}" -gt 0
+	check "the BPF gate never said ESCALATE (ESCALATE=$escalate) nor kicked (kicks=$kicks)" \
+		test "${escalate:-x}" = 0 -a "${kicks:-x}" = 0
 else
 	bad "scx_morpheus (trust: forged header) did not start"
+fi
+
+# Trust domains (SCB.md §10): every uid's SCBs are in a BPF region map of its own. User A (uid 1001)
+# registers an escapable=0 worker; user B (uid 1002, unprivileged, both in the socket group) registers
+# its own and attacks A (e2e/domains_attack.rs): B's region shows no SCB but its own, B reaches no other
+# region (pins, map ids, /proc descriptors and mappings all refused), and B forges every other slot of
+# its region as a RUNNING escapable worker naming A's thread and a root process, and its own SCB as
+# escapable with A's tid. The verdicts are counts: A is never escalated (only escapable = 1 in A's own
+# SCB could make it so), every kick names B's registered thread (never a tid written in an SCB), and B,
+# registered with escapable = 0, is escalated because of what it wrote in its own SCB (the scheduler
+# reads B's SCB in B's map). A runs until the test tells it to stop, so it outlives B's whole attack.
+DOMAINS_GROUP=2000
+UID_A=1001
+UID_B=1002
+as_user() { # as_user UID COMMAND...: unprivileged, in the socket group only (util-linux's setpriv:
+	# e2e/run.sh ships it at /usr/local/bin; busybox's applet of that name cannot change ids)
+	u=$1
+	shift
+	/usr/local/bin/setpriv --reuid "$u" --regid "$u" --groups "$DOMAINS_GROUP" -- "$@"
+}
+if start_agent /tmp/trust-domains.log --mode enforced --policy kick --socket-group "$DOMAINS_GROUP" -v; then
+	rm -f /tmp/domains-a.ready /tmp/domains-a.stop
+	as_user "$UID_A" morpheus-e2e-worker --ready /tmp/domains-a.ready --until /tmp/domains-a.stop unescapable \
+		>/tmp/domains-a.out 2>&1 &
+	a_pid=$!
+	i=0
+	while [ ! -f /tmp/domains-a.ready ] && kill -0 "$a_pid" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	check "user A registered its worker ($(cat /tmp/domains-a.ready 2>/dev/null))" test -f /tmp/domains-a.ready
+	a_proc=$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' /tmp/domains-a.ready 2>/dev/null)
+	a_tid=$(sed -n 's/.*tid=\([0-9]*\).*/\1/p' /tmp/domains-a.ready 2>/dev/null)
+	sh -c 'while :; do :; done' &
+	root_pid=$!
+	as_user "$UID_B" morpheus-e2e-worker --attack "${a_proc:-0}:${a_tid:-0}:$root_pid:$agent_pid" \
+		--seconds "$WORKER_SECONDS" unescapable >/tmp/domains-b.out 2>&1
+	b_rc=$?
+	pins=$(ls /sys/fs/bpf/morpheus | tr '\n' ' ')
+	touch /tmp/domains-a.stop
+	wait "$a_pid"
+	a_rc=$?
+	kill "$root_pid"
+	wait "$root_pid" 2>/dev/null
+	cat /tmp/domains-a.out /tmp/domains-b.out
+	stop_agent /tmp/trust-domains.log
+	echo "e2e: trust domains: pins: $pins"
+	echo "e2e: trust domains: B: $(grep '^role=' /tmp/domains-b.out | cut -d' ' -f2,3,10,16-)"
+	check "user A's worker ran and unregistered (exit $a_rc)" test "$a_rc" -eq 0
+	check "user B's attack ran (exit $b_rc)" test "$b_rc" -eq 0
+	check "uids $UID_A and $UID_B each got a region map of their own (pins: $pins)" \
+		sh -c "echo '$pins' | grep -qw region-uid$UID_A && echo '$pins' | grep -qw region-uid$UID_B"
+	b() { field unescapable "$1" /tmp/domains-b.out; }
+	check "B's region holds no SCB but its own (foreign_slots=$(b foreign_slots) of scb_count=$(b scb_count))" \
+		test "$(b foreign_slots)" = 0
+	check "B cannot open the root's pinned region (pin=$(b pin)) nor list the pin directory (pin_dir=$(b pin_dir))" \
+		test "$(b pin)" = denied -a "$(b pin_dir)" = denied
+	check "B opens no BPF map by id (map_ids_opened=$(b map_ids_opened), map_id_1=$(b map_id_1))" \
+		test "$(b map_ids_opened)" = 0 -a "$(b map_id_1)" = denied
+	check "B cannot reach the agent's or A's descriptors and mappings (agent_fds=$(b agent_fds) victim_fds=$(b victim_fds) victim_map_files=$(b victim_map_files))" \
+		test "$(b agent_fds)" = denied -a "$(b victim_fds)" = denied -a "$(b victim_map_files)" = denied
+	check "B forged every other slot of its region (forged_slots=$(b forged_slots))" test "$(b forged_slots)" -gt 0
+	check "user A's escapable=0 worker was never escalated (escalations=$(field unescapable escalations /tmp/domains-a.out))" \
+		test "$(field unescapable escalations /tmp/domains-a.out)" = 0
+	b_tid=$(b tid)
+	check "B's own worker was escalated for what B wrote in its own SCB (escalations=$(b escalations))" test "$(b escalations)" -gt 0
+	kicked=$(sed -n 's/.*: kick: slot [0-9]* (tid \([0-9]*\)).*/\1/p' /tmp/trust-domains.log | sort -u | tr '\n' ' ')
+	check "every kick named B's registered thread $b_tid, none A's $a_tid or root's $root_pid (kicked tids: $kicked)" \
+		test "$kicked" = "$b_tid "
+	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/trust-domains.log | tail -n 1)
+	check "the BPF gate judged A by its own SCB (NOT_ESCAPABLE=$(echo "$verdicts" | cut -d, -f5))" \
+		test "$(echo "$verdicts" | cut -d, -f5)" -gt 0
+	check "every region pin was removed at exit ($(ls /sys/fs/bpf/morpheus 2>/dev/null | tr '\n' ' '))" \
+		test -z "$(ls /sys/fs/bpf/morpheus 2>/dev/null)"
+else
+	bad "scx_morpheus (trust: domains) did not start"
 fi

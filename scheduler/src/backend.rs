@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Result;
 use morpheus_abi as abi;
 
-use crate::domains::{Domain, Workers};
+use crate::domains::{Assigned, RegionMaker, Workers};
 use crate::stats::{Counters, Reactions};
 
 /// A backend's tick error that asks the agent to set everything up again rather than exit (the BPF
@@ -47,7 +47,7 @@ pub struct Config {
     pub max_workers: u32,
     /// Slots one process may hold at once (registration flood cap).
     pub max_workers_per_process: u32,
-    /// Slots one uid may hold at once; also the size of each uid's region (sim).
+    /// Slots one uid may hold at once; also the size of each uid's region.
     pub max_workers_per_uid: u32,
     /// Kernel backend: where its region map is pinned (the sim backend has no region file: §1.1).
     #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
@@ -64,13 +64,13 @@ pub struct Config {
 }
 
 /// A registration changed the owner of a slot (`slot`: the agent's global slot number, the index of
-/// [`Workers`]; with a shared region it is also the slot index in that region). Called by the registry thread synchronously, before
-/// it replies, so a backend that keeps its own tid -> slot index (the BPF side) is current by the time
-/// the worker starts running checkpoints.
+/// [`Workers`]). Called by the registry thread synchronously, before it replies, so a backend that
+/// keeps its own tid -> slot index (the BPF side) is current by the time the worker starts running
+/// checkpoints.
 pub trait SlotObserver: Send + Sync {
-    /// `slot` now belongs to thread `tid` of process `pid`. An error refuses the registration
-    /// (reg_status INTERNAL) and the registry frees the slot again.
-    fn assigned(&self, slot: u32, tid: u32, pid: u32) -> Result<()>;
+    /// `slot` now belongs to `worker` (its thread, process, domain and SCB index). An error refuses
+    /// the registration (reg_status INTERNAL) and the registry frees the slot again.
+    fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()>;
     /// `slot` was released (UNREGISTER, or its thread or process died). Lift anything in force for it.
     fn released(&self, slot: u32, tid: u32, pid: u32);
 }
@@ -80,9 +80,9 @@ pub trait Backend {
     /// Which backing published the region (stored in the header's `backend` field).
     fn kind(&self) -> abi::Backend;
 
-    /// The one region every client shares, if this backend has one (kernel: the BPF map, published,
-    /// with its map fd to hand out). None: the agent gives each uid its own region (sim).
-    fn shared_domain(&self) -> Option<Arc<Domain>> {
+    /// Who creates each trust domain's region, if the backend must reach them itself (kernel: a BPF
+    /// map per uid in the program's array of maps). None: sealed memfds (sim).
+    fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
         None
     }
 
@@ -138,6 +138,23 @@ pub enum BackendChoice {
 /// Where the running kernel announces sched_ext support.
 pub const SCHED_EXT_SYSFS: &str = "/sys/kernel/sched_ext";
 
+/// Waits (at most `patience`) until the kernel has finished disabling a sched_ext scheduler, so a
+/// restart does not find the previous instance still "enabled". True if it is disabled (or this kernel
+/// has no sched_ext).
+pub fn wait_sched_ext_disabled(patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match std::fs::read_to_string(format!("{SCHED_EXT_SYSFS}/state")) {
+            Ok(state) if state.trim() != "disabled" => {}
+            _ => return true,
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Resolves `auto` to a concrete backend.
 pub fn resolve(choice: BackendChoice) -> BackendChoice {
     match choice {
@@ -151,19 +168,18 @@ pub fn resolve(choice: BackendChoice) -> BackendChoice {
 pub fn open(choice: BackendChoice, config: &Config, workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
     match resolve(choice) {
         BackendChoice::Sim => Ok(Box::new(crate::sim::SimBackend::open(config, Arc::clone(workers))?)),
-        BackendChoice::Kernel => open_kernel(config),
+        BackendChoice::Kernel => open_kernel(config, workers),
         BackendChoice::Auto => unreachable!("resolved above"),
     }
 }
 
 #[cfg(feature = "kernel")]
-fn open_kernel(config: &Config) -> Result<Box<dyn Backend>> {
-    // Hook for the BPF backend: src/kernel.rs provides `KernelBackend::open(&Config)`.
-    Ok(Box::new(crate::kernel::KernelBackend::open(config)?))
+fn open_kernel(config: &Config, workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(crate::kernel::KernelBackend::open(config, Arc::clone(workers))?))
 }
 
 #[cfg(not(feature = "kernel"))]
-fn open_kernel(_config: &Config) -> Result<Box<dyn Backend>> {
+fn open_kernel(_config: &Config, _workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
     if std::path::Path::new(SCHED_EXT_SYSFS).exists() {
         anyhow::bail!(
             "--backend kernel: this scx_morpheus was built without the sched_ext backend \

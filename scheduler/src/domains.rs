@@ -1,34 +1,57 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Trust domains and the agent's own record of who holds which slot (spec/SCB.md §10).
 //!
-//! Memory a runtime can write must affect only its owner. The sim backend therefore gives every uid
-//! its own region: a sealed, preallocated memfd created at that uid's first registration and handed
-//! to its processes over the socket (SCM_RIGHTS); no other user can map it. The kernel backend has one
-//! BPF region map for everyone ([`Placement::Shared`]; §10 says what that leaves open).
+//! Memory a runtime can write must affect only its owner, so every uid gets its own region, created
+//! at that uid's first registration and handed to its processes over the socket (SCM_RIGHTS); no
+//! other user can map it. The sim backend makes it a sealed, preallocated memfd; the kernel backend a
+//! `BPF_F_MMAPABLE` array map that its BPF program reaches through an array of maps, by the domain's
+//! index ([`RegionMaker`], src/kernel.rs).
 //!
 //! [`Workers`] is the only source of a worker's identity the backends use: the tid and pid the agent
 //! checked at registration, never the ones stored in an SCB (S3).
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
 use crate::region::{Region, RegionParams};
 
-/// One region and the descriptor handed to the clients that register in it.
+/// One trust domain's region and the descriptor handed to the clients that register in it.
 pub struct Domain {
+    /// The domain's number, in creation order (the kernel backend's index in its array of maps).
+    pub index: u32,
     pub region: Arc<Region>,
     pub fd: OwnedFd,
+    /// Where the region is pinned (kernel backend: root-only, for 1.2 clients and for the next
+    /// instance's retirement after a crash); None for a memfd, which has no path.
+    pub pin: Option<PathBuf>,
 }
 
-/// Where registrations are placed.
-pub enum Placement {
-    /// One region for every client (the kernel backend's BPF map; its map fd is handed out).
-    Shared(Arc<Domain>),
-    /// One memfd region per uid, `params.scb_count` slots each, all published with `generation`.
-    PerUid { params: RegionParams, generation: u64 },
+/// A region freshly created for a domain: zeroed, not yet published.
+pub struct NewRegion {
+    pub region: Region,
+    pub fd: OwnedFd,
+    pub pin: Option<PathBuf>,
+}
+
+/// Creates the memory of a new trust domain (a backend whose scheduler must reach every domain's
+/// region itself: the kernel backend's BPF maps).
+pub trait RegionMaker: Send + Sync {
+    /// The region of domain `index`, for `uid`, with `scb_count` SCBs.
+    fn create(&self, uid: u32, index: u32, scb_count: u32) -> Result<NewRegion>;
+}
+
+/// The sim backend's regions: a sealed, preallocated memfd per uid.
+struct MemfdRegions;
+
+impl RegionMaker for MemfdRegions {
+    fn create(&self, uid: u32, _index: u32, scb_count: u32) -> Result<NewRegion> {
+        let (region, fd) = Region::create_memfd(&format!("morpheus-region-uid{uid}"), scb_count)?;
+        Ok(NewRegion { region, fd, pin: None })
+    }
 }
 
 /// A slot the agent assigned: everything a backend may believe about its worker.
@@ -43,8 +66,8 @@ pub struct Assigned {
     pub local: u32,
 }
 
-/// The trusted slot table, indexed by the agent's global slot number (`0..max_workers`). For a shared
-/// placement the global number is the slot index in the one region.
+/// The trusted slot table, indexed by the agent's global slot number (`0..max_workers`), which is
+/// also the slot number in hint and escalation records (they never leave the agent).
 pub struct Workers {
     slots: Mutex<Vec<Option<Assigned>>>,
 }
@@ -75,46 +98,40 @@ impl Workers {
 
 /// The regions of one agent instance, by trust domain.
 pub struct Domains {
-    placement: Placement,
+    /// What every region's header says (`scb_count` SCBs each), published with `generation`.
+    params: RegionParams,
+    generation: u64,
+    maker: Arc<dyn RegionMaker>,
     by_uid: Mutex<HashMap<u32, Arc<Domain>>>,
 }
 
 impl Domains {
-    pub fn new(placement: Placement) -> Domains {
-        Domains { placement, by_uid: Mutex::new(HashMap::new()) }
+    /// Regions made by `maker`, or (None) the sim backend's memfds.
+    pub fn new(params: RegionParams, generation: u64, maker: Option<Arc<dyn RegionMaker>>) -> Domains {
+        Domains { params, generation, maker: maker.unwrap_or_else(|| Arc::new(MemfdRegions)), by_uid: Mutex::new(HashMap::new()) }
     }
 
-    pub fn is_shared(&self) -> bool {
-        matches!(self.placement, Placement::Shared(_))
-    }
-
-    /// The domain of `uid`, created (memfd, sealed, preallocated, published) on first use.
+    /// The domain of `uid`, created (allocated, published, handed to the backend) on first use.
     pub fn for_uid(&self, uid: u32) -> Result<Arc<Domain>> {
-        let (params, generation) = match &self.placement {
-            Placement::Shared(domain) => return Ok(Arc::clone(domain)),
-            Placement::PerUid { params, generation } => (params, *generation),
-        };
         let mut by_uid = self.by_uid.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(domain) = by_uid.get(&uid) {
             return Ok(Arc::clone(domain));
         }
-        let (region, fd) = Region::create_memfd(&format!("morpheus-region-uid{uid}"), params.scb_count)
+        let index = by_uid.len() as u32;
+        let new = self
+            .maker
+            .create(uid, index, self.params.scb_count)
             .with_context(|| format!("cannot create the region of uid {uid}"))?;
-        region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
-        region.publish(params, generation);
-        let domain = Arc::new(Domain { region: Arc::new(region), fd });
+        new.region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
+        new.region.publish(&self.params, self.generation);
+        let domain = Arc::new(Domain { index, region: Arc::new(new.region), fd: new.fd, pin: new.pin });
         by_uid.insert(uid, Arc::clone(&domain));
-        log::debug!("created the region of uid {uid} ({} slots)", params.scb_count);
+        log::debug!("created the region of uid {uid} (domain {index}, {} slots)", self.params.scb_count);
         Ok(domain)
     }
 
     /// Every region published so far (pressure updates, retirement).
     pub fn regions(&self) -> Vec<Arc<Region>> {
-        match &self.placement {
-            Placement::Shared(domain) => vec![Arc::clone(&domain.region)],
-            Placement::PerUid { .. } => {
-                self.by_uid.lock().unwrap_or_else(|p| p.into_inner()).values().map(|d| Arc::clone(&d.region)).collect()
-            }
-        }
+        self.by_uid.lock().unwrap_or_else(|p| p.into_inner()).values().map(|d| Arc::clone(&d.region)).collect()
     }
 }

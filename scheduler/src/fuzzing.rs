@@ -13,7 +13,7 @@ use std::sync::Arc;
 use morpheus_abi as abi;
 use morpheus_abi::{RegReply, RegRequest, RegStatus};
 
-use crate::domains::{Domains, Placement, Workers};
+use crate::domains::{Domains, Workers};
 use crate::region::RegionParams;
 use crate::registry::{self, Caller, Limits, Shared};
 
@@ -84,10 +84,10 @@ pub fn agent_handler(data: &[u8]) {
         backend: abi::Backend::Sim,
         optional_features: 0,
     };
-    let domains = Arc::new(Domains::new(Placement::PerUid { params, generation: 1 }));
+    let domains = Arc::new(Domains::new(params, 1, None));
     let workers = Workers::new(8);
     let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
-    let shared = Shared::new(domains, Arc::clone(&workers), None, None, limits, [0; abi::REGION_PATH_MAX as usize]);
+    let shared = Shared::new(domains, Arc::clone(&workers), None, None, limits);
     // SAFETY: no preconditions.
     let caller = Caller { pid: std::process::id(), uid: unsafe { libc::getuid() } };
     // SAFETY: no preconditions.

@@ -5,14 +5,21 @@
 //! * Open/load/attach go through scx_utils' macros, so the ops name gets scx's version suffix and an
 //!   error in the BPF program ends in a clean exit (the kernel falls back to its default scheduler);
 //!   [`Backend::tick`] reports such an exit as an error so the agent stops.
-//! * The region is the BPF_F_MMAPABLE array map `region`: mmapped here and wrapped in a [`Region`],
-//!   so the header is written exactly like the simulation backend's. It is pinned at
-//!   PINNED_REGION_PATH and unpinned on exit. The BPF side decides with its own copy of the
-//!   configuration (load-time data set here) and the pressure level [`Backend::tick`] stores in its
-//!   .bss: it never reads the header, which runtimes can write (S4, spec/SCB.md §10).
+//! * Regions: one per trust domain (uid, spec/SCB.md §10), each a BPF_F_MMAPABLE array map of one
+//!   element created here at the uid's first registration ([`BpfRegions`]), inserted into the
+//!   program's `regions` array of maps at the domain's index, mmapped and wrapped in a [`Region`] (so
+//!   the header is written exactly like the simulation backend's), and handed only to that uid's
+//!   clients. Each is pinned in the root-only PIN_DIR (the agent's own uid's at PINNED_REGION_PATH,
+//!   the others' at `region-uid<uid>`) so that the next instance can retire them after a crash, and
+//!   unpinned on exit. The BPF side decides with its own copy of the configuration (load-time data
+//!   set here) and the pressure level [`Backend::tick`] stores in its .bss: it never reads a header,
+//!   which runtimes can write (S4).
 //! * The hint ring has one consumer, this agent (spec/SCB.md §8): it is not pinned, so no runtime can
 //!   take records from it; runtimes learn of hints from preempt_seq and the SCB's hint fields.
-//! * Registrations update the BPF `worker_slots` map (tid -> slot) before the registry replies.
+//! * Registrations update the BPF `worker_slots` map (tid -> slot, domain, SCB index) before the
+//!   registry replies; it is all the BPF side believes about who a worker is and where its SCB is.
+//!   Hint and escalation records name the agent's slot; the worker's tid, pid and SCB come from the
+//!   agent's table ([`Workers`]), never from the record or an SCB.
 //! * Escalation events: KICK was already done by the BPF side (logged here); THROTTLE caps the worker's
 //!   cgroup with cpu.max until the BPF side's state machine lifts the episode (UNTHROTTLE record:
 //!   acknowledged, not RUNNING, a critical section, or `throttle_max_ns`). Under sched_ext the
@@ -41,14 +48,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, ProgramInput, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapType, OpenObject, ProgramInput, RingBuffer, RingBufferBuilder};
 use morpheus_abi as abi;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report};
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
-use crate::domains::Domain;
-use crate::region::{self, Region, RegionParams};
+use crate::domains::{Assigned, NewRegion, RegionMaker, Workers};
+use crate::region::{self, Region};
 use crate::replay::{self, GateCase};
 use crate::stats::{Counters, Reactions};
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
@@ -90,15 +97,17 @@ impl Drop for MapMapping {
     }
 }
 
-fn map_region(map: &dyn MapCore, scb_count: u32) -> Result<Region> {
-    let value_size = map.value_size() as usize;
+/// Bytes of one domain's region map value (the BPF program's `struct morpheus_region`).
+const REGION_VALUE_SIZE: usize = size_of::<bpf_intf::morpheus_region>();
+
+/// Maps a region map's value read-write and wraps it; `fd` stays open as long as the region.
+fn map_region(fd: OwnedFd, value_size: usize, path: PathBuf, scb_count: u32) -> Result<Region> {
     if value_size < region::region_size(scb_count) {
         bail!(
             "the BPF region map holds {value_size} bytes, too small for {scb_count} SCBs ({} bytes)",
             region::region_size(scb_count)
         );
     }
-    let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate the region map fd")?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let len = value_size.div_ceil(page) * page;
@@ -112,7 +121,69 @@ fn map_region(map: &dyn MapCore, scb_count: u32) -> Result<Region> {
     let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned NULL");
     let mapping = MapMapping { base, len, _fd: fd };
     // SAFETY: `len` >= value_size bytes of page-aligned shared memory that live as long as `mapping`.
-    unsafe { Region::from_mapping(base, value_size, PathBuf::from(abi::PINNED_REGION_PATH), scb_count, Box::new(mapping)) }
+    unsafe { Region::from_mapping(base, value_size, path, scb_count, Box::new(mapping)) }
+}
+
+/// A new region map matching the `regions` template: an mmapable array of one element.
+fn create_region_map(index: u32) -> Result<MapHandle> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+        ..Default::default()
+    };
+    MapHandle::create(MapType::Array, Some(format!("region_{index}")), 4, REGION_VALUE_SIZE as u32, 1, &opts)
+        .with_context(|| format!("cannot create the region map of domain {index}"))
+}
+
+/// Where a domain's region is pinned: the agent's own uid's at PINNED_REGION_PATH (1.2 clients of
+/// that uid, and checks that map a region without registering), every other uid's beside it.
+fn pin_path(uid: u32) -> PathBuf {
+    // SAFETY: no preconditions.
+    if uid == unsafe { libc::geteuid() } {
+        PathBuf::from(abi::PINNED_REGION_PATH)
+    } else {
+        Path::new(abi::PIN_DIR).join(format!("region-uid{uid}"))
+    }
+}
+
+/// Whether a name in PIN_DIR is one of our region pins.
+fn is_region_pin(name: &str) -> bool {
+    Path::new(abi::PINNED_REGION_PATH).file_name().is_some_and(|n| n == name) || name.starts_with("region-uid")
+}
+
+/// The regions of the trust domains: each a map of its own in the program's `regions` array of maps.
+pub struct BpfRegions {
+    outer: MapHandle,
+    /// Pin each region (the live scheduler); the conformance replay pins nothing.
+    pin: bool,
+    /// Paths pinned so far, unpinned at shutdown.
+    pinned: Arc<Mutex<Vec<PathBuf>>>,
+}
+
+impl RegionMaker for BpfRegions {
+    fn create(&self, uid: u32, index: u32, scb_count: u32) -> Result<NewRegion> {
+        if index >= self.outer.max_entries() {
+            bail!("the scheduler holds at most {} trust domains (uids) and all are in use", self.outer.max_entries());
+        }
+        let mut map = create_region_map(index)?;
+        let pin = self.pin.then(|| pin_path(uid));
+        if let Some(path) = &pin {
+            unpin_stale(path)?;
+            map.pin(path).with_context(|| format!("cannot pin the region of uid {uid} at {}", path.display()))?;
+            self.pinned.lock().unwrap_or_else(|p| p.into_inner()).push(path.clone());
+        }
+        let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate a region map fd")?;
+        let what = pin.clone().unwrap_or_else(|| PathBuf::from(format!("bpf-map:region_{index}")));
+        let region = map_region(fd, REGION_VALUE_SIZE, what, scb_count)?;
+        // Reachable by the BPF program only from here on (the header is published by the caller,
+        // before any worker of the domain exists; the program never reads it).
+        let raw_fd = map.as_fd().as_raw_fd() as u32;
+        self.outer
+            .update(&index.to_ne_bytes(), &raw_fd.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("cannot insert the region of uid {uid} into the BPF regions map at {index}"))?;
+        let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate a region map fd")?;
+        Ok(NewRegion { region, fd, pin })
+    }
 }
 
 /// Stores generation 0 in a region left pinned by an instance that was killed, so runtimes still
@@ -144,7 +215,7 @@ fn retire_stale_region(path: &Path) {
 
 /// Removes a stale pin left by an instance that was killed (its maps live on while mapped).
 fn unpin_stale(path: &Path) -> Result<()> {
-    if path == Path::new(abi::PINNED_REGION_PATH) {
+    if path.file_name().and_then(|n| n.to_str()).is_some_and(is_region_pin) {
         retire_stale_region(path);
     }
     match fs::remove_file(path) {
@@ -157,10 +228,26 @@ fn unpin_stale(path: &Path) -> Result<()> {
     }
 }
 
+/// Retires and removes every region pin a killed instance left in PIN_DIR (one per uid it served).
+fn unpin_stale_regions() -> Result<()> {
+    let entries = match fs::read_dir(abi::PIN_DIR) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", abi::PIN_DIR)),
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().is_some_and(is_region_pin) {
+            unpin_stale(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// `--replay-gate`: answers conformance cases with the BPF program's escalation gate. The program is
 /// opened and loaded exactly as for scheduling (so this kernel's verifier accepts the same object),
-/// but the scheduler is never attached: for each case the region map gets the case's region image
-/// and `gate_replay` runs once (BPF_PROG_TEST_RUN). Writes one answer line per case to `out`; a case
+/// but the scheduler is never attached: a region map is made for the replay domain as for any trust
+/// domain, for each case it gets the case's region image and `gate_replay` runs once
+/// (BPF_PROG_TEST_RUN). Writes one answer line per case to `out`; a case
 /// whose layout the map cannot hold gets an error line instead. Returns how many were refused.
 pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     scx_utils::try_set_rlimit_infinity();
@@ -178,8 +265,14 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
             log::info!("verified_insns: {name}={}", info.verified_insns);
         }
     }
-    let value_size = skel.maps.region.value_size() as usize;
-    let key = 0u32.to_ne_bytes();
+    let maker = BpfRegions {
+        outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
+        pin: false,
+        pinned: Arc::default(),
+    };
+    // The program reaches the replay domain exactly as a live trust domain's region.
+    let replay = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS)?.region;
+    let value_size = replay.len();
     let mut refused = 0;
     for case in cases {
         if let Some((code, message)) = replay::layout_refusal(case, value_size) {
@@ -191,10 +284,9 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
         // The rest of the map (slots the image does not have) is zero, as in a fresh region.
         let mut value = vec![0u8; value_size];
         value[..case.image.len()].copy_from_slice(&case.image);
-        skel.maps
-            .region
-            .update(&key, &value, MapFlags::ANY)
-            .with_context(|| format!("case {}: cannot write the region image into the BPF region map", case.name))?;
+        // SAFETY: the mapping holds value_size bytes; no program runs while it is written (the
+        // replays run synchronously below, the scheduler is not attached).
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), replay.header_ptr().cast::<u8>(), value_size) };
         match case.op {
             replay::CaseOp::Gate => {
                 let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
@@ -251,8 +343,12 @@ struct Throttle {
 }
 
 /// Throttles in force; shared with the slot observer so that a released slot is lifted at once.
+///
+/// Lock order: the registry releases a slot holding the agent's slot table ([`Workers`]) and then
+/// takes this; so whoever holds this never takes the table (callers look the holder up first).
 struct Throttles {
-    region: Arc<Region>,
+    /// The BPF side's bookkeeping of each slot (its episode says whether a cap is still due).
+    workers: MapHandle,
     by_slot: HashMap<u32, Throttle>,
     /// Where cgroup v2 is mounted (None: it is not, and throttles fall back as refusals).
     cgroup2_root: Option<PathBuf>,
@@ -264,11 +360,17 @@ struct Throttles {
 }
 
 impl Throttles {
-    fn apply(&mut self, slot: u32, pid: u32, tid: u32) {
+    /// Caps the cgroup of `holder`, the thread the agent's table names for `slot` (never a record's
+    /// or an SCB's tid and pid); None: released since the BPF side decided, nobody to cap.
+    fn apply(&mut self, slot: u32, holder: Option<&Assigned>) {
         if self.by_slot.contains_key(&slot) {
             // Already capped for this episode (a repeated record); one cap per slot.
             return;
         }
+        let Some(&Assigned { tid, pid, .. }) = holder else {
+            log::debug!("throttle of slot {slot} not applied: the slot is free");
+            return;
+        };
         let result = self
             .cgroup2_root
             .as_deref()
@@ -299,17 +401,28 @@ impl Throttles {
         log::info!("unthrottle: slot {slot} ({why})");
     }
 
+    /// Whether the BPF side's episode of `slot` is open (its own bookkeeping, which no runtime can
+    /// write; the SCB's `escalated` only reports it). None if it cannot be read.
+    fn episode_open(&self, slot: u32) -> Option<bool> {
+        let bytes = self.workers.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let ctx = read_record::<bpf_intf::worker_ctx>(&bytes)?;
+        Some(ctx.esc.open != 0)
+    }
+
+    /// Slots with a cap in force.
+    fn capped(&self) -> Vec<u32> {
+        self.by_slot.keys().copied().collect()
+    }
+
     /// The BPF program decides when an episode ends (its UNTHROTTLE record); should that record be
-    /// lost to a full ring, a cap whose episode the SCB shows closed (escalated = 0), or whose slot
-    /// changed hands, is lifted here.
-    fn lift_closed(&mut self) {
+    /// lost to a full ring, a cap whose episode the program shows closed, or whose slot changed
+    /// hands (`holders`: the thread the agent's table names for each capped slot), is lifted here.
+    fn lift_closed(&mut self, holders: &HashMap<u32, Option<u32>>) {
         let due: Vec<u32> = self
             .by_slot
             .iter()
             .filter(|(&slot, t)| {
-                let scb = self.region.scb(slot);
-                scb.escalated().load(std::sync::atomic::Ordering::Relaxed) == 0
-                    || scb.tid().load(std::sync::atomic::Ordering::Relaxed) != t.tid
+                holders.get(&slot).is_some_and(|&holder| holder != Some(t.tid)) || self.episode_open(slot) == Some(false)
             })
             .map(|(&slot, _)| slot)
             .collect();
@@ -326,10 +439,16 @@ struct KernelSlots {
 }
 
 impl SlotObserver for KernelSlots {
-    fn assigned(&self, slot: u32, tid: u32, _pid: u32) -> Result<()> {
-        self.worker_slots
-            .update(&tid.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("cannot record tid {tid} -> slot {slot} in the BPF worker_slots map"))
+    fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()> {
+        let tid = worker.tid;
+        let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
+        // SAFETY: a plain C struct viewed as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))
+        };
+        self.worker_slots.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).with_context(|| {
+            format!("cannot record tid {tid} -> slot {slot} (domain {}, SCB {}) in the BPF worker_slots map", value.domain, value.local)
+        })
     }
 
     fn released(&self, slot: u32, tid: u32, _pid: u32) {
@@ -355,13 +474,16 @@ fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
 pub struct KernelBackend {
     skel: BpfSkel<'static>,
     link: Option<Link>,
-    region: Arc<Region>,
+    /// The agent's slot table (whose SCB a record's slot means).
+    table: Arc<Workers>,
+    regions: Arc<BpfRegions>,
     rings: RingBuffer<'static>,
     drained: Rc<RefCell<Drained>>,
     throttles: Arc<Mutex<Throttles>>,
     observer: Arc<KernelSlots>,
     tick_interval: Duration,
-    pinned: Vec<PathBuf>,
+    /// Region pins (one per trust domain), removed at shutdown.
+    pinned: Arc<Mutex<Vec<PathBuf>>>,
     /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
     hint_ack: HashMap<u32, u64>,
     event_ack: HashMap<u32, u64>,
@@ -373,11 +495,18 @@ pub struct KernelBackend {
 }
 
 impl KernelBackend {
-    pub fn open(config: &Config) -> Result<Self> {
+    pub fn open(config: &Config, table: Arc<Workers>) -> Result<Self> {
         if config.max_workers > abi::MAX_WORKERS {
             bail!(
-                "--max-workers {}: the kernel backend's region map holds at most {} SCBs (MAX_WORKERS)",
+                "--max-workers {}: the kernel backend tracks at most {} workers (MAX_WORKERS)",
                 config.max_workers,
+                abi::MAX_WORKERS
+            );
+        }
+        if config.max_workers_per_uid > abi::MAX_WORKERS {
+            bail!(
+                "--max-workers-per-uid {}: a region map of the kernel backend holds at most {} SCBs (MAX_WORKERS)",
+                config.max_workers_per_uid,
                 abi::MAX_WORKERS
             );
         }
@@ -422,30 +551,8 @@ impl KernelBackend {
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
         let mut skel: BpfSkel<'static> = skel;
 
-        // Region: write and publish the header before anything can run a worker.
-        let region = Arc::new(map_region(&skel.maps.region, config.max_workers)?);
-        let previous = region.generation();
-        region.publish(
-            &RegionParams {
-                scb_count: config.max_workers,
-                mode: config.mode,
-                policy: config.policy,
-                slice_ns: config.slice_ns,
-                grace_ns: config.grace_ns,
-                hint_min_interval_ns: config.hint_min_interval_ns,
-                backend: abi::Backend::Kernel,
-                // No HINT_RING: the ring is the agent's alone (SCB.md §8), nothing is pinned for runtimes.
-                optional_features: if crate::pressure::PressureFeed::psi_available() {
-                    abi::feature::PRESSURE_RECORD
-                } else {
-                    0
-                },
-            },
-            region::new_generation(previous),
-        );
-
         let throttles = Arc::new(Mutex::new(Throttles {
-            region: Arc::clone(&region),
+            workers: MapHandle::try_from(&skel.maps.workers).context("workers map handle")?,
             by_slot: HashMap::new(),
             cgroup2_root: cgroup::cgroup2_root(),
             caps: Caps::with_journal(config.journal.clone()),
@@ -491,23 +598,27 @@ impl KernelBackend {
             fs::set_permissions(abi::PIN_DIR, fs::Permissions::from_mode(0o700))
                 .with_context(|| format!("cannot make {} root-only", abi::PIN_DIR))?;
         }
-        let mut pinned = Vec::new();
-        // A hint ring an older instance pinned would still be drained by its runtimes: remove it.
+        // A hint ring an older instance pinned would still be drained by its runtimes: remove it. The
+        // regions a killed instance left pinned are retired (generation 0) so their workers detach.
         unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
-        let path = PathBuf::from(abi::PINNED_REGION_PATH);
-        unpin_stale(&path)?;
-        skel.maps.region.pin(&path).with_context(|| format!("cannot pin a BPF map at {}", path.display()))?;
-        pinned.push(path);
+        unpin_stale_regions()?;
+        let pinned = Arc::new(Mutex::new(Vec::new()));
+        let regions = Arc::new(BpfRegions {
+            outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
+            pin: true,
+            pinned: Arc::clone(&pinned),
+        });
         log::info!(
-            "sched_ext scheduler attached (overrun check every {} µs); region pinned at {}",
+            "sched_ext scheduler attached (overrun check every {} µs); one region map per uid, pinned in {}",
             check_interval_ns(config) / 1000,
-            abi::PINNED_REGION_PATH
+            abi::PIN_DIR
         );
 
         Ok(KernelBackend {
             skel,
             link: Some(link),
-            region,
+            table,
+            regions,
             rings,
             drained,
             throttles,
@@ -556,17 +667,21 @@ impl KernelBackend {
         names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }
 
+    /// The acknowledgement count of the worker in the agent's slot `slot` (for reaction times only),
+    /// read from the SCB the agent's table names; None for a free slot.
+    fn last_ack_seq(&self, slot: u32) -> Option<u64> {
+        let w = self.table.get(slot)?;
+        Some(w.domain.region.scb(w.local).last_ack_seq().load(std::sync::atomic::Ordering::Acquire))
+    }
+
     fn drain(&mut self) -> Result<()> {
         self.rings.consume().context("consuming the BPF ring buffers")?;
         let drained = std::mem::take(&mut *self.drained.borrow_mut());
         for hint in drained.hints {
             self.hint_records += 1;
             let slot = hint.slot;
-            if slot >= self.region.scb_count() {
-                continue;
-            }
+            let Some(ack) = self.last_ack_seq(slot) else { continue };
             // The first request since the worker's last acknowledgement measures the reaction time.
-            let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
             if hint.preempt_seq == ack + 1 || self.hint_ack.get(&slot) != Some(&ack) {
                 self.reactions.hint.push(hint.overrun_ns);
             }
@@ -574,10 +689,7 @@ impl KernelBackend {
         }
         for ev in drained.events {
             let slot = ev.slot;
-            if slot >= self.region.scb_count() {
-                continue;
-            }
-            let ack = self.region.scb(slot).last_ack_seq().load(std::sync::atomic::Ordering::Acquire);
+            let ack = self.last_ack_seq(slot).unwrap_or(0);
             if self.event_ack.get(&slot) != Some(&ack) {
                 self.reactions.escalation.push(ev.overrun_ns);
             }
@@ -588,7 +700,8 @@ impl KernelBackend {
                     log::debug!("kick: slot {slot} (tid {}) {} µs past slice + grace", ev.tid, ev.overrun_ns / 1000);
                 }
                 Ok(abi::EscalationAction::Throttle) => {
-                    self.throttles.lock().unwrap().apply(slot, ev.pid, ev.tid);
+                    let holder = self.table.get(slot);
+                    self.throttles.lock().unwrap().apply(slot, holder.as_ref());
                 }
                 Ok(abi::EscalationAction::Unthrottle) => {
                     self.throttles.lock().unwrap().lift(slot, "lifted by the scheduler");
@@ -605,10 +718,8 @@ impl Backend for KernelBackend {
         abi::Backend::Kernel
     }
 
-    fn shared_domain(&self) -> Option<Arc<Domain>> {
-        // Every client maps the one BPF region map: its fd goes with each registration reply.
-        let fd = self.skel.maps.region.as_fd().try_clone_to_owned().ok()?;
-        Some(Arc::new(Domain { region: Arc::clone(&self.region), fd }))
+    fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
+        Some(Arc::clone(&self.regions) as Arc<dyn RegionMaker>)
     }
 
     fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
@@ -634,7 +745,9 @@ impl Backend for KernelBackend {
         // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
         unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
         self.drain()?;
-        self.throttles.lock().unwrap().lift_closed();
+        let capped = self.throttles.lock().unwrap().capped();
+        let holders: HashMap<u32, Option<u32>> = capped.into_iter().map(|slot| (slot, self.table.get(slot).map(|w| w.tid))).collect();
+        self.throttles.lock().unwrap().lift_closed(&holders);
         Ok(())
     }
 
@@ -694,11 +807,12 @@ impl Backend for KernelBackend {
                 t.lift(slot, "scheduler exiting");
             }
         }
-        self.region.retire();
-        // Detach: the kernel switches every task back to its default scheduler.
+        // Detach: the kernel switches every task back to its default scheduler. (The agent retires
+        // every domain's region.)
         let _ = self.link.take();
         let mut errors = Vec::new();
-        for path in self.pinned.drain(..) {
+        let pinned = std::mem::take(&mut *self.pinned.lock().unwrap_or_else(|p| p.into_inner()));
+        for path in pinned {
             if let Err(e) = fs::remove_file(&path) {
                 if e.kind() != io::ErrorKind::NotFound {
                     errors.push(format!("cannot unpin {}: {e}", path.display()));

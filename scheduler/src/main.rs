@@ -8,7 +8,7 @@
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
 use scx_morpheus::{
-    backend, build_id, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
+    backend, build_id, domains, journal, lock, monotonic_ns, openmetrics, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
 };
 
 use std::collections::VecDeque;
@@ -95,6 +95,12 @@ struct Opts {
     /// (default 1), through its stats socket (<--socket>.stats, readable by the agent's user only).
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1", conflicts_with = "stats")]
     monitor: Option<f64>,
+
+    /// Serve the counters in the OpenMetrics text format at http://ADDR:PORT/metrics (off by default;
+    /// use a loopback address such as 127.0.0.1:9090 unless the network may read them; port 0 picks
+    /// one, shown in the stats as metrics_address). Worker identities are not exported.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
 
     /// Describe every field of the stats (the scx_stats schema) and exit.
     #[arg(long)]
@@ -318,19 +324,39 @@ fn run(opts: Opts) -> Result<()> {
         return stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst));
     }
     let reporter = match opts.stats {
-        Some(interval) => Some(
+        Some(interval) => Some({
+            let path = stats_path.clone();
             std::thread::Builder::new()
                 .name("stats".into())
-                .spawn(move || stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst)))
-                .context("cannot start the stats reporter thread")?,
-        ),
+                .spawn(move || stats_socket::monitor(&path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst)))
+                .context("cannot start the stats reporter thread")?
+        }),
+        None => None,
+    };
+    let metrics_address = match opts.metrics {
+        Some(addr) => {
+            let listener = openmetrics::bind(addr)?;
+            let bound = listener.local_addr().context("--metrics: the bound address")?;
+            let path = stats_path.clone();
+            std::thread::Builder::new()
+                .name("metrics".into())
+                .spawn(move || openmetrics::serve(listener, path))
+                .context("cannot start the metrics thread")?;
+            log::info!("OpenMetrics on http://{bound}/metrics");
+            Some(bound)
+        }
         None => None,
     };
     // The scx convention: the BPF side may ask to be restarted (UserExitInfo::should_restart); the
     // agent then sets everything up again, with a new generation its runtimes re-register under.
     let result = loop {
-        match run_instance(&opts, config.clone()) {
-            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => log::info!("the BPF scheduler asked to be restarted; restarting"),
+        match run_instance(&opts, config.clone(), metrics_address) {
+            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => {
+                log::info!("the BPF scheduler asked to be restarted; restarting");
+                if !backend::wait_sched_ext_disabled(Duration::from_secs(10)) {
+                    break Err(anyhow::anyhow!("restart: sched_ext is still not disabled 10 s after the BPF scheduler exited"));
+                }
+            }
             Ok(_) => break Ok(()),
             Err(e) => break Err(e),
         }
@@ -354,7 +380,7 @@ enum Exit {
     Restart,
 }
 
-fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
+fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::net::SocketAddr>) -> Result<Exit> {
     let group = opts.socket_group.as_deref().map(rundir::group_id).transpose()?;
     let choice = backend::resolve(opts.backend);
     if opts.backend == BackendChoice::Auto {
@@ -387,33 +413,34 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
 
     let workers = domains::Workers::new(config.max_workers);
     let mut backend = backend::open(choice, &config, &workers)?;
-    let (placement, reply_path) = match backend.shared_domain() {
-        Some(domain) => {
-            let path = domain.region.path().to_owned();
-            (domains::Placement::Shared(domain), Some(path))
-        }
-        None => {
-            let params = region::RegionParams {
-                scb_count: config.max_workers_per_uid,
-                mode: config.mode,
-                policy: config.policy,
-                slice_ns: config.slice_ns,
-                grace_ns: config.grace_ns,
-                hint_min_interval_ns: config.hint_min_interval_ns,
-                backend: backend.kind(),
-                optional_features: if pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
-            };
-            // Fail at start-up, not at a registration, if a region cannot be allocated (S9).
-            region::Region::create_memfd("morpheus-region-probe", params.scb_count)
-                .context("cannot allocate a region of --max-workers-per-uid slots")?;
-            (domains::Placement::PerUid { params, generation }, None)
-        }
+    let params = region::RegionParams {
+        scb_count: config.max_workers_per_uid,
+        mode: config.mode,
+        policy: config.policy,
+        slice_ns: config.slice_ns,
+        grace_ns: config.grace_ns,
+        hint_min_interval_ns: config.hint_min_interval_ns,
+        backend: backend.kind(),
+        optional_features: if pressure::PressureFeed::psi_available() { abi::feature::PRESSURE_RECORD } else { 0 },
     };
-    let domains = Arc::new(domains::Domains::new(placement));
+    // One region per uid (SCB.md §10): a sealed memfd (sim) or a BPF map the program reaches through
+    // its array of maps (kernel).
+    let maker = backend.region_maker();
+    let per_uid = if maker.is_some() { "one BPF region map per uid" } else { "one sealed memfd region per uid" };
+    let domains = Arc::new(domains::Domains::new(params.clone(), generation, maker));
+    // Fail at start-up, not at a registration, if a region cannot be allocated (S9): the agent's own
+    // uid's region is made now (kernel: it is the one pinned at PINNED_REGION_PATH); for the sim a
+    // probe is enough (its uid may never register).
+    if backend.region_maker().is_some() {
+        // SAFETY: no preconditions.
+        domains.for_uid(unsafe { libc::geteuid() }).context("cannot allocate the agent's own region")?;
+    } else {
+        region::Region::create_memfd("morpheus-region-probe", params.scb_count)
+            .context("cannot allocate a region of --max-workers-per-uid slots")?;
+    }
     log::info!(
-        "{} backend, {} (generation {:#x}), {} slots, {} per uid, {} per process, mode {}, policy {}, slice {} µs, grace {} µs",
+        "{} backend, {per_uid} (generation {:#x}), {} slots, {} per uid, {} per process, mode {}, policy {}, slice {} µs, grace {} µs",
         backend.kind(),
-        if domains.is_shared() { "one shared region" } else { "one sealed memfd region per uid" },
         generation,
         config.max_workers,
         config.max_workers_per_uid,
@@ -435,7 +462,6 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
         backend.slot_observer(),
         Some(Arc::clone(&journal)),
         limits,
-        registry::reply_path(reply_path.as_deref())?,
     );
     // The stats socket: before the registry thread starts (its bind runs under a strict umask).
     let stats_name = format!("{socket_name}.stats");
@@ -449,6 +475,7 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
         slice_ns: config.slice_ns,
         grace_ns: config.grace_ns,
         generation,
+        metrics_address,
     };
 
     let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;

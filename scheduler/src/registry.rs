@@ -80,30 +80,24 @@ pub struct Shared {
     observer: Option<Arc<dyn SlotObserver>>,
     journal: Option<Arc<Journal>>,
     limits: Limits,
-    /// The path sent in replies (kernel: the pinned map, for 1.2 clients); empty for memfd regions.
-    region_path: [u8; abi::REGION_PATH_MAX as usize],
     connections: Mutex<HashMap<u32, usize>>,
     stop: AtomicBool,
 }
 
-/// What replies carry as `region_path`: the kernel backend's pin for 1.2 clients; none for memfds.
-pub fn reply_path(path: Option<&Path>) -> Result<[u8; abi::REGION_PATH_MAX as usize]> {
-    match path {
-        Some(path) => region::path_for_reply(path)
-            .with_context(|| format!("region path {} does not fit a registration reply", path.display())),
-        None => Ok([0; abi::REGION_PATH_MAX as usize]),
-    }
+/// What a reply carries as `region_path`: the domain's pin (kernel backend, for 1.2 clients; it lies
+/// in the root-only pin directory); none (all zero) for a memfd.
+fn reply_path(domain: &Domain) -> [u8; abi::REGION_PATH_MAX as usize] {
+    domain.pin.as_deref().and_then(region::path_for_reply).unwrap_or([0; abi::REGION_PATH_MAX as usize])
 }
 
 impl Shared {
-    /// The service's state; `region_path` is what replies carry (all zero: none).
+    /// The service's state.
     pub fn new(
         domains: Arc<Domains>,
         workers: Arc<Workers>,
         observer: Option<Arc<dyn SlotObserver>>,
         journal: Option<Arc<Journal>>,
         limits: Limits,
-        region_path: [u8; abi::REGION_PATH_MAX as usize],
     ) -> Shared {
         Shared {
             domains,
@@ -111,7 +105,6 @@ impl Shared {
             observer,
             journal,
             limits,
-            region_path,
             connections: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
         }
@@ -515,7 +508,6 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         );
         return (refusal(RegStatus::ProcessLimit), None);
     }
-    let shared_placement = shared.domains.is_shared();
     let used_local: Vec<u32> =
         workers.iter().flatten().filter(|w| Arc::ptr_eq(&w.domain, &domain)).map(|w| w.local).collect();
     let region = &domain.region;
@@ -531,8 +523,7 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots of its region are in use", domain.region.scb_count());
         return (refusal(RegStatus::NoFreeSlot), None);
     };
-    let global = if shared_placement { Some(local) } else { (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) };
-    let Some(global) = global.filter(|&g| workers[g as usize].is_none()) else {
+    let Some(global) = (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) else {
         region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", workers.len());
         return (refusal(RegStatus::NoFreeSlot), None);
@@ -563,14 +554,15 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
     scb.budget_remaining_ns().store(shared.limits.slice_ns, Ordering::Relaxed);
     scb.escalated().store(0, Ordering::Relaxed);
     scb.worker_state().store(WorkerState::Registered.raw(), Ordering::Release);
+    let assigned = Assigned { tid, pid, uid: caller.uid, domain: Arc::clone(&domain), local };
     if let Some(observer) = &shared.observer {
-        if let Err(e) = observer.assigned(global, tid, pid) {
+        if let Err(e) = observer.assigned(global, &assigned) {
             log::error!("registration of tid {tid} (pid {pid}) in slot {global}: backend refused: {e:#}");
             clear_slot(region, local, WorkerState::Registered.raw());
             return (refusal(RegStatus::Internal), None);
         }
     }
-    workers[global as usize] = Some(Assigned { tid, pid, uid: caller.uid, domain: Arc::clone(&domain), local });
+    workers[global as usize] = Some(assigned);
     log::debug!("registered tid {tid} (pid {pid}, uid {}) in slot {local} of its region, slot generation {slot_generation}", caller.uid);
     let reply = RegReply {
         magic: abi::REG_MAGIC,
@@ -580,7 +572,7 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         abi_minor: abi::ABI_MINOR,
         generation: region.generation(),
         slot_generation,
-        region_path: shared.region_path,
+        region_path: reply_path(&domain),
         ..Default::default()
     };
     (reply, Some(domain))

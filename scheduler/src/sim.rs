@@ -106,7 +106,7 @@ const MAX_BUFFERED_EVENTS: usize = 4096;
 struct Released(Mutex<Vec<(u32, u32)>>);
 
 impl SlotObserver for Released {
-    fn assigned(&self, _slot: u32, _tid: u32, _pid: u32) -> Result<()> {
+    fn assigned(&self, _slot: u32, _worker: &Assigned) -> Result<()> {
         Ok(())
     }
     fn released(&self, slot: u32, tid: u32, _pid: u32) {

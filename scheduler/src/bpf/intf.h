@@ -11,15 +11,38 @@
 #include "../../../abi/c/morpheus_abi.h"
 #include "../policy/morpheus_policy.h"
 
-/* The region as the BPF program maps it: one array element holding header + every SCB. */
+/*
+ * A trust domain's region as the BPF program maps it: one array element holding header + every SCB.
+ * Each uid has its own such map (created by the agent at its first registration, spec/SCB.md §10);
+ * the program reaches it through the `regions` array of maps, by the domain's index.
+ */
 struct morpheus_region {
 	struct morpheus_region_header hdr;
 	struct morpheus_scb scb[MORPHEUS_MAX_WORKERS];
 };
 
+/* Trust domains (uids) the `regions` array of maps holds. */
+#define MORPHEUS_BPF_MAX_DOMAINS 256
+
+/* The domain whose region the conformance replays (gate_replay, escalation_replay) judge. */
+#define MORPHEUS_REPLAY_DOMAIN 0
+
+/*
+ * Value of the `worker_slots` map (key: tid), written only by the agent at registration: the
+ * agent's slot number (index of `workers`, and the slot in hint and escalation records), and the
+ * domain and SCB index of the worker's SCB. The BPF side learns a worker's SCB only from here, never
+ * from a tid, pid or slot written in an SCB.
+ */
+struct morpheus_worker_slot {
+	morpheus_u32 slot;
+	morpheus_u32 domain;
+	morpheus_u32 local;
+	morpheus_u32 _pad;
+};
+
 /*
  * Context of the gate_replay program (BPF_PROG_TEST_RUN, `scx_morpheus --replay-gate`): which SCB of
- * the region map to judge, and the runtime since its last yield point. The program returns the
+ * the replay domain's region to judge, and the runtime since its last yield point. The program returns the
  * verdict (enum morpheus_gate_verdict) or a negative errno.
  */
 struct morpheus_gate_replay_ctx {
@@ -44,6 +67,26 @@ struct morpheus_escalation_replay_ctx {
 	morpheus_u32 steps;
 };
 
+/*
+ * The scheduler's private bookkeeping of one slot (the `workers` array, by the agent's slot number).
+ * The agent reads `esc` to know whether the episode behind a cgroup cap is still open.
+ */
+struct worker_ctx {
+	morpheus_u64 runtime_ns;   /* CPU time since the last yield point, up to run_start_ns */
+	morpheus_u64 run_start_ns; /* when the current run started (valid while cpu >= 0) */
+	morpheus_u64 seen_ack_seq; /* last_ack_seq at the last yield point */
+	morpheus_u64 verdict_seq;  /* preempt_seq for which last_verdict was counted */
+	struct morpheus_escalation esc; /* the escalation episode (shared state machine) */
+	morpheus_u32 tid;          /* thread this bookkeeping belongs to (a slot can be reused) */
+	morpheus_u32 pid;          /* its process (the task's own tgid, never an SCB's pid) */
+	morpheus_u32 domain;       /* where its SCB is (from worker_slots at its first run) */
+	morpheus_u32 local;
+	morpheus_s32 cpu;          /* CPU it runs on, -1 when not running */
+	morpheus_u32 last_verdict; /* gate verdict last counted for verdict_seq */
+	morpheus_u32 kicked;       /* an escalation kick is pending: requeue it behind the others */
+	morpheus_u32 deciding;     /* a CPU is running this worker's state machine (try-lock) */
+};
+
 /* Highest CPU id the per-CPU "current worker" table covers. */
 #define MORPHEUS_BPF_MAX_CPUS 1024
 
@@ -59,7 +102,7 @@ enum morpheus_counter {
 	MORPHEUS_CNT_WORKER_RUNS,         /* ops.running of a registered worker */
 	MORPHEUS_CNT_ACK_RESETS,          /* runtime reset because last_ack_seq advanced */
 	MORPHEUS_CNT_SLEEP_RESETS,        /* runtime reset because the worker slept voluntarily */
-	MORPHEUS_CNT_STALE_SLOTS,         /* tid map entry whose SCB names another tid (ignored) */
+	MORPHEUS_CNT_STALE_SLOTS,         /* tid map entry naming a domain with no region or a slot out of range (ignored) */
 	MORPHEUS_CNT_TIMER_RUNS,          /* runs of the periodic overrun check */
 	MORPHEUS_CNT_BW_THROTTLED,        /* enqueues held back because the cgroup's cpu.max quota was used */
 	MORPHEUS_CNT_WAKE_PREEMPTS,       /* base policy: a waking task preempted one far ahead in vtime */

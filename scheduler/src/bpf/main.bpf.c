@@ -8,7 +8,8 @@
  * On top of
  * it, registered worker threads (tid -> slot, maintained by the agent) are accounted: CPU time since
  * their last yield point, and on slice overrun the scheduler bumps preempt_seq in the worker's Shared
- * Control Block and publishes a hint. In enforced mode a worker that passes the escalation gate is
+ * Control Block and publishes a hint. Each uid's SCBs are in its own region map (a trust domain,
+ * spec/SCB.md §10), reached through the `regions` array of maps. In enforced mode a worker that passes the escalation gate is
  * kicked off its CPU and/or reported to the agent for a cgroup cap. Protocol: spec/SCB.md; the
  * decisions themselves: src/policy/morpheus_policy.h (shared with the simulation backend).
  */
@@ -107,21 +108,32 @@ u64 escalations_by_policy[MORPHEUS_NR_POLICIES];
 /* Lifts of escalation episodes, by state machine step (enum morpheus_escalation_step). */
 u64 lifts_by_step[MORPHEUS_NR_STEPS];
 
-/* The region runtimes map: header + MORPHEUS_MAX_WORKERS SCBs, pinned by the agent. */
+/*
+ * The regions runtimes map, one per trust domain (uid): by domain index, an mmapable array map of one
+ * element (struct morpheus_region: header + MORPHEUS_MAX_WORKERS SCBs) that the agent creates at the
+ * uid's first registration, and whose descriptor it hands only to that uid's processes. The inner
+ * definition is the template every inserted map must match (type, flags, key and value size); sizes,
+ * not types, because clang emits a type this deep in a map definition only as a declaration.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MORPHEUS_BPF_MAX_DOMAINS);
 	__type(key, u32);
-	__type(value, struct morpheus_region);
-} region SEC(".maps");
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_MMAPABLE);
+		__uint(max_entries, 1);
+		__uint(key_size, sizeof(u32));
+		__uint(value_size, sizeof(struct morpheus_region));
+	});
+} regions SEC(".maps");
 
-/* tid -> slot; written by the agent on registration and unregistration. */
+/* tid -> (slot, domain, SCB index); written by the agent on registration and unregistration. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MORPHEUS_MAX_WORKERS);
 	__type(key, u32);
-	__type(value, u32);
+	__type(value, struct morpheus_worker_slot);
 } worker_slots SEC(".maps");
 
 /* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
@@ -136,20 +148,7 @@ struct {
 	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
 } escalation_events SEC(".maps");
 
-/* The scheduler's private bookkeeping of one slot. */
-struct worker_ctx {
-	u64 runtime_ns;         /* CPU time since the last yield point, up to run_start_ns */
-	u64 run_start_ns;       /* when the current run started (valid while cpu >= 0) */
-	u64 seen_ack_seq;       /* last_ack_seq at the last yield point */
-	u64 verdict_seq;        /* preempt_seq for which last_verdict was counted */
-	struct morpheus_escalation esc; /* the escalation episode (shared state machine) */
-	u32 tid;                /* thread this bookkeeping belongs to (a slot can be reused) */
-	s32 cpu;                /* CPU it runs on, -1 when not running */
-	u32 last_verdict;       /* gate verdict last counted for verdict_seq */
-	u32 kicked;             /* an escalation kick is pending: requeue it behind the others */
-	u32 deciding;           /* a CPU is running this worker's state machine (try-lock) */
-};
-
+/* struct worker_ctx (intf.h): the scheduler's private bookkeeping of one slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MORPHEUS_MAX_WORKERS);
@@ -253,11 +252,15 @@ static __always_inline u64 queue_vtime(struct task_struct *p)
 	return time_before(vtime, floor) ? floor : vtime;
 }
 
-static __always_inline struct morpheus_region *get_region(void)
+/* The region of trust domain `domain`, or NULL if the agent has made none there. */
+static __always_inline struct morpheus_region *region_of(u32 domain)
 {
+	void *inner = bpf_map_lookup_elem(&regions, &domain);
 	u32 zero = 0;
 
-	return bpf_map_lookup_elem(&region, &zero);
+	if (!inner)
+		return NULL;
+	return bpf_map_lookup_elem(inner, &zero);
 }
 
 /* The SCB of `slot`, or NULL if out of range. The check sits next to the use for the verifier. */
@@ -269,32 +272,34 @@ static __always_inline struct morpheus_scb *scb_of(struct morpheus_region *r, u3
 	return &r->scb[slot];
 }
 
-/* Slot of a registered thread, or -1. */
-static __always_inline s32 slot_of(u32 tid)
+/* Where a registered thread's bookkeeping and SCB are (the agent's record), or NULL. */
+static __always_inline struct morpheus_worker_slot *worker_slot_of(u32 tid)
 {
-	u32 *slot = bpf_map_lookup_elem(&worker_slots, &tid);
+	struct morpheus_worker_slot *ws = bpf_map_lookup_elem(&worker_slots, &tid);
 
-	if (!slot || *slot >= MORPHEUS_MAX_WORKERS)
-		return -1;
-	return *slot;
+	if (!ws || ws->slot >= MORPHEUS_MAX_WORKERS)
+		return NULL;
+	return ws;
 }
 
-/* The SCB of task p if it is a registered worker (the tid map and the SCB agree), else NULL. */
-static __always_inline struct morpheus_scb *worker_scb_of(struct task_struct *p)
+/* The SCB at (domain, local): the agent's record says which; nothing in an SCB is asked. */
+static __always_inline struct morpheus_scb *scb_at(u32 domain, u32 local)
 {
-	struct morpheus_region *r;
-	struct morpheus_scb *scb;
-	s32 slot = slot_of(p->pid);
+	struct morpheus_region *r = region_of(domain);
 
-	if (slot < 0)
-		return NULL;
-	r = get_region();
 	if (!r)
 		return NULL;
-	scb = scb_of(r, slot);
-	if (!scb || READ_ONCE(scb->tid) != p->pid)
+	return scb_of(r, local);
+}
+
+/* The SCB of task p if it is a registered worker, else NULL. */
+static __always_inline struct morpheus_scb *worker_scb_of(struct task_struct *p)
+{
+	struct morpheus_worker_slot *ws = worker_slot_of(p->pid);
+
+	if (!ws)
 		return NULL;
-	return scb;
+	return scb_at(ws->domain, ws->local);
 }
 
 /*
@@ -364,8 +369,8 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	count(MORPHEUS_CNT_HINTS_EMITTED);
 }
 
-static void send_escalation_event(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 seq,
-				  u32 policy, u32 action, u64 overrun)
+static void send_escalation_event(struct worker_ctx *w, u32 slot, u64 now, u64 seq, u32 policy, u32 action,
+				  u64 overrun)
 {
 	struct morpheus_escalation_event *ev;
 
@@ -377,8 +382,8 @@ static void send_escalation_event(struct morpheus_scb *scb, u32 slot, u32 tid, u
 	ev->timestamp_ns = now;
 	ev->preempt_seq = seq;
 	ev->slot = slot;
-	ev->tid = tid;
-	ev->pid = READ_ONCE(scb->pid);
+	ev->tid = w->tid;
+	ev->pid = w->pid;
 	ev->policy = policy;
 	ev->action = action;
 	ev->_pad0 = 0;
@@ -418,7 +423,7 @@ static __always_inline void lift_escalation(struct morpheus_scb *scb, struct wor
 			    enum morpheus_escalation_step step, struct morpheus_gate_input *in)
 {
 	if (w->esc.throttled)
-		send_escalation_event(scb, slot, w->tid, now, w->esc.preempt_seq, in->escalation_policy,
+		send_escalation_event(w, slot, now, w->esc.preempt_seq, in->escalation_policy,
 				      MORPHEUS_ESCALATION_ACTION_UNTHROTTLE, 0);
 	morpheus_escalation_commit(&w->esc, step, in, now);
 	WRITE_ONCE(scb->escalated, 0);
@@ -433,8 +438,8 @@ static __always_inline void lift_escalation(struct morpheus_scb *scb, struct wor
  * -1 when it is not on one (stopping, or the timer's look at workers off CPU): lifts then, no action,
  * as there is nothing to preempt. Callers hold the worker's `deciding` try-lock (run_escalation).
  */
-static __always_inline void run_escalation_locked(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
-			   s32 cpu, u64 runtime, u64 now)
+static __always_inline void run_escalation_locked(struct morpheus_scb *scb, struct worker_ctx *w, u32 slot,
+						  s32 cpu, u64 runtime, u64 now)
 {
 	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
@@ -479,7 +484,7 @@ static __always_inline void run_escalation_locked(struct morpheus_region *r, str
 	count(MORPHEUS_CNT_ESCALATIONS);
 	if (in.escalation_policy < MORPHEUS_NR_POLICIES)
 		__sync_fetch_and_add(&escalations_by_policy[in.escalation_policy], 1);
-	send_escalation_event(scb, slot, w->tid, now, in.preempt_seq, in.escalation_policy, action,
+	send_escalation_event(w, slot, now, in.preempt_seq, in.escalation_policy, action,
 			      runtime - in.slice_ns - in.grace_ns);
 }
 
@@ -488,27 +493,28 @@ static __always_inline void run_escalation_locked(struct morpheus_region *r, str
  * state machine, the other skips this decision (the next one comes within a check interval). The
  * exchange that releases the lock is a fetching atomic, so the episode's stores are visible first.
  */
-static __always_inline void run_escalation(struct morpheus_region *r, struct morpheus_scb *scb, struct worker_ctx *w,
-					   u32 slot, s32 cpu, u64 runtime, u64 now)
+static __always_inline void run_escalation(struct morpheus_scb *scb, struct worker_ctx *w, u32 slot, s32 cpu,
+					   u64 runtime, u64 now)
 {
 	if (__sync_val_compare_and_swap(&w->deciding, 0, 1) != 0)
 		return;
-	run_escalation_locked(r, scb, w, slot, cpu, runtime, now);
+	run_escalation_locked(scb, w, slot, cpu, runtime, now);
 	__sync_lock_test_and_set(&w->deciding, 0);
 }
 
 /*
- * Hint and escalation decisions for one worker, every input loaded at decision time. `cpu` is the CPU
- * it is running on, or -1 when it is not on one (no escalation action then: nothing to preempt).
+ * Hint and escalation decisions for one worker (agent slot `slot`), every input loaded at decision
+ * time. `cpu` is the CPU it is running on, or -1 when it is not on one (no escalation action then:
+ * nothing to preempt). Its SCB is the one its first run found through worker_slots.
  */
-static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
+static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 {
 	struct morpheus_scb *scb;
 	enum morpheus_hint_decision hint;
 	u64 runtime, slice, ack, last_hint;
 	u32 state, tid = w->tid;
 
-	scb = scb_of(r, slot);
+	scb = scb_at(w->domain, w->local);
 	if (!scb)
 		return;
 
@@ -542,12 +548,12 @@ static void check_worker(struct morpheus_region *r, u32 slot, struct worker_ctx 
 
 	/* The gate is for workers past their slice; an open episode is looked at for its lifts. */
 	if (w->esc.open || (cpu >= 0 && runtime > slice))
-		run_escalation(r, scb, w, slot, cpu, runtime, now);
+		run_escalation(scb, w, slot, cpu, runtime, now);
 }
 
 /*
  * Conformance replay (spec/CONFORMANCE.md §2.7; `scx_morpheus --replay-gate`): the gate on the SCB of
- * ctx->slot in the region map, which the agent has filled with a scenario's region image, under the
+ * ctx->slot in the replay domain's region map, which the agent has filled with a scenario's region image, under the
  * configuration that image's header states. Run with BPF_PROG_TEST_RUN, never attached. Returns the
  * verdict, or -ERANGE for a slot the map cannot hold.
  */
@@ -556,7 +562,7 @@ int gate_replay(struct morpheus_gate_replay_ctx *ctx)
 {
 	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
-	struct morpheus_region *r = get_region();
+	struct morpheus_region *r = region_of(MORPHEUS_REPLAY_DOMAIN);
 	struct morpheus_scb *scb;
 
 	if (!r)
@@ -580,7 +586,7 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 {
 	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
-	struct morpheus_region *r = get_region();
+	struct morpheus_region *r = region_of(MORPHEUS_REPLAY_DOMAIN);
 	enum morpheus_gate_verdict verdict;
 	enum morpheus_escalation_step step;
 	struct morpheus_scb *scb;
@@ -632,43 +638,43 @@ static __always_inline bool bw_exhausted(struct cgroup_bw *bw, u64 now)
 /* Periodic overrun check of every CPU's running worker: finer than the scheduler tick. */
 static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 {
-	struct morpheus_region *r = get_region();
 	u64 now = bpf_ktime_get_ns();
 	u32 cpu;
 
 	count(MORPHEUS_CNT_TIMER_RUNS);
-	/* The agent published the header before attaching; nothing here reads it (runtimes can write it). */
-	if (r) {
-		bpf_for(cpu, 0, nr_possible_cpus) {
-			struct worker_ctx *w;
-			u32 *cur, slot;
+	/* Nothing here reads a region header (runtimes can write it). */
+	bpf_for(cpu, 0, nr_possible_cpus) {
+		struct worker_ctx *w;
+		u32 *cur, slot;
 
-			if (cpu >= MORPHEUS_BPF_MAX_CPUS)
-				break;
-			cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
-			if (!cur || !*cur)
+		if (cpu >= MORPHEUS_BPF_MAX_CPUS)
+			break;
+		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
+		if (!cur || !*cur)
+			continue;
+		slot = *cur - 1;
+		w = bpf_map_lookup_elem(&workers, &slot);
+		if (w && w->cpu == (s32)cpu)
+			check_worker(slot, w, cpu, now);
+	}
+	/*
+	 * Open episodes of workers off CPU still end (acknowledged, gone, or their bound): swept every
+	 * 16th run, over the agent's slots, and only while an episode is open.
+	 */
+	if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
+		u32 slot, nr_slots = cfg_scb_count;
+
+		if (nr_slots > MORPHEUS_MAX_WORKERS)
+			nr_slots = MORPHEUS_MAX_WORKERS;
+		bpf_for(slot, 0, nr_slots) {
+			struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
+			struct morpheus_scb *scb;
+
+			if (!w || !w->esc.open || w->cpu >= 0)
 				continue;
-			slot = *cur - 1;
-			w = bpf_map_lookup_elem(&workers, &slot);
-			if (w && w->cpu == (s32)cpu)
-				check_worker(r, slot, w, cpu, now);
-		}
-		/*
-		 * Open episodes of workers off CPU still end (acknowledged, gone, or their bound): swept
-		 * every 16th run, over the SCBs the region has, and only while an episode is open.
-		 */
-		if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
-			u32 slot, nr_slots = cfg_scb_count;
-
-			if (nr_slots > MORPHEUS_MAX_WORKERS)
-				nr_slots = MORPHEUS_MAX_WORKERS;
-			bpf_for(slot, 0, nr_slots) {
-				struct morpheus_scb *scb = scb_of(r, slot);
-				struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
-
-				if (scb && w && w->esc.open && w->cpu < 0)
-					run_escalation(r, scb, w, slot, -1, w->runtime_ns, now);
-			}
+			scb = scb_at(w->domain, w->local);
+			if (scb)
+				run_escalation(scb, w, slot, -1, w->runtime_ns, now);
 		}
 	}
 	/* Throttled tasks become runnable at a period boundary: wake idle CPUs to dispatch them. */
@@ -875,33 +881,34 @@ static __always_inline void vtime_stopping(struct task_struct *p)
 
 void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 {
-	struct morpheus_region *r;
+	struct morpheus_worker_slot *ws;
 	struct morpheus_scb *scb;
 	struct worker_ctx *w;
-	u32 tid = p->pid, key;
-	s32 slot = slot_of(tid), cpu;
+	u32 tid = p->pid, slot;
+	s32 cpu;
 	u64 now;
 
 	vtime_running(p);
 	bw_running(p);
-	if (slot < 0)
+	ws = worker_slot_of(tid);
+	if (!ws)
 		return;
-	key = slot;
-	r = get_region();
-	w = bpf_map_lookup_elem(&workers, &key);
-	if (!r || !w)
+	slot = ws->slot;
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (!w)
 		return;
-	scb = scb_of(r, slot);
-	if (!scb)
-		return;
-	if (READ_ONCE(scb->tid) != tid) {
+	scb = scb_at(ws->domain, ws->local);
+	if (!scb) {
 		count(MORPHEUS_CNT_STALE_SLOTS);
 		return;
 	}
 	now = bpf_ktime_get_ns();
-	if (w->tid != tid) {
-		/* First run of a newly registered thread in this slot. */
+	if (w->tid != tid || w->domain != ws->domain || w->local != ws->local) {
+		/* First run of a newly registered thread in this slot: its SCB is where the agent says. */
 		w->tid = tid;
+		w->pid = p->tgid;
+		w->domain = ws->domain;
+		w->local = ws->local;
 		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
 		w->verdict_seq = 0;
 		w->last_verdict = 0;
@@ -923,16 +930,17 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 {
-	struct morpheus_region *r;
+	struct morpheus_worker_slot *ws;
 	struct morpheus_scb *scb;
 	struct worker_ctx *w;
-	u32 tid = p->pid, key, zero = 0;
-	s32 slot = slot_of(tid), cpu;
+	u32 tid = p->pid, slot, zero = 0;
+	s32 cpu;
 	u64 now;
 
 	vtime_stopping(p);
 	bw_stopping(p);
-	if (slot < 0) {
+	ws = worker_slot_of(tid);
+	if (!ws) {
 		/* Unregistered while it ran: forget it on its CPU so the timer stops looking. */
 		u32 cpu_key = scx_bpf_task_cpu(p), *cur;
 
@@ -941,12 +949,11 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 			*cur = 0;
 		return;
 	}
-	key = slot;
-	w = bpf_map_lookup_elem(&workers, &key);
-	r = get_region();
-	if (!w || !r || w->tid != tid || w->cpu < 0)
+	slot = ws->slot;
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (!w || w->tid != tid || w->cpu < 0)
 		return;
-	scb = scb_of(r, slot);
+	scb = scb_at(w->domain, w->local);
 	if (!scb)
 		return;
 
@@ -978,7 +985,7 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 			scx_bpf_task_set_dsq_vtime(p, behind);
 	}
 	/* Preempted or slice expired while still runnable: account, hint if overrun. */
-	check_worker(r, slot, w, -1, now);
+	check_worker(slot, w, -1, now);
 }
 
 /* A task entering sched_ext starts level with the tasks running now. */
