@@ -58,6 +58,13 @@ step_python_service() {
   bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-3}"
 }
 
+# sdk-node's service table: the example Fastify service driven over loopback with the sim scheduler
+# running; light-route latency per yield mode (none, setImmediate every N, Morpheus) and what Morpheus
+# costs the heavy route when nothing is asked (sdk-node/BENCHMARKS.md). About 2.5 minutes at 6 s a cell.
+step_node_service() {
+  bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-6}" --rounds 3
+}
+
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
 
 STEPS=(
@@ -67,6 +74,7 @@ STEPS=(
   starvation_vm
   python_bench_vm
   python_service
+  node_service
 )
 
 # ---------------------------------------------------------------------------

@@ -4,9 +4,9 @@
 //
 //   node --require @morpheus-sched/node/register examples/fastify-service.js [--port 3000]
 //
-// GET /heavy?units=N hashes N units of ~10 µs each and awaits checkpoint() after every unit: when the
-// scheduler asks this thread to yield, the route steps aside for one turn of the event loop (the I/O
-// poll runs, so /light requests are served) and carries on. GET /light answers at once. Without a
+// GET /heavy?units=N hashes N units of ~10 µs each and looks after every unit whether the scheduler
+// asked this thread to yield; when it did, the route awaits checkpoint(), which steps aside for its
+// turn of the event loop (the I/O poll runs, so /light requests are served), and carries on. GET /light answers at once. Without a
 // scheduler (detached) checkpoints never yield and cost one atomic load.
 'use strict';
 const crypto = require('node:crypto');
@@ -20,17 +20,42 @@ function unit(seed) {
   return h;
 }
 
-function build() {
-  const app = Fastify({ logger: false });
+// The hot loop lives in a plain function and returns to the handler only when asked to step aside:
+// V8 runs work inlined into an async function that awaits about 1.5x slower even when it never
+// yields (BENCHMARKS.md), so the awaits stay in the handler.
+function hashUnits(state, units, requested) {
+  while (state.done < units) {
+    state.h = unit(state.h);
+    state.done++;
+    if (requested(state.done)) return true;
+  }
+  return false;
+}
+
+/** Morpheus: step aside when the scheduler asks (the default). */
+const MORPHEUS = { requested: morpheus.yieldRequested, pause: morpheus.checkpoint };
+
+/**
+ * The service. `stepAside` says when the heavy route steps aside and how: `requested(unitsDone)` is
+ * asked after every unit, `pause()` is awaited when it said yes (and resolves true if the route did
+ * yield). The default is Morpheus; null never steps aside; the benchmark (bench/service.mjs) swaps in
+ * fixed setImmediate cadences to compare with.
+ */
+function build({ stepAside = MORPHEUS } = {}) {
+  const app = Fastify({ logger: false, keepAliveTimeout: 60_000 });
+  const never = () => false;
   app.get('/heavy', async (request) => {
     const units = Math.min(Number(request.query.units ?? 20000), 1_000_000);
-    let h = crypto.randomInt(1 << 30);
+    const state = { h: crypto.randomInt(1 << 30), done: 0 };
     let yields = 0;
-    for (let i = 0; i < units; i++) {
-      h = unit(h);
-      if (await morpheus.checkpoint()) yields++;
+    if (stepAside === null) {
+      hashUnits(state, units, never);
+    } else {
+      while (hashUnits(state, units, stepAside.requested)) {
+        if (await stepAside.pause()) yields++;
+      }
     }
-    return { units, yields, hash: h >>> 0 };
+    return { units, yields, hash: state.h >>> 0 };
   });
   app.get('/light', async () => {
     const worker = morpheus.currentWorker();
@@ -53,4 +78,4 @@ async function main() {
 }
 
 if (require.main === module) main();
-module.exports = { build };
+module.exports = { build, unit };

@@ -94,6 +94,8 @@ export declare function initWorker(options?: WorkerOptions): Worker;
 export declare function currentWorker(): Worker | null;
 export declare function attach(path?: string): Region | null;
 export declare function shouldYield(): boolean;
+/** Whether a request is pending (one load; acknowledges nothing, never yields): a plain-function hot loop returns to `await checkpoint()` when true. */
+export declare function yieldRequested(): boolean;
 export declare function checkpoint(): Promise<boolean>;
 export declare function checkpointEvery(every: number): Ticker;
 export declare function critical<T>(fn: () => T): T;

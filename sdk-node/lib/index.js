@@ -66,6 +66,18 @@ function shouldYield() {
   return shouldYieldSlow();
 }
 
+/**
+ * Whether the scheduler's request is pending for this thread: one atomic load, and nothing else (it
+ * acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
+ * its async caller to `await checkpoint()` when this is true: V8 compiles work inlined into an async
+ * function that awaits markedly slower (BENCHMARKS.md), and this shape keeps the loop out of it.
+ * True also while a critical section defers a request, and on every call in the modes that disable
+ * the fast path; `checkpoint()` then decides.
+ */
+function yieldRequested() {
+  return Atomics.load(seq, SEQ) !== ack;
+}
+
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
   if (unacknowledged !== null) {
@@ -555,6 +567,7 @@ module.exports = {
   setEscapable,
   setPriority,
   shouldYield,
+  yieldRequested,
 };
 // Each error class by name too (require('@morpheus-sched/node').NotInCriticalError).
 Object.assign(module.exports, errors);

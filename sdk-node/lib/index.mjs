@@ -23,5 +23,6 @@ export const {
   setEscapable,
   setPriority,
   shouldYield,
+  yieldRequested,
 } = cjs;
 export default cjs;

@@ -207,3 +207,16 @@ test('the view outlives neither the registration nor the mapping: after close an
   assert.equal(morpheus.shouldYield(), false);
   assert.equal(await morpheus.checkpoint(), false);
 });
+
+test('yieldRequested(): one load that acknowledges nothing; checkpoint() then serves the request', async () => {
+  register();
+  assert.equal(morpheus.yieldRequested(), false);
+  region.bump(SLOT);
+  const before = region.bytes();
+  assert.equal(morpheus.yieldRequested(), true);
+  assert.equal(morpheus.yieldRequested(), true, 'still pending: nothing was acknowledged');
+  assert.deepEqual(region.bytes(), before, 'nothing written');
+  assert.equal(await morpheus.checkpoint(), true);
+  assert.equal(morpheus.yieldRequested(), false);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
+});

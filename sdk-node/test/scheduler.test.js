@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 // With the real scheduler (scx_morpheus --backend sim, observer mode): the event loop's thread registers
 // through the agent's socket and its busy `await checkpoint()` loop is asked to yield, and yields.
-// Runs when the scheduler binary is built (cargo build --release -p scx_morpheus), else is skipped.
+// tools/test.sh builds the scheduler (cargo build --release -p scx_morpheus); without it the test fails.
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -13,9 +13,11 @@ const { once } = require('node:events');
 const morpheus = require('@morpheus-sched/node');
 
 const root = path.join(__dirname, '..', '..');
-const scx = path.join(process.env.CARGO_TARGET_DIR || path.join(root, 'target'), 'release', 'scx_morpheus');
+// tools/test.sh builds it and names it; run alone, the test looks where cargo puts it.
+const scx = process.env.MORPHEUS_SCX_BIN || path.join(process.env.CARGO_TARGET_DIR || path.join(root, 'target'), 'release', 'scx_morpheus');
 
-test('registered through the sim scheduler\'s agent, a busy loop is asked to yield and yields', { skip: fs.existsSync(scx) ? false : `${scx} is not built` }, async () => {
+test('registered through the sim scheduler\'s agent, a busy loop is asked to yield and yields', async () => {
+  assert.ok(fs.existsSync(scx), `${scx} is not built (cargo build --release -p scx_morpheus; tools/test.sh does it)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-sched-'));
   const socket = path.join(dir, 'sock');
   const scheduler = spawn(scx, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--max-workers', '2'], { stdio: 'ignore' });

@@ -8,6 +8,7 @@ import {
   initWorker,
   MorpheusError,
   shouldYield,
+  yieldRequested,
   type ErrorCodeName,
   type Worker,
 } from '@morpheus-sched/node';
@@ -19,7 +20,7 @@ export async function handler(): Promise<number> {
   let n = 0;
   for (let i = 0; i < 1000; i++) {
     if (await checkpoint()) n++;
-    if (tick.sync() || shouldYield()) n++;
+    if (tick.sync() || shouldYield() || yieldRequested()) n++;
     await tick();
   }
   const depth: number = critical(() => 1);

@@ -6,6 +6,11 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 "$here/tools/build.sh"
+# test/scheduler.test.js runs against the real sim agent: built here (release, the command the
+# benchmarks use), so the test never skips for want of it.
+root="$(cd "$here/.." && pwd)"
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus >&2)
+export MORPHEUS_SCX_BIN="${CARGO_TARGET_DIR:-$root/target}/release/scx_morpheus"
 cd "$here"
 # --expose-gc: the view-lifetime test collects the buffers of a closed registration.
 exec node --expose-gc --test --test-reporter=spec "$@" test/*.test.js
