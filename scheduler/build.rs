@@ -5,8 +5,46 @@
 //! src/bpf/intf.h), never copies of them.
 
 fn main() {
+    build_id();
     #[cfg(feature = "kernel")]
     kernel::build();
+}
+
+/// The build id `--version` prints (src/build_id.rs), in the scx_utils build_id shape: the commit
+/// (`-dirty` with uncommitted changes) and the target triple. Outside a git checkout (a source
+/// tarball) the commit is left out.
+fn build_id() {
+    use std::process::Command;
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let sha = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_default();
+    let dirty = !sha.is_empty() && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    println!("cargo:rustc-env=MORPHEUS_GIT_SHA={sha}");
+    println!("cargo:rustc-env=MORPHEUS_GIT_DIRTY={}", if dirty { "1" } else { "" });
+    println!("cargo:rustc-env=MORPHEUS_TARGET={}", std::env::var("TARGET").unwrap_or_default());
+    // A new commit changes HEAD (or the ref it points to) and the index.
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        let dir = std::path::Path::new(&dir);
+        let dir = if dir.is_absolute() { dir.to_owned() } else { std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join(dir) };
+        for file in ["HEAD", "index"] {
+            println!("cargo:rerun-if-changed={}", dir.join(file).display());
+        }
+        if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
+                let common = std::path::Path::new(&common);
+                let common = if common.is_absolute() { common.to_owned() } else { std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join(common) };
+                println!("cargo:rerun-if-changed={}", common.join(reference).display());
+            }
+        }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
 }
 
 #[cfg(feature = "kernel")]

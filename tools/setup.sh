@@ -45,6 +45,8 @@ APT_PACKAGES=(
   # Java: Maven (the JDK is Temurin 25, see the Java section); sdk-java's JNI backend is also tested on
   # Debian's JDK 17 (a full JDK: javac for the conformance agent, JNI headers not needed).
   maven openjdk-17-jdk-headless
+  # Scheduler: `morpheus top`'s test drives it in a real terminal (tmux send-keys / capture-pane).
+  tmux
   # add here
 )
 

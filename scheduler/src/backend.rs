@@ -19,7 +19,20 @@ use anyhow::Result;
 use morpheus_abi as abi;
 
 use crate::domains::{Assigned, RegionMaker, Workers};
-use crate::stats::Counters;
+use crate::stats::{Counters, Reactions};
+
+/// A backend's tick error that asks the agent to set everything up again rather than exit (the BPF
+/// scheduler exited with scx's restart code: `UserExitInfo::should_restart`).
+#[derive(Debug)]
+pub struct RestartRequested;
+
+impl std::fmt::Display for RestartRequested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the BPF scheduler asked to be restarted")
+    }
+}
+
+impl std::error::Error for RestartRequested {}
 
 /// Everything the command line decides, validated (see main.rs).
 #[derive(Clone, Debug)]
@@ -45,6 +58,9 @@ pub struct Config {
     /// Sim backend sampling period.
     pub tick: Duration,
     pub verbose: u8,
+    /// Kernel backend: the BPF scheduler's exit dump size (0: the kernel's default).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
+    pub exit_dump_len: u32,
 }
 
 /// A registration changed the owner of a slot (`slot`: the agent's global slot number, the index of
@@ -92,6 +108,16 @@ pub trait Backend {
 
     /// Counters since start (cumulative; gauges current).
     fn counters(&self) -> Counters;
+
+    /// The scheduler's reaction times, measured from the backend's own decisions.
+    fn reactions(&self) -> Reactions {
+        Reactions::default()
+    }
+
+    /// Counters only this backend has, by name (kernel: the BPF program's own counters).
+    fn backend_counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
 
     /// Clean exit: lift every escalation still in force, detach from the kernel (the agent retires
     /// the regions). Called once; errors are reported but the agent exits anyway.

@@ -86,6 +86,11 @@ impl Workers {
         self.lock().get(global as usize).cloned().flatten()
     }
 
+    /// Every assigned slot, with its global number (one lock for the whole table).
+    pub fn assigned(&self) -> Vec<(u32, Assigned)> {
+        self.lock().iter().enumerate().filter_map(|(i, a)| a.clone().map(|a| (i as u32, a))).collect()
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Assigned>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }

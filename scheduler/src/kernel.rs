@@ -57,7 +57,7 @@ use crate::cgroup::{self, Caps};
 use crate::domains::{Assigned, NewRegion, RegionMaker, Workers};
 use crate::region::{self, Region};
 use crate::replay::{self, GateCase};
-use crate::stats::Counters;
+use crate::stats::{Counters, Reactions};
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
@@ -459,37 +459,6 @@ impl SlotObserver for KernelSlots {
     }
 }
 
-/// Latency samples in nanoseconds, summarised as a distribution.
-#[derive(Default)]
-pub struct Samples(Vec<u64>);
-
-impl Samples {
-    fn push(&mut self, v: u64) {
-        // Bounded memory on long runs: keep the first million.
-        if self.0.len() < 1_000_000 {
-            self.0.push(v);
-        }
-    }
-
-    /// "n=.. p50=..µs p95=.. p99=.. max=.." or "n=0".
-    pub fn summary(&self) -> String {
-        if self.0.is_empty() {
-            return "n=0".into();
-        }
-        let mut v = self.0.clone();
-        v.sort_unstable();
-        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
-        format!(
-            "n={} p50={:.0}µs p95={:.0}µs p99={:.0}µs max={:.0}µs",
-            v.len(),
-            q(0.50),
-            q(0.95),
-            q(0.99),
-            *v.last().unwrap() as f64 / 1000.0
-        )
-    }
-}
-
 /// What the ring buffer callbacks hand to `tick`.
 #[derive(Default)]
 struct Drained {
@@ -521,8 +490,7 @@ pub struct KernelBackend {
     hint_records: u64,
     kick_records: u64,
     /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
-    pub hint_reaction: Samples,
-    pub escalation_reaction: Samples,
+    reactions: Reactions,
     shut_down: bool,
 }
 
@@ -565,6 +533,7 @@ impl KernelBackend {
         let mut builder = BpfSkelBuilder::default();
         builder.obj_builder.debug(config.verbose > 1);
         let mut skel = scx_ops_open!(builder, open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
+        skel.struct_ops.morpheus_ops_mut().exit_dump_len = config.exit_dump_len;
 
         let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
         rodata.check_interval_ns = check_interval_ns(config);
@@ -660,8 +629,7 @@ impl KernelBackend {
             event_ack: HashMap::new(),
             hint_records: 0,
             kick_records: 0,
-            hint_reaction: Samples::default(),
-            escalation_reaction: Samples::default(),
+            reactions: Reactions::default(),
             shut_down: false,
         })
     }
@@ -675,7 +643,7 @@ impl KernelBackend {
         unsafe { std::ptr::read_volatile(&self.bss().counters[idx as usize]) }
     }
 
-    /// Raw BPF counters by name, for the e2e test and `--stats -v`.
+    /// Raw BPF counters by name (the stats' `backend_counters`).
     pub fn bpf_counters(&self) -> Vec<(&'static str, u64)> {
         let names = [
             ("hints_emitted", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED),
@@ -715,7 +683,7 @@ impl KernelBackend {
             let Some(ack) = self.last_ack_seq(slot) else { continue };
             // The first request since the worker's last acknowledgement measures the reaction time.
             if hint.preempt_seq == ack + 1 || self.hint_ack.get(&slot) != Some(&ack) {
-                self.hint_reaction.push(hint.overrun_ns);
+                self.reactions.hint.push(hint.overrun_ns);
             }
             self.hint_ack.insert(slot, ack);
         }
@@ -723,7 +691,7 @@ impl KernelBackend {
             let slot = ev.slot;
             let ack = self.last_ack_seq(slot).unwrap_or(0);
             if self.event_ack.get(&slot) != Some(&ack) {
-                self.escalation_reaction.push(ev.overrun_ns);
+                self.reactions.escalation.push(ev.overrun_ns);
             }
             self.event_ack.insert(slot, ack);
             match abi::EscalationAction::try_from(ev.action) {
@@ -767,6 +735,7 @@ impl Backend for KernelBackend {
             // The kernel has already fallen back to its default scheduler; say why and stop.
             let _ = self.link.take();
             return match uei_report!(&self.skel, uei) {
+                Ok(uei) if uei.should_restart() => Err(anyhow::Error::new(crate::backend::RestartRequested)),
                 Ok(_) => Err(anyhow!("the BPF scheduler was unloaded by the kernel")),
                 Err(e) => Err(e.context("the BPF scheduler exited with an error")),
             };
@@ -799,7 +768,29 @@ impl Backend for KernelBackend {
         c.spared_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL)
             + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
         c.held_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL);
+        for (i, slot) in c.escalations_by_policy.iter_mut().enumerate().take(bpf_intf::MORPHEUS_NR_POLICIES as usize) {
+            // SAFETY: as in `counter`.
+            *slot = unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) };
+        }
         c
+    }
+
+    fn reactions(&self) -> Reactions {
+        self.reactions.clone()
+    }
+
+    fn backend_counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self.bpf_counters().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        for step in morpheus_policy_ffi::EscalationStep::ALL {
+            if let Some(why) = step.lift_reason() {
+                // SAFETY: as in `counter`.
+                let n = unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[step as usize]) };
+                out.push((format!("lifts_{why}"), n));
+            }
+        }
+        out.push(("hint_records".into(), self.hint_records));
+        out.push(("kick_records".into(), self.kick_records));
+        out
     }
 
     fn shutdown(&mut self) -> Result<()> {
@@ -851,8 +842,8 @@ impl Backend for KernelBackend {
             .map(|(i, why)| format!("{why}={}", unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[i]) }))
             .collect();
         log::info!("escalation lifts: {}", lifts.join(" "));
-        log::info!("reaction overrun->hint: {}", self.hint_reaction.summary());
-        log::info!("reaction grace expiry->escalation: {}", self.escalation_reaction.summary());
+        log::info!("reaction overrun->hint: {}", self.reactions.hint.summary());
+        log::info!("reaction grace expiry->escalation: {}", self.reactions.escalation.summary());
         log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);
 
         match uei_report!(&self.skel, uei) {

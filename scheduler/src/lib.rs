@@ -4,6 +4,7 @@
 //! request handler directly.
 
 pub mod backend;
+pub mod build_id;
 pub mod cgroup;
 pub mod domains;
 pub mod fuzzing;
@@ -17,7 +18,11 @@ pub mod registry;
 pub mod replay;
 pub mod rundir;
 pub mod sim;
+pub mod snapshot;
 pub mod stats;
+pub mod stats_socket;
+pub mod top;
+pub mod watch;
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of last_hint_ns and escalation events).
 pub fn monotonic_ns() -> u64 {

@@ -7,8 +7,11 @@
 
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
-use scx_morpheus::{backend, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, stats};
+use scx_morpheus::{
+    backend, build_id, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
+};
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +56,7 @@ const MAX_SLOTS: u32 = 16_384;
 /// Morpheus scheduler agent: asks registered worker threads to yield at safe points, and (enforced
 /// mode) escalates those that ignore it.
 #[derive(Debug, Parser)]
-#[command(name = "scx_morpheus", version, about, long_about = None)]
+#[command(name = "scx_morpheus", version = build_id::FULL_VERSION.as_str(), about, long_about = None)]
 struct Opts {
     /// CPU time a worker may run before it is asked to yield, in microseconds.
     #[arg(short = 's', long, default_value_t = abi::DEFAULT_SLICE_NS / 1000)]
@@ -83,9 +86,24 @@ struct Opts {
     #[arg(short = 'b', long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
 
-    /// Print counters every INTERVAL seconds (default 1).
+    /// Run the scheduler and print its stats every INTERVAL seconds (default 1), read back through
+    /// its stats socket as --monitor does.
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1")]
     stats: Option<f64>,
+
+    /// Do not run a scheduler: print the stats of the one serving --socket every INTERVAL seconds
+    /// (default 1), through its stats socket (<--socket>.stats, readable by the agent's user only).
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1", conflicts_with = "stats")]
+    monitor: Option<f64>,
+
+    /// Describe every field of the stats (the scx_stats schema) and exit.
+    #[arg(long)]
+    help_stats: bool,
+
+    /// Kernel backend: size of the BPF scheduler's debug dump printed if it exits with an error
+    /// (0: the kernel's default). The sim backend has no dump.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    exit_dump_len: u32,
 
     /// Kernel backend only: where its region map is pinned (always the spec's PINNED_REGION_PATH).
     /// The sim backend has no region file: each user's region is handed over the socket.
@@ -162,9 +180,10 @@ fn validate(opts: &Opts) -> Result<Config> {
         bail!("--max-workers-per-process {per_process}: must be between 1 and the per-uid limit ({per_uid})");
     }
     if let Some(interval) = opts.stats {
-        if !(interval.is_finite() && (0.01..=3600.0).contains(&interval)) {
-            bail!("--stats {interval}: the interval must be between 0.01 and 3600 seconds");
-        }
+        stats_socket::check_interval("--stats", interval)?;
+    }
+    if let Some(interval) = opts.monitor {
+        stats_socket::check_interval("--monitor", interval)?;
     }
     if opts.region.is_some() && backend::resolve(opts.backend) == BackendChoice::Sim {
         bail!(
@@ -208,6 +227,7 @@ fn validate(opts: &Opts) -> Result<Config> {
         journal: None,
         tick: Duration::from_micros(opts.tick_us),
         verbose: opts.verbose,
+        exit_dump_len: opts.exit_dump_len,
     })
 }
 
@@ -282,8 +302,59 @@ fn run(opts: Opts) -> Result<()> {
     if let Some(path) = &opts.replay_gate {
         return replay_gate(path, opts.verbose);
     }
-    let mut config = validate(&opts)?;
+    if opts.help_stats {
+        let mut data = scx_stats::StatsServerData::<(), ()>::new();
+        for meta in snapshot::server_meta() {
+            data = data.add_meta(meta);
+        }
+        return data.describe_meta(&mut std::io::stdout(), None);
+    }
+    let config = validate(&opts)?;
     init_logging(config.verbose);
+    install_signal_handlers()?;
+    let stats_path = stats_socket::path_for(&config.socket_path);
+    if let Some(interval) = opts.monitor {
+        // A client only: the running agent's stats until Ctrl-C.
+        return stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst));
+    }
+    let reporter = match opts.stats {
+        Some(interval) => Some(
+            std::thread::Builder::new()
+                .name("stats".into())
+                .spawn(move || stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst)))
+                .context("cannot start the stats reporter thread")?,
+        ),
+        None => None,
+    };
+    // The scx convention: the BPF side may ask to be restarted (UserExitInfo::should_restart); the
+    // agent then sets everything up again, with a new generation its runtimes re-register under.
+    let result = loop {
+        match run_instance(&opts, config.clone()) {
+            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => log::info!("the BPF scheduler asked to be restarted; restarting"),
+            Ok(_) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    STOP.store(true, Ordering::SeqCst);
+    if let Some(reporter) = reporter {
+        match reporter.join() {
+            Ok(Err(e)) => log::warn!("stats reporter: {e:#}"),
+            Err(_) => log::warn!("the stats reporter thread panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+/// How one instance (one generation) of the agent ended.
+enum Exit {
+    /// Stopped by a signal.
+    Done,
+    /// The backend asked to be set up again (the BPF scheduler exited with the restart code).
+    Restart,
+}
+
+fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
     let group = opts.socket_group.as_deref().map(rundir::group_id).transpose()?;
     let choice = backend::resolve(opts.backend);
     if opts.backend == BackendChoice::Auto {
@@ -295,7 +366,9 @@ fn run(opts: Opts) -> Result<()> {
             ),
         }
     }
-
+    if choice == BackendChoice::Sim && config.exit_dump_len != 0 {
+        log::info!("--exit-dump-len: the sim backend has no BPF program, nothing to dump");
+    }
     // The runtime directory (the socket's) holds the socket, the instance lock and the effect journal;
     // it is checked before anything in it is opened (S1, S10).
     let socket_name = config.socket_path.file_name().and_then(|n| n.to_str()).context("--socket: the file name is not UTF-8")?.to_owned();
@@ -311,7 +384,6 @@ fn run(opts: Opts) -> Result<()> {
     // Undo what a killed predecessor left in force, before anything new is applied (S7).
     let journal = Arc::new(journal::Journal::recover(&dir, &format!("{socket_name}.journal"), generation)?);
     config.journal = Some(Arc::clone(&journal));
-    install_signal_handlers()?;
 
     let workers = domains::Workers::new(config.max_workers);
     let mut backend = backend::open(choice, &config, &workers)?;
@@ -365,8 +437,21 @@ fn run(opts: Opts) -> Result<()> {
         Some(Arc::clone(&journal)),
         limits,
     );
-    let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;
+    // The stats socket: before the registry thread starts (its bind runs under a strict umask).
+    let stats_name = format!("{socket_name}.stats");
+    let publisher = stats_socket::StatsPublisher::launch(&dir, &stats_name)?;
+    log::info!("stats on {} (scx_morpheus --monitor, morpheus top)", publisher.path().display());
+    let identity = snapshot::Identity {
+        version: build_id::FULL_VERSION.clone(),
+        backend: backend.kind(),
+        mode: config.mode,
+        policy: config.policy,
+        slice_ns: config.slice_ns,
+        grace_ns: config.grace_ns,
+        generation,
+    };
 
+    let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;
     log::info!(
         "listening for registrations on {} ({})",
         config.socket_path.display(),
@@ -376,64 +461,93 @@ fn run(opts: Opts) -> Result<()> {
         }
     );
 
-    let result = serve(&config, &opts, backend.as_mut(), &domains, &registry);
+    let result = serve(backend.as_mut(), &domains, &workers, &publisher, &identity);
     registry.stop();
     let shutdown = backend.shutdown();
     for region in domains.regions() {
         region.retire();
     }
     dir.remove_socket(&socket_name);
-    println!("{}", backend.counters().format_totals());
+    drop(publisher);
+    let c = backend.counters();
+    log::info!(
+        "totals: hints {} (dropped {}), escalations {}, actions [{}], effect errors {}",
+        c.hints_emitted,
+        c.hints_dropped,
+        c.escalations_by_policy.iter().sum::<u64>(),
+        abi::EscalationAction::ALL.iter().map(|a| format!("{}={}", a.name(), c.actions[a.raw() as usize])).collect::<Vec<_>>().join(" "),
+        c.effect_errors
+    );
     drop(backend);
-    result.and(shutdown)
+    let exit = result?;
+    shutdown?;
+    Ok(exit)
 }
 
+/// Escalation events kept for the stats (the most recent ones).
+const RECENT_EVENTS: usize = 256;
+
+/// The main loop: pressure, backend ticks, the worker watch and the stats requests, until a signal
+/// or a backend error (or the backend's request to restart).
 fn serve(
-    config: &Config,
-    opts: &Opts,
     backend: &mut dyn backend::Backend,
     domains: &domains::Domains,
-    registry: &registry::Registry,
-) -> Result<()> {
+    workers: &domains::Workers,
+    publisher: &stats_socket::StatsPublisher,
+    identity: &snapshot::Identity,
+) -> Result<Exit> {
     let feed = pressure::PressureFeed::new();
     let tick = backend.tick_interval();
-    let stats_every = opts.stats.map(Duration::from_secs_f64);
-    let mut last_stats = (Instant::now(), backend.counters());
+    let started = Instant::now();
+    let mut watch = watch::WorkerWatch::default();
+    let mut recent_events: VecDeque<abi::EscalationEvent> = VecDeque::with_capacity(RECENT_EVENTS);
+    let mut events_total = 0u64;
     let mut next_tick = Instant::now();
     let mut next_pressure = Instant::now();
-    let mut level = 0;
-    let mut result = Ok(());
+    let mut sample = feed.sample(monotonic_ns());
     while !STOP.load(Ordering::SeqCst) {
         let now = Instant::now();
         if now >= next_pressure {
-            let sample = feed.sample(monotonic_ns());
-            level = sample.level;
+            sample = feed.sample(monotonic_ns());
             for region in domains.regions() {
                 region.publish_pressure(&sample);
             }
             next_pressure = now + pressure::PUBLISH_INTERVAL;
         }
-        if let Err(e) = backend.tick(monotonic_ns(), level) {
-            result = Err(e).context("backend tick failed");
-            break;
+        if let Err(e) = backend.tick(monotonic_ns(), sample.level) {
+            if e.is::<backend::RestartRequested>() {
+                return Ok(Exit::Restart);
+            }
+            return Err(e).context("backend tick failed");
         }
         for event in backend.take_events() {
-            // With --stats they belong to the report; otherwise they are -v detail.
-            if stats_every.is_some() {
-                println!("{}", stats::format_event(&event));
-            } else {
-                log::debug!("{}", stats::format_event(&event));
+            log::debug!("{}", stats::format_event(&event));
+            if recent_events.len() == RECENT_EVENTS {
+                recent_events.pop_front();
             }
+            recent_events.push_back(event);
+            events_total += 1;
         }
-        if let Some(every) = stats_every {
-            if now.duration_since(last_stats.0) >= every {
-                let mut counters = backend.counters();
-                counters.workers = registry.registered() as u64;
-                let delta = counters.delta(&last_stats.1);
-                println!("{}", delta.format_line(now.duration_since(last_stats.0), config.mode.raw(), config.policy.raw()));
-                last_stats = (now, counters);
-            }
-        }
+        watch.sample(workers, monotonic_ns());
+        publisher.serve_pending(|| {
+            let reactions = backend.reactions();
+            let view = watch.view(workers);
+            snapshot::Metrics::build(snapshot::Sources {
+                identity,
+                uptime_ms: started.elapsed().as_millis() as u64,
+                counters: &backend.counters(),
+                reactions: &[
+                    ("hint", reactions.hint.percentiles()),
+                    ("escalation", reactions.escalation.percentiles()),
+                    ("acknowledgement", watch.acknowledgement.percentiles()),
+                ],
+                backend_counters: backend.backend_counters(),
+                pressure: &sample,
+                events_total,
+                recent_events: &recent_events,
+                workers: &view,
+            })
+        });
         next_tick += tick;
         let now = Instant::now();
         if next_tick > now {
@@ -443,12 +557,9 @@ fn serve(
             next_tick = now;
         }
     }
-    if STOP.load(Ordering::SeqCst) {
-        log::info!("stopping");
-    }
-    result
+    log::info!("stopping");
+    Ok(Exit::Done)
 }
-
 
 fn main() -> ExitCode {
     let opts = Opts::parse();

@@ -325,6 +325,9 @@ impl<'a> ScbRef<'a> {
     scb_field!(in_critical, AtomicU32);
     scb_field!(escapable, AtomicU32);
     scb_field!(priority, AtomicI32);
+    scb_field!(last_yield_reason, AtomicU32);
+    scb_field!(runtime_mode, AtomicU32);
+    scb_field!(runtime_kind, AtomicU32);
 }
 
 /// NUL-terminated copy of `path` for a reg_reply, or None if it does not fit REGION_PATH_MAX.

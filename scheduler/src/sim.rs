@@ -33,7 +33,7 @@ use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
 use crate::domains::{Assigned, Workers};
 use crate::region::ScbRef;
-use crate::stats::Counters;
+use crate::stats::{Counters, Reactions};
 
 /// A demotion in force: what to put back.
 #[derive(Debug)]
@@ -62,6 +62,8 @@ struct Worker {
     since_yield_ns: u64,
     last_ack: u64,
     last_yield_count: u64,
+    /// A hint went out since the worker's last yield point (only the first one measures a reaction).
+    hinted_since_yield: bool,
     /// The escalation episode (shared state machine) and the effects it has in force.
     episode: Episode,
 }
@@ -84,6 +86,7 @@ pub struct SimBackend {
     warned_no_cgroup: bool,
     /// escalation_event records since the last `take_events` (one per action taken or undone).
     events: Vec<abi::EscalationEvent>,
+    reactions: Reactions,
 }
 
 /// Why an escalation step is taken: the request it answers and how far past slice + grace.
@@ -147,6 +150,7 @@ impl SimBackend {
             released: Arc::new(Released::default()),
             warned_no_cgroup: false,
             events: Vec::new(),
+            reactions: Reactions::default(),
         })
     }
 
@@ -168,6 +172,7 @@ impl SimBackend {
             since_yield_ns: 0,
             last_ack: 0,
             last_yield_count: 0,
+            hinted_since_yield: false,
             episode: Episode::default(),
         })
     }
@@ -367,6 +372,12 @@ impl SimBackend {
         }
         let Some(action) = step.action() else { return };
         let overrun_ns = (since_yield - input.slice_ns).saturating_sub(input.grace_ns);
+        if worker.episode.state.open == 0 {
+            self.reactions.escalation.push(overrun_ns);
+        }
+        if let Some(n) = self.counters.escalations_by_policy.get_mut(input.escalation_policy as usize) {
+            *n += 1;
+        }
         let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
         let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
         let effects = self.apply(slot, action, tid, pid, cause, demoted);
@@ -466,6 +477,9 @@ impl SimBackend {
         }
         worker.last_ack = ack;
         worker.last_yield_count = yields;
+        if worker.since_yield_ns == 0 {
+            worker.hinted_since_yield = false;
+        }
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
@@ -476,6 +490,11 @@ impl SimBackend {
                 scb.budget_remaining_ns().store(0, Ordering::Relaxed);
                 let seq = scb.preempt_seq().fetch_add(1, Ordering::Release) + 1;
                 self.counters.hints_emitted += 1;
+                let worker = self.workers[slot as usize].as_mut().expect("tracked above");
+                if !worker.hinted_since_yield {
+                    worker.hinted_since_yield = true;
+                    self.reactions.hint.push(since_yield.saturating_sub(slice_ns));
+                }
                 log::trace!("slot {slot}: hint to tid {tid}, preempt_seq {seq}, {} µs since its last yield", since_yield / 1000);
             }
             HintDecision::MORPHEUS_HINT_RATE_LIMITED => {
@@ -522,6 +541,10 @@ impl Backend for SimBackend {
         }
         self.counters.ticks += 1;
         Ok(())
+    }
+
+    fn reactions(&self) -> Reactions {
+        self.reactions.clone()
     }
 
     fn take_events(&mut self) -> Vec<abi::EscalationEvent> {

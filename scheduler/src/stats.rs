@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Counters every backend keeps, and the periodic report (`--stats`).
+//! Counters and latency samples every backend keeps. The agent publishes them, with its own view of
+//! the workers, through the stats socket (src/snapshot.rs, src/stats_socket.rs).
 
-use std::fmt::Write as _;
-use std::time::Duration;
+use std::collections::VecDeque;
 
 use morpheus_abi as abi;
 use morpheus_policy_ffi::{GateVerdict, GATE_VERDICTS};
 
 /// Size of the per-action counter array: escalation_action values are 1..=N.
 pub const ACTION_SLOTS: usize = abi::EscalationAction::ALL.len() + 1;
+/// Size of the per-policy counter array: escalation_policy values are 0..N-1.
+pub const POLICY_SLOTS: usize = abi::EscalationPolicy::ALL.len();
 
 /// Cumulative counters since start. Backends fill them; [`Counters::delta`] turns two snapshots into
 /// the per-interval figures that are printed.
@@ -24,6 +26,8 @@ pub struct Counters {
     pub gate: [u64; GATE_VERDICTS],
     /// Escalation actions applied, by escalation_action value (index 0 unused).
     pub actions: [u64; ACTION_SLOTS],
+    /// Escalations applied (an action taken), by the escalation_policy they were decided under.
+    pub escalations_by_policy: [u64; POLICY_SLOTS],
     /// Escalations that could not take the configured effect and fell back (e.g. no writable cgroup).
     pub fallbacks: u64,
     /// Errors applying or lifting an effect (the thread vanished, permission denied, ...).
@@ -41,82 +45,94 @@ pub struct Counters {
 impl Counters {
     /// `self - earlier` for every cumulative counter; gauges keep `self`'s value.
     pub fn delta(&self, earlier: &Counters) -> Counters {
+        let sub = |a: &mut u64, b: u64| *a -= b.min(*a);
         let mut d = self.clone();
-        d.ticks -= earlier.ticks.min(d.ticks);
-        d.hints_emitted -= earlier.hints_emitted.min(d.hints_emitted);
-        d.hints_dropped -= earlier.hints_dropped.min(d.hints_dropped);
+        sub(&mut d.ticks, earlier.ticks);
+        sub(&mut d.hints_emitted, earlier.hints_emitted);
+        sub(&mut d.hints_dropped, earlier.hints_dropped);
         for (a, b) in d.gate.iter_mut().zip(earlier.gate.iter()) {
-            *a -= (*b).min(*a);
+            sub(a, *b);
         }
         for (a, b) in d.actions.iter_mut().zip(earlier.actions.iter()) {
-            *a -= (*b).min(*a);
+            sub(a, *b);
         }
-        d.fallbacks -= earlier.fallbacks.min(d.fallbacks);
-        d.effect_errors -= earlier.effect_errors.min(d.effect_errors);
-        d.spared_in_critical -= earlier.spared_in_critical.min(d.spared_in_critical);
-        d.held_in_critical -= earlier.held_in_critical.min(d.held_in_critical);
+        for (a, b) in d.escalations_by_policy.iter_mut().zip(earlier.escalations_by_policy.iter()) {
+            sub(a, *b);
+        }
+        sub(&mut d.fallbacks, earlier.fallbacks);
+        sub(&mut d.effect_errors, earlier.effect_errors);
+        sub(&mut d.spared_in_critical, earlier.spared_in_critical);
+        sub(&mut d.held_in_critical, earlier.held_in_critical);
         d
     }
 
     pub fn escalations(&self) -> u64 {
         self.gate[GateVerdict::MORPHEUS_GATE_ESCALATE as usize]
     }
+}
 
-    /// One report line: rates over `interval`, gate verdicts by name, actions by the spec's names.
-    pub fn format_line(&self, interval: Duration, mode: u32, policy: u32) -> String {
-        let secs = interval.as_secs_f64().max(1e-9);
-        let mut line = String::new();
-        let mode = abi::SchedulerMode::try_from(mode).map(|m| m.name()).unwrap_or("?");
-        let policy = abi::EscalationPolicy::try_from(policy).map(|p| p.name()).unwrap_or("?");
-        let _ = write!(
-            line,
-            "mode={mode} policy={policy} workers={} hints={:.0}/s dropped={:.0}/s escalations={:.0}/s",
-            self.workers,
-            self.hints_emitted as f64 / secs,
-            self.hints_dropped as f64 / secs,
-            self.escalations() as f64 / secs,
-        );
-        let _ = write!(line, " blocked[");
-        let mut first = true;
-        for verdict in GateVerdict::ALL.iter().skip(1) {
-            let n = self.gate[*verdict as usize];
-            let _ = write!(line, "{}{}={}", if first { "" } else { " " }, verdict.label(), n);
-            first = false;
+/// How many recent samples a [`Samples`] keeps for its percentiles: bounded memory on long runs,
+/// and percentiles that describe the recent past rather than the first minutes.
+pub const SAMPLE_WINDOW: usize = 8192;
+
+/// Latency samples in nanoseconds: a window of the most recent ones (percentiles), plus the count
+/// and maximum since start.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    recent: VecDeque<u64>,
+    count: u64,
+    max: u64,
+}
+
+/// A distribution summary: percentiles over the recent window, count and maximum since start.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Samples {
+    pub fn push(&mut self, v: u64) {
+        if self.recent.len() == SAMPLE_WINDOW {
+            self.recent.pop_front();
         }
-        let _ = write!(line, "] actions[");
-        let mut first = true;
-        for action in abi::EscalationAction::ALL {
-            let n = self.actions[action.raw() as usize];
-            let _ = write!(line, "{}{}={}", if first { "" } else { " " }, action.name(), n);
-            first = false;
-        }
-        let _ = write!(line, "] fallbacks={} effect_errors={}", self.fallbacks, self.effect_errors);
-        line
+        self.recent.push_back(v);
+        self.count += 1;
+        self.max = self.max.max(v);
     }
 
-    /// Cumulative figures, one `key=value` per counter (printed once at exit; the starvation
-    /// benchmark reads this line).
-    pub fn format_totals(&self) -> String {
-        let mut line = format!(
-            "totals: ticks={} hints={} dropped={} escalations={}",
-            self.ticks,
-            self.hints_emitted,
-            self.hints_dropped,
-            self.escalations()
-        );
-        for action in abi::EscalationAction::ALL {
-            let _ = write!(line, " {}={}", action.name().to_lowercase(), self.actions[action.raw() as usize]);
+    pub fn percentiles(&self) -> Percentiles {
+        if self.recent.is_empty() {
+            return Percentiles::default();
         }
-        for verdict in GateVerdict::ALL.iter().skip(1) {
-            let _ = write!(line, " blocked_{}={}", verdict.label(), self.gate[*verdict as usize]);
-        }
-        let _ = write!(
-            line,
-            " fallbacks={} effect_errors={} spared_in_critical={} held_in_critical={}",
-            self.fallbacks, self.effect_errors, self.spared_in_critical, self.held_in_critical
-        );
-        line
+        let mut v: Vec<u64> = self.recent.iter().copied().collect();
+        v.sort_unstable();
+        // Nearest rank: the smallest sample with at least p% of the samples at or below it.
+        let rank = |p: f64| v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Percentiles { count: self.count, p50_ns: rank(50.0), p90_ns: rank(90.0), p99_ns: rank(99.0), max_ns: self.max }
     }
+
+    /// "n=.. p50=..µs p90=.. p99=.. max=.." or "n=0" (log lines).
+    pub fn summary(&self) -> String {
+        let p = self.percentiles();
+        if p.count == 0 {
+            return "n=0".into();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        format!("n={} p50={:.0}µs p90={:.0}µs p99={:.0}µs max={:.0}µs", p.count, us(p.p50_ns), us(p.p90_ns), us(p.p99_ns), us(p.max_ns))
+    }
+}
+
+/// The scheduler's reaction times a backend measures (both backends, from their own decisions).
+#[derive(Clone, Debug, Default)]
+pub struct Reactions {
+    /// How far past its slice a worker ran when its first hint of an episode was emitted.
+    pub hint: Samples,
+    /// How far past slice + grace a worker ran when it was escalated (first escalation of an episode).
+    pub escalation: Samples,
 }
 
 /// One escalation_event as a report line: `event: action=DEMOTE slot=0 tid=... policy=THREAD_KICK ...`.

@@ -166,6 +166,9 @@ fn rejects_bad_options() {
         (vec!["--frobnicate"], "unexpected argument '--frobnicate'"),
         (vec!["--socket", &"x".repeat(200)], "must be shorter than 108"),
         (vec!["--stats", "0"], "--stats 0"),
+        (vec!["--monitor", "0"], "--monitor 0"),
+        (vec!["--monitor", "nan"], "--monitor NaN"),
+        (vec!["--stats", "1", "--monitor", "1"], "cannot be used with"),
     ] {
         let out = run(&args);
         assert!(!out.status.success(), "{args:?} was accepted");

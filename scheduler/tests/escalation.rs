@@ -1,25 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Escalation end to end in the simulation backend: the real scx_morpheus with a temporary region and
 //! socket, worker threads of this process registered through its socket with the `morpheus` SDK (as an
-//! application would), and the SCB, the threads' scheduling policy and the agent's `--stats` and
-//! `totals:` output as the judges.
+//! application would), and the SCB, the threads' scheduling policy and the agent's stats (read as
+//! structured data through its stats socket) as the judges.
 //!
 //! Nothing here asserts how fast anything happens: every wait polls a condition with a generous
 //! deadline, so a loaded 2-CPU machine only makes the tests slower.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use morpheus_abi as abi;
+use scx_morpheus::snapshot::{EventStats, Metrics};
+use scx_morpheus::stats_socket::{self, Reader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scx_morpheus");
 const SLICE_US: u64 = 2_000;
@@ -28,101 +28,46 @@ const GRACE_US: u64 = 2_000;
 /// two CPUs, and a demoted (SCHED_IDLE) thread runs only when nothing else wants its CPU.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Counters the agent printed: `--stats` lines summed (`blocked.<verdict>`, `actions.<ACTION>`), its
-/// escalation_event lines, and the `totals:` line it prints at exit.
-#[derive(Default)]
-struct Printed {
-    lines: u64,
-    sums: HashMap<String, u64>,
-    /// `event:` lines as key -> value maps.
-    events: Vec<HashMap<String, String>>,
-    totals: Option<String>,
+/// The escalation events of one snapshot with `action` for thread `tid`.
+fn events<'a>(m: &'a Metrics, action: &str, tid: u32) -> Vec<&'a EventStats> {
+    m.recent_events.iter().filter(|e| e.action == action && e.tid == u64::from(tid)).collect()
 }
 
-impl Printed {
-    fn sum(&self, key: &str) -> u64 {
-        self.sums.get(key).copied().unwrap_or(0)
-    }
+fn count(map: &std::collections::BTreeMap<String, u64>, key: &str) -> u64 {
+    *map.get(key).unwrap_or_else(|| panic!("no {key} in {map:?}"))
+}
 
-    /// `blocked[critical=3 ...] actions[DEMOTE=1 ...]` groups of one stats line.
-    fn absorb(&mut self, line: &str) {
-        if let Some(totals) = line.strip_prefix("totals: ") {
-            self.totals = Some(totals.to_owned());
-            return;
-        }
-        if let Some(event) = line.strip_prefix("event: ") {
-            let fields = event.split_whitespace().map(|kv| kv.split_once('=').expect("key=value in an event line"));
-            self.events.push(fields.map(|(k, v)| (k.to_owned(), v.to_owned())).collect());
-            return;
-        }
-        let mut found = false;
-        for group in ["blocked", "actions"] {
-            let Some(start) = line.find(&format!("{group}[")) else { continue };
-            let rest = &line[start + group.len() + 1..];
-            let Some(end) = rest.find(']') else { continue };
-            for pair in rest[..end].split_whitespace() {
-                let (key, value) = pair.split_once('=').expect("key=value in a stats group");
-                let value: u64 = value.parse().expect("a counter in a stats group");
-                *self.sums.entry(format!("{group}.{key}")).or_default() += value;
-            }
-            found = true;
-        }
-        if found {
-            self.lines += 1;
-        }
-    }
-
-    /// escalation_event lines with `action` for thread `tid`.
-    fn events(&self, action: &str, tid: u32) -> Vec<&HashMap<String, String>> {
-        let tid = tid.to_string();
-        self.events.iter().filter(|e| e["action"] == action && e["tid"] == tid).collect()
-    }
-
-    /// A field of the totals line.
-    fn total(&self, key: &str) -> u64 {
-        let totals = self.totals.as_deref().expect("scx_morpheus printed no totals line");
-        totals
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-            .unwrap_or_else(|| panic!("no {key} in the totals line {totals:?}"))
-            .parse()
-            .unwrap()
-    }
+/// Every event of the run is still in the snapshot's window (the checks below count them).
+fn all_events(m: &Metrics) -> &[EventStats] {
+    assert_eq!(m.events_total, m.recent_events.len() as u64, "events fell out of the stats window");
+    &m.recent_events
 }
 
 struct Agent {
     child: RefCell<Child>,
     dir: tempfile::TempDir,
-    printed: Arc<Mutex<Printed>>,
-    reader: Option<JoinHandle<()>>,
+    /// The agent's stats socket, connected on first use.
+    stats: RefCell<Option<Reader>>,
     /// This process's region, as the first worker received it from the agent.
     region: RefCell<Option<Arc<morpheus::Region>>>,
 }
 
 impl Agent {
-    /// scx_morpheus --backend sim with a short slice and grace, stats every 0.2 s, and `extra`.
+    /// scx_morpheus --backend sim with a short slice and grace, and `extra`.
     fn start(extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["--backend", "sim", "--max-workers", "8", "--stats", "0.2"])
+        let child = Command::new(BIN)
+            .args(["--backend", "sim", "--max-workers", "8"])
             .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &GRACE_US.to_string()])
             .arg("--socket")
             .arg(dir.path().join("sock"))
             .args(extra)
-            .stdout(Stdio::piped())
+            .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
             .unwrap();
-        let printed = Arc::new(Mutex::new(Printed::default()));
-        let stdout = child.stdout.take().unwrap();
-        let sink = Arc::clone(&printed);
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                sink.lock().unwrap().absorb(&line);
-            }
-        });
-        let agent = Agent { child: RefCell::new(child), dir, printed, reader: Some(reader), region: RefCell::new(None) };
+        let agent = Agent { child: RefCell::new(child), dir, stats: RefCell::new(None), region: RefCell::new(None) };
         agent.wait("the agent's socket", || std::os::unix::net::UnixStream::connect(agent.socket()).ok().map(|_| ()));
         agent
     }
@@ -135,8 +80,20 @@ impl Agent {
         std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
     }
 
-    fn printed<T>(&self, f: impl FnOnce(&Printed) -> T) -> T {
-        f(&self.printed.lock().unwrap())
+    /// A snapshot of the agent's stats, read through its stats socket (scx_stats JSON).
+    fn stats(&self) -> Metrics {
+        let mut reader = self.stats.borrow_mut();
+        if reader.is_none() {
+            let path = stats_socket::path_for(&self.socket());
+            *reader = Some(Reader::connect_within(&path, PATIENCE).unwrap_or_else(|e| panic!("{e:#}; stderr:\n{}", self.stderr())));
+        }
+        reader.as_mut().unwrap().fetch().unwrap_or_else(|e| panic!("{e:#}; stderr:\n{}", self.stderr()))
+    }
+
+    /// Waits until the agent has run `n` more ticks (each one evaluates every worker once).
+    fn ticks(&self, n: u64) {
+        let start = self.stats().ticks;
+        self.wait(&format!("{n} more ticks"), || (self.stats().ticks >= start + n).then_some(()));
     }
 
     /// Polls `probe` until it yields a value; fails after PATIENCE or if the agent exits.
@@ -177,15 +134,14 @@ impl Agent {
         }
     }
 
-    /// SIGTERM and wait; the agent must exit cleanly and print its totals line.
-    fn stop(mut self) -> Printed {
+    /// SIGTERM and wait; the agent must exit cleanly.
+    fn stop(mut self) {
         self.region.get_mut().take();
+        self.stats.get_mut().take();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.get_mut().id() as libc::pid_t, libc::SIGTERM) };
         let status = self.child.get_mut().wait().unwrap();
         assert!(status.success(), "scx_morpheus exited with {status}; stderr:\n{}", self.stderr());
-        self.reader.take().unwrap().join().unwrap();
-        std::mem::take(&mut *self.printed.lock().unwrap())
     }
 }
 
@@ -365,13 +321,25 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
             assert_eq!(scb.escalations, 0, "{:?} worker was escalated: {scb:?}", w.thread.thread().name());
         }
         let long_enough = critical.cpu_ns() > WELL_PAST_GRACE_NS && opted_out.cpu_ns() > WELL_PAST_GRACE_NS;
-        let (c, n) = agent.printed(|p| (p.sum("blocked.critical"), p.sum("blocked.not_escapable")));
+        let m = agent.stats();
+        let (c, n) = (count(&m.gate_verdicts, "critical"), count(&m.gate_verdicts, "not_escapable"));
         (long_enough && c > 0 && n > 0).then_some((c, n))
     });
     agent.wait("blocked_critical and blocked_not_escapable to keep increasing", || {
-        let (c, n) = agent.printed(|p| (p.sum("blocked.critical"), p.sum("blocked.not_escapable")));
+        let m = agent.stats();
+        let (c, n) = (count(&m.gate_verdicts, "critical"), count(&m.gate_verdicts, "not_escapable"));
         (c > critical_at && n > opted_out_at).then_some(())
     });
+    // The stats' worker view agrees with the SCBs: who is escalated, who is in a section, who opted out.
+    let m = agent.stats();
+    let view = |tid: u32| m.workers.iter().find(|w| w.tid == u64::from(tid)).unwrap_or_else(|| panic!("tid {tid} not in {:?}", m.workers));
+    let (e, c, o) = (view(escapable.tid), view(critical.tid), view(opted_out.tid));
+    assert_eq!((e.escalated, e.escapable, e.in_critical, e.state.as_str()), (1, 1, 0, "RUNNING"), "{e:?}");
+    assert!(e.escalations >= 1 && e.pending_requests >= 1, "{e:?}");
+    assert_eq!((c.escalated, c.escalations, c.in_critical), (0, 0, 1), "{c:?}");
+    assert_eq!((o.escalated, o.escalations, o.escapable), (0, 0, 0), "{o:?}");
+    assert!(m.workers.iter().all(|w| w.pid == u64::from(std::process::id()) && w.runtime_kind == "RUST"), "{:?}", m.workers);
+    assert_eq!(m.nr_workers, 3);
     for (name, w, in_critical, escapable_flag) in [("critical", &critical, 1, 1), ("opted-out", &opted_out, 0, 0)] {
         let scb = agent.scb(w.slot);
         assert_eq!((scb.escalations, scb.escalated), (0, 0), "{name} worker was escalated: {scb:?}");
@@ -394,28 +362,36 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     assert_eq!(after.yield_count, before.yield_count + 1);
     // (THREAD_KICK repeats once per grace period until the acknowledgement, so `escalations` may
     // have grown while the demoted thread made its way to the checkpoint; after it, never.)
-    agent.wait("the restore to show in the stats", || (agent.printed(|p| p.sum("actions.RESTORE")) >= 1).then_some(()));
-    let lines = agent.printed(|p| p.lines);
-    agent.wait("three more stats intervals", || (agent.printed(|p| p.lines) >= lines + 3).then_some(()));
+    agent.wait("the restore to show in the stats", || (count(&agent.stats().actions, "RESTORE") >= 1).then_some(()));
+    agent.ticks(300);
     let later = agent.scb(escapable.slot);
     assert_eq!((later.escalations, later.escalated), (after.escalations, 0), "escalated again while blocked: {later:?}");
     escapable.exit();
 
-    let printed = agent.stop();
-    assert!(printed.total("escalations") >= 1, "{:?}", printed.totals);
-    assert!(printed.total("demote") >= 1, "{:?}", printed.totals);
-    assert_eq!(printed.total("restore"), printed.total("demote"), "every demotion is undone: {:?}", printed.totals);
-    assert!(printed.total("blocked_critical") >= critical_at, "{:?}", printed.totals);
-    assert!(printed.total("blocked_not_escapable") >= opted_out_at, "{:?}", printed.totals);
-    assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
+    let m = agent.wait("every demotion to be undone", || {
+        let m = agent.stats();
+        (m.nr_workers == 0 && count(&m.actions, "RESTORE") == count(&m.actions, "DEMOTE")).then_some(m)
+    });
+    // Applied escalations: all under THREAD_KICK, all to the one escapable worker (its SCB's count),
+    // each one a gate verdict ESCALATE (the gate may say so again while the step waits).
+    assert_eq!(m.escalations, u64::from(later.escalations), "{m:?}");
+    assert_eq!(count(&m.escalations_by_policy, "THREAD_KICK"), m.escalations, "{m:?}");
+    assert!(count(&m.gate_verdicts, "escalate") >= m.escalations, "{m:?}");
+    assert!(count(&m.actions, "DEMOTE") >= 1, "{m:?}");
+    assert!(count(&m.gate_verdicts, "critical") >= critical_at, "{m:?}");
+    assert!(count(&m.gate_verdicts, "not_escapable") >= opted_out_at, "{m:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}");
+    assert!(m.reactions["escalation"].count >= 1 && m.reactions["hint"].count >= 1, "{:?}", m.reactions);
     // One escalation_event per action: the demotion (for a pending request) and its undoing.
-    let demotions = printed.events("DEMOTE", escapable_tid);
-    assert_eq!(demotions.len() as u64, printed.total("demote"), "{:?}", printed.events);
-    assert!(demotions.iter().all(|e| e["policy"] == "THREAD_KICK" && e["preempt_seq"] != "0"), "{demotions:?}");
-    assert_eq!(printed.events("RESTORE", escapable_tid).len() as u64, printed.total("restore"), "{:?}", printed.events);
+    let all = all_events(&m);
+    let demotions = events(&m, "DEMOTE", escapable_tid);
+    assert_eq!(demotions.len() as u64, count(&m.actions, "DEMOTE"), "{all:?}");
+    assert!(demotions.iter().all(|e| e.policy == "THREAD_KICK" && e.preempt_seq != 0), "{demotions:?}");
+    assert_eq!(events(&m, "RESTORE", escapable_tid).len() as u64, count(&m.actions, "RESTORE"), "{all:?}");
     for tid in spared_tids {
-        assert!(printed.events.iter().all(|e| e["tid"] != tid.to_string()), "event for a spared worker: {:?}", printed.events);
+        assert!(all.iter().all(|e| e.tid != u64::from(tid)), "event for a spared worker: {all:?}");
     }
+    agent.stop();
 }
 
 #[test]
@@ -427,7 +403,7 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
     // Still ignoring its hints when the bound lapses: restored, and at once escalated again.
     agent.wait("a second escalation after the first one's bound lapsed", || {
         let scb = agent.scb(worker.slot);
-        (scb.escalations >= 2 && agent.printed(|p| p.sum("actions.RESTORE")) >= 1).then_some(())
+        (scb.escalations >= 2 && count(&agent.stats().actions, "RESTORE") >= 1).then_some(())
     });
 
     // It stops spinning without ever acknowledging: only the bound can lift the escalation now.
@@ -439,20 +415,23 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
     assert!(lifted.preempt_seq > lifted.last_ack_seq, "it never acknowledged: {lifted:?}");
     assert_eq!(lifted.yield_count, 0, "{lifted:?}");
     // And it stays lifted (the worker sleeps: a yield point for the scheduler), for a few more ticks.
-    let lines = agent.printed(|p| p.lines);
-    agent.wait("three more stats intervals", || (agent.printed(|p| p.lines) >= lines + 3).then_some(()));
+    agent.ticks(300);
     let later = agent.scb(worker.slot);
     assert_eq!((later.escalated, later.escalations), (0, lifted.escalations), "{lifted:?} -> {later:?}");
     assert_eq!(worker.policy(), original_policy);
     let tid = worker.tid;
     worker.exit();
 
-    let printed = agent.stop();
-    assert!(printed.total("escalations") >= 2, "{:?}", printed.totals);
-    assert_eq!(printed.total("restore"), printed.total("demote"), "{:?}", printed.totals);
-    assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
-    assert!(printed.events("DEMOTE", tid).len() >= 2, "{:?}", printed.events);
-    assert_eq!(printed.events("RESTORE", tid).len(), printed.events("DEMOTE", tid).len(), "{:?}", printed.events);
+    let m = agent.wait("every demotion to be undone", || {
+        let m = agent.stats();
+        (m.nr_workers == 0 && count(&m.actions, "RESTORE") == count(&m.actions, "DEMOTE")).then_some(m)
+    });
+    assert!(m.escalations >= 2, "{m:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}");
+    let all = all_events(&m);
+    assert!(events(&m, "DEMOTE", tid).len() >= 2, "{all:?}");
+    assert_eq!(events(&m, "RESTORE", tid).len(), events(&m, "DEMOTE", tid).len(), "{all:?}");
+    agent.stop();
 }
 
 #[test]
@@ -465,7 +444,7 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     let hinted = agent.wait("hints to the spinning worker well past slice + grace, blocked by observer mode", || {
         let scb = agent.scb(worker.slot);
         assert_eq!(scb.escalations, 0, "observer mode escalated: {scb:?}");
-        let blocked = agent.printed(|p| p.sum("blocked.mode"));
+        let blocked = count(&agent.stats().gate_verdicts, "mode");
         (scb.preempt_seq >= first.preempt_seq + 5 && worker.cpu_ns() > WELL_PAST_GRACE_NS && blocked > 0).then_some(scb)
     });
     assert_eq!((hinted.escalations, hinted.escalated), (0, 0), "observer mode escalated: {hinted:?}");
@@ -475,12 +454,14 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     assert_eq!(worker.policy(), original_policy, "observer mode demoted the worker");
     worker.exit();
 
-    let printed = agent.stop();
-    assert!(printed.total("hints") >= 5, "{:?}", printed.totals);
-    assert_eq!(printed.total("escalations"), 0, "{:?}", printed.totals);
-    assert_eq!(printed.total("demote"), 0, "{:?}", printed.totals);
-    assert!(printed.total("blocked_mode") > 0, "{:?}", printed.totals);
-    assert!(printed.events.is_empty(), "escalation events in observer mode: {:?}", printed.events);
+    let m = agent.wait("the worker to be gone", || Some(agent.stats()).filter(|m| m.nr_workers == 0));
+    assert_eq!((m.mode.as_str(), m.backend.as_str()), ("OBSERVER", "SIM"));
+    assert!(m.hints_emitted >= 5, "{m:?}");
+    assert_eq!(m.escalations, 0, "{m:?}");
+    assert_eq!(count(&m.actions, "DEMOTE"), 0, "{m:?}");
+    assert!(count(&m.gate_verdicts, "mode") > 0, "{m:?}");
+    assert!(m.recent_events.is_empty() && m.events_total == 0, "escalation events in observer mode: {:?}", m.recent_events);
+    agent.stop();
 }
 
 #[test]
@@ -502,19 +483,23 @@ fn entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it
         (scb.in_critical == 1 && scb.escalated == 0 && worker.policy() == original_policy).then_some(scb)
     });
     assert!(lifted.preempt_seq > lifted.last_ack_seq, "it never acknowledged: {lifted:?}");
-    let blocked = agent.printed(|p| p.sum("blocked.critical"));
+    let blocked = count(&agent.stats().gate_verdicts, "critical");
     agent.wait("the gate to block the worker in its section, tick after tick", || {
         let scb = agent.scb(worker.slot);
         assert_eq!((scb.escalated, scb.escalations), (0, lifted.escalations), "escalated inside the section: {scb:?}");
         assert_eq!(worker.policy(), original_policy, "demoted inside the section");
-        (agent.printed(|p| p.sum("blocked.critical")) >= blocked + 3).then_some(())
+        (count(&agent.stats().gate_verdicts, "critical") >= blocked + 3).then_some(())
     });
     assert_eq!(worker.leave(STOP), None);
     let tid = worker.tid;
     worker.exit();
 
-    let printed = agent.stop();
-    assert_eq!(printed.total("restore"), printed.total("demote"), "every demotion is undone: {:?}", printed.totals);
-    assert_eq!(printed.events("RESTORE", tid).len(), printed.events("DEMOTE", tid).len(), "{:?}", printed.events);
-    assert_eq!(printed.total("effect_errors"), 0, "{:?}", printed.totals);
+    let m = agent.wait("every demotion to be undone", || {
+        let m = agent.stats();
+        (m.nr_workers == 0 && count(&m.actions, "RESTORE") == count(&m.actions, "DEMOTE")).then_some(m)
+    });
+    let all = all_events(&m);
+    assert_eq!(events(&m, "RESTORE", tid).len(), events(&m, "DEMOTE", tid).len(), "{all:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}");
+    agent.stop();
 }

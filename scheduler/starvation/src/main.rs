@@ -16,7 +16,8 @@
 //! `checkpoint_sync` between pieces of work, and the SDK's runtime modes (a PRESSURED or DEFENSIVE
 //! worker also yields on its own budget; the per-reason yield counts are printed).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,8 +192,8 @@ struct PhaseResult {
     /// Sum over rounds of the zombie's CPU share (divide by the rounds).
     zombie_cpu_share: f64,
     yields: Yields,
-    /// scx_morpheus's `totals:` line of each round.
-    totals: Vec<String>,
+    /// scx_morpheus's stats (its scx_stats snapshot, JSON) at the end of each round.
+    totals: Vec<serde_json::Value>,
     /// slice_ns + grace_ns as the region header published them (a registered worker read it).
     slice_plus_grace_ns: Option<u64>,
 }
@@ -288,7 +289,7 @@ fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: 
         .arg("--socket")
         .arg(&target.socket)
         .args(extra)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
@@ -306,15 +307,31 @@ fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: 
     Ok((child, target))
 }
 
-fn stop_scheduler(mut child: Child) -> Result<Option<String>> {
+fn stop_scheduler(mut child: Child) -> Result<()> {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let status = child.wait()?;
     if !status.success() {
         bail!("scx_morpheus exited with {status}");
     }
-    let out = child.stdout.take().context("no stdout")?;
-    Ok(BufReader::new(out).lines().map_while(|l| l.ok()).find(|l| l.starts_with("totals:")))
+    Ok(())
+}
+
+/// scx_morpheus's stats snapshot, read from its stats socket (`<socket>.stats`, scx_stats protocol:
+/// one JSON request line, one JSON reply line).
+fn read_stats(socket: &Path) -> Result<serde_json::Value> {
+    let mut path = socket.as_os_str().to_owned();
+    path.push(".stats");
+    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", Path::new(&path).display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    (&stream).write_all(b"{\"req\":\"stats\",\"args\":{}}\n")?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line)?;
+    let mut reply: serde_json::Value = serde_json::from_str(&line).context("the stats reply is not JSON")?;
+    if reply["errno"] != 0 {
+        bail!("the stats request failed: {line}");
+    }
+    Ok(reply["args"]["resp"].take())
 }
 
 /// After the kernel backend exits, waits until the kernel is back on its default scheduler, so the
@@ -341,18 +358,27 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// A counter of the `totals:` lines, summed over the rounds ("-" without a scheduler).
-fn field(totals: &[String], key: &str) -> String {
+/// The stats counters the report sums over rounds: (label, JSON pointer into the snapshot).
+const TOTALS: [(&str, &str); 10] = [
+    ("ticks", "/ticks"),
+    ("hints", "/hints_emitted"),
+    ("dropped", "/hints_dropped"),
+    ("escalations", "/escalations"),
+    ("kick", "/actions/KICK"),
+    ("throttle", "/actions/THROTTLE"),
+    ("demote", "/actions/DEMOTE"),
+    ("restore", "/actions/RESTORE"),
+    ("blocked_within_grace", "/gate_verdicts/within_grace"),
+    ("effect_errors", "/effect_errors"),
+];
+
+/// A counter of the stats snapshots (labelled as in TOTALS), summed over the rounds ("-" without a scheduler).
+fn field(totals: &[serde_json::Value], label: &str) -> String {
     if totals.is_empty() {
         return "-".into();
     }
-    let value = |t: &String| -> u64 {
-        t.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    totals.iter().map(value).sum::<u64>().to_string()
+    let pointer = TOTALS.iter().find(|(l, _)| *l == label).map(|(_, p)| *p).expect("a label of TOTALS");
+    totals.iter().map(|t| t.pointer(pointer).and_then(|v| v.as_u64()).unwrap_or(0)).sum::<u64>().to_string()
 }
 
 /// Runs one mode once (starting and stopping scx_morpheus around it) and pools the results.
@@ -365,10 +391,14 @@ fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, resul
         let (child, target) = start_scheduler(bin, opts.backend, mode, &dir, &opts.scheduler_args)?;
         (Some(child), Some(target))
     };
+    let socket = target.as_ref().map(|t| t.socket.clone());
     let phase = run_phase(opts, cpu, target, seconds);
     let totals = match child {
         Some(child) => {
-            let totals = stop_scheduler(child)?;
+            // Read before stopping: the counters of the round, from the running scheduler.
+            let totals = socket.as_deref().map(read_stats).transpose();
+            stop_scheduler(child)?;
+            let totals = totals?;
             if opts.backend == Backend::Kernel {
                 wait_sched_ext_disabled()?;
             }
@@ -480,9 +510,9 @@ fn main() -> Result<()> {
             println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", mode.name(), y.preempt, y.budget, y.defensive);
         }
         if !r.totals.is_empty() {
-            let sums: Vec<String> = ["ticks", "hints", "dropped", "escalations", "kick", "throttle", "demote", "restore", "blocked_within_grace", "effect_errors"]
+            let sums: Vec<String> = TOTALS
                 .iter()
-                .map(|k| format!("{k}={}", field(&r.totals, k)))
+                .map(|(k, _)| format!("{k}={}", field(&r.totals, k)))
                 .collect();
             println!("{}: scx_morpheus totals over {} round(s): {}", mode.name(), r.totals.len(), sums.join(" "));
         }

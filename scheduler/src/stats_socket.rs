@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The stats socket: scx_stats' server in the agent, its client in `--stats`, `--monitor` and
+//! `morpheus top`.
+//!
+//! Protocol (scx_stats): one JSON request per line, `{"req":"stats","args":{}}`, answered by one JSON
+//! line `{"errno":0,"args":{"resp":<Metrics>}}`; `{"req":"stats_meta"}` describes the schema. The
+//! server thread asks the agent's main loop for a snapshot over a channel and the main loop answers
+//! at its next tick, so every figure comes from the one thread that owns the backend.
+//!
+//! Where: `<registration socket>.stats` in the agent's runtime directory (default
+//! /run/morpheus/agent.sock.stats), mode 0600: the snapshot names every registered worker of every
+//! user (pid, tid, comm), so only the agent's own user (root in production) may read it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use crossbeam::channel::{Receiver, Sender};
+use scx_stats::prelude::*;
+
+use crate::rundir::RuntimeDir;
+use crate::snapshot::{self, Metrics};
+
+/// The stats socket of the agent whose registration socket is `socket`.
+pub fn path_for(socket: &Path) -> PathBuf {
+    let mut name = socket.file_name().unwrap_or_default().to_owned();
+    name.push(".stats");
+    socket.with_file_name(name)
+}
+
+/// The agent's side: the scx_stats server and the channel pair to the main loop.
+pub struct StatsPublisher {
+    /// Dropped before the socket file is removed (its drop wakes the listener through the path).
+    server: Option<StatsServer<(), Metrics>>,
+    path: PathBuf,
+    requests: Receiver<()>,
+    replies: Sender<Metrics>,
+}
+
+impl StatsPublisher {
+    /// Serves the stats socket `name` in `dir` (the runtime directory the instance lock guards).
+    pub fn launch(dir: &RuntimeDir, name: &str) -> Result<StatsPublisher> {
+        let path = dir.join(name);
+        let mut data = StatsServerData::<(), Metrics>::new();
+        for meta in snapshot::server_meta() {
+            data = data.add_meta(meta);
+        }
+        let data = data.add_stats(
+            "top",
+            Box::new(|_args, (request, reply)| {
+                request.send(())?;
+                reply.recv()?.to_json()
+            }),
+        );
+        // Bound with mode 0600 from the start (umask), then chmod'ed explicitly: no window in which
+        // another user could connect. The registry thread, the only other file creator, is not started yet.
+        // SAFETY: umask has no preconditions.
+        let old = unsafe { libc::umask(0o177) };
+        let server = StatsServer::new(data).set_path(&path).launch();
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let server = server.with_context(|| format!("cannot serve the stats socket {}", path.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("cannot chmod the stats socket {}", path.display()))?;
+        }
+        let (replies, requests) = server.channels();
+        Ok(StatsPublisher { server: Some(server), path, requests, replies })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Answers every request waiting, each with a fresh snapshot from `build`.
+    pub fn serve_pending(&self, mut build: impl FnMut() -> Metrics) {
+        while self.requests.try_recv().is_ok() {
+            if self.replies.send(build()).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for StatsPublisher {
+    fn drop(&mut self) {
+        drop(self.server.take());
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A client connected to an agent's stats socket.
+pub struct Reader {
+    client: StatsClient,
+}
+
+impl Reader {
+    /// Connects to `path`, with a per-request timeout so a stuck agent is reported, not waited on.
+    pub fn connect(path: &Path) -> Result<Reader> {
+        let client = StatsClient::new().set_path(path).connect(Some(10_000)).with_context(|| {
+            format!("cannot connect to the stats socket {} (is scx_morpheus running, and are you its user?)", path.display())
+        })?;
+        Ok(Reader { client })
+    }
+
+    /// Connects, retrying while the socket does not exist yet or refuses (the agent starting up).
+    pub fn connect_within(path: &Path, patience: Duration) -> Result<Reader> {
+        let deadline = Instant::now() + patience;
+        loop {
+            match Reader::connect(path) {
+                Ok(r) => return Ok(r),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// One snapshot.
+    pub fn fetch(&mut self) -> Result<Metrics> {
+        self.client.request::<Metrics>("stats", vec![]).context("stats request failed")
+    }
+}
+
+/// `--stats` / `--monitor`: prints a report every `interval` until `stop()` says so. Reconnects if
+/// the agent goes away (a restart) or is not running yet.
+pub fn monitor(path: &Path, interval: Duration, stop: impl Fn() -> bool) -> Result<()> {
+    let mut earlier: Option<Metrics> = None;
+    let mut warned = false;
+    while !stop() {
+        let mut reader = match Reader::connect(path) {
+            Ok(r) => r,
+            Err(e) => {
+                if !warned {
+                    log::info!("{e:#}; retrying");
+                    warned = true;
+                }
+                std::thread::sleep(interval.min(Duration::from_secs(1)));
+                continue;
+            }
+        };
+        warned = false;
+        while !stop() {
+            let now = match reader.fetch() {
+                Ok(m) => m,
+                Err(e) => {
+                    log::info!("stats connection lost: {e:#}");
+                    earlier = None;
+                    break;
+                }
+            };
+            // A new generation is a new agent: its counters start again.
+            let base = earlier.as_ref().filter(|e| e.generation == now.generation && e.uptime_ms <= now.uptime_ms);
+            let mut out = std::io::stdout().lock();
+            now.format(base, &mut out)?;
+            drop(out);
+            earlier = Some(now);
+            sleep_unless(interval, &stop);
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps `total`, waking early when `stop()` turns true (checked every 50 ms).
+fn sleep_unless(total: Duration, stop: &impl Fn() -> bool) {
+    let deadline = Instant::now() + total;
+    while !stop() {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Checks an interval given on the command line (`--stats`, `--monitor`, `morpheus top --interval`).
+pub fn check_interval(flag: &str, seconds: f64) -> Result<Duration> {
+    if !(seconds.is_finite() && (0.01..=3600.0).contains(&seconds)) {
+        bail!("{flag} {seconds}: the interval must be between 0.01 and 3600 seconds");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
