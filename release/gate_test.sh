@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 #
 # The release gate refuses, and says why, in a scratch copy of this tree committed as its own repository:
-#   * an SDK not releasable yet (node, java: missing, or no version key/artifact builder yet), a dirty tree, a kernel column that is missing, from
-#     another commit or red, a red live-kernel column of the SDK;
+#   * an SDK not releasable yet (an entry whose directory is missing), an unknown SDK, a dirty tree, a
+#     kernel column that is missing, from another commit or red, a red live-kernel column of the SDK (sdk-c;
+#     sdk-java, whose two live columns, FFM and JNI, must both be green: one missing, then one red);
 #   * sdk-rust with its conformance agent broken on purpose (MORPHEUS_CONFORMANCE_BREAK=ack_before_yield):
 #     the refusal names a red scenario and dist/ holds no rust artifact, not even a partial one;
 # while sdk-c, gated at the same commit, still releases; its tarball carries RELEASE.json (gated, the
@@ -24,6 +25,19 @@ mkdir -p "$repo"
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 -r ls -d 2>/dev/null | tr '\n' '\0' |
 	tar --null -T - -cf -) | tar -xf - -C "$repo"
 rm -rf "$repo/.git" "$repo/dist" "$repo/conformance/results"
+# An SDK the table knows whose branch has not landed (no directory on this commit).
+cat >>"$repo/release/sdks.toml" <<-'EOF'
+
+	[sdk.ruby]
+	dir = "sdk-ruby"
+	manifest = "sdk-ruby/morpheus.gemspec"
+	version = "version"
+	abi = "abi"
+	changelog = "sdk-ruby/CHANGELOG.md"
+	conformance = "ruby"
+	live = "live-ruby"
+	artifact = "gem"
+	EOF
 git -C "$repo" init --quiet
 git -C "$repo" add -A
 git -C "$repo" -c user.name=gate-test -c user.email=gate-test@localhost commit --quiet -m scratch
@@ -41,9 +55,9 @@ expect_refusal() {
 	echo "gate-test: refused as expected ($*): $(grep -m1 'refused' <<<"$out")"
 }
 
-kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and sdk-c's and sdk-rust's live columns
+kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and the live columns of sdk-c, sdk-rust, sdk-java
 	mkdir -p "$repo/conformance/results"
-	for sdk in c rust; do
+	for sdk in c rust java-ffm java-jni; do
 		python3 - "$1" "$sdk" >"$repo/conformance/results/live-$sdk.results.json" <<-'EOF'
 		import json, sys
 		rows = {r: {"status": "pass"} for r in ("observer_hints_advance_preempt_seq", "enforced_escapable_spinner_escalated")}
@@ -61,8 +75,7 @@ kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and sdk-c's and sd
 	EOF
 }
 
-expect_refusal "is not releasable yet" node
-expect_refusal "is not releasable yet" java
+expect_refusal "is not releasable yet: sdk-ruby/ does not exist" ruby
 expect_refusal "no SDK named 'cobol'" cobol
 
 touch "$repo/stray-file"
@@ -83,6 +96,18 @@ open(sys.argv[1], "w").write(json.dumps(column))
 EOF
 expect_refusal "live-c column is red" c
 kernel_column "$commit"
+# Java's release needs both of its live columns (FFM, JNI): one missing, then one red, is refused.
+rm "$repo/conformance/results/live-java-jni.results.json"
+expect_refusal "live-java-jni.results.json is missing" java
+kernel_column "$commit"
+python3 - "$repo/conformance/results/live-java-jni.results.json" <<-'EOF'
+import json, sys
+column = json.load(open(sys.argv[1]))
+column["rows"]["enforced_unescapable_never_escalated"] = {"status": "fail", "message": "fixture: escalated with escapable=0"}
+open(sys.argv[1], "w").write(json.dumps(column))
+EOF
+expect_refusal "the live-java-jni column is red" java
+kernel_column "$commit"
 
 # One SDK broken: its release is refused, naming a scenario, with nothing in dist/.
 MORPHEUS_CONFORMANCE_BREAK=ack_before_yield expect_refusal "async_yield_before_ack[async]" rust
@@ -96,10 +121,12 @@ python3 - "$repo/dist/c/RELEASE.json" "$commit" <<-'EOF' || fail "dist/c/RELEASE
 import json, sys
 stamp = json.load(open(sys.argv[1]))
 assert stamp["gated"] is True and stamp["commit"] == sys.argv[2], stamp
-assert stamp["conformance"]["sdk"]["rows"] and stamp["conformance"]["kernel"]["rows"] and stamp["conformance"]["live"]["rows"]
-assert all(c["status"] in ("pass", "n/a", "skip") for c in stamp["conformance"]["sdk"]["rows"].values())
+conformance = stamp["conformance"]
+assert list(conformance["sdk"]) == ["c"] and list(conformance["live"]) == ["live-c"], conformance.keys()
+assert conformance["sdk"]["c"]["rows"] and conformance["kernel"]["rows"] and conformance["live"]["live-c"]["rows"]
+assert all(c["status"] in ("pass", "n/a", "skip") for c in conformance["sdk"]["c"]["rows"].values())
 print(f"gate-test: sdk-c {stamp['version']} released at {sys.argv[2][:12]} "
-      f"({len(stamp['conformance']['sdk']['rows'])} conformance cells, {len(stamp['conformance']['kernel']['rows'])} kernel scenarios)")
+      f"({len(conformance['sdk']['c']['rows'])} conformance cells, {len(conformance['kernel']['rows'])} kernel scenarios)")
 EOF
 # Read the member whole and compare the field (a `tar | grep -q` pipeline fails under pipefail when grep
 # stops reading early and tar takes SIGPIPE, which depends on timing).

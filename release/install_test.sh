@@ -6,9 +6,13 @@
 #           (shared, then static) calls the library and checks the .pc's ABI against the header
 #   rust    the packaged crates unpacked; a fresh cargo project depends on them by path
 #   python  the wheel installed into a fresh venv (no system site-packages); a detached worker checkpoints
+#   node    the npm tarball installed into a fresh folder (offline: the addon and @morpheus/abi are inside);
+#           a missing region is refused by name, a detached worker checkpoints
+#   java    jar, pom, sources and javadoc jars (checksums checked) in a temporary local Maven repository; a
+#           fresh Maven project compiled offline against it, run on JDK 25 (FFM) and JDK 17 (JNI)
 # Every artifact must carry RELEASE.json with its version, ABI and commit.
 #
-# usage: release/install_test.sh SDK... (default: c rust python). Artifacts come from
+# usage: release/install_test.sh SDK... (default: c rust python node java). Artifacts come from
 # `release.py build SDK --out DIR` in a temporary directory (or from DIST_DIR/SDK when DIST_DIR is set).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -130,11 +134,128 @@ test_python() {
 	echo "install-test: python: wheel in a fresh venv imported and used"
 }
 
+test_node() {
+	local dir app
+	dir=$(artifacts node)
+	app=$work/node-app
+	mkdir -p "$app"
+	echo '{ "name": "use-morpheus", "private": true }' >"$app/package.json"
+	# Everything the package needs is inside it (the addon, @morpheus/abi bundled): no registry.
+	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$dir"/morpheus-sched-node-*.tgz) ||
+		fail "npm install of the tarball into a fresh folder"
+	check_stamp "$app/node_modules/@morpheus-sched/node/RELEASE.json" node
+	(cd "$app" && node - <<-'EOF') || fail "the npm package in a fresh folder"
+	const assert = require('node:assert/strict');
+	const fs = require('node:fs');
+	const path = require('node:path');
+	const morpheus = require('@morpheus-sched/node');
+	const home = path.dirname(require.resolve('@morpheus-sched/node/package.json'));
+	assert.ok(home.startsWith(path.join(process.cwd(), 'node_modules')), home);
+	const stamp = JSON.parse(fs.readFileSync(path.join(home, 'RELEASE.json'), 'utf8'));
+	assert.equal(stamp.version, require('@morpheus-sched/node/package.json').version);
+	assert.equal(stamp.abi, `${morpheus.ABI_MAJOR}.${morpheus.ABI_MINOR}`);
+	// A region that does not exist is refused with a named error; detached, the calls work.
+	assert.throws(() => morpheus.initWorker({ region: '/nonexistent/morpheus-region' }), (e) => e instanceof morpheus.MorpheusError && e.code.length > 0);
+	const worker = morpheus.initWorker({ detached: true });
+	assert.equal(worker.attached, false);
+	assert.equal(morpheus.shouldYield(), false);
+	assert.equal(morpheus.critical(() => morpheus.criticalDepth()), 1);
+	worker.close();
+	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home}`);
+	EOF
+	echo "install-test: node: npm tarball installed into a fresh folder and used"
+}
+
+test_java() {
+	local dir repo project version
+	dir=$(artifacts java)
+	version=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$dir/RELEASE.json")
+	# A temporary local repository holding only this release under dev/morpheus (laid out as Maven
+	# installs it); Maven's own plugins come from the user's cache, linked in, so the build runs offline.
+	repo=$work/m2
+	mkdir -p "$repo/dev/morpheus/morpheus/$version"
+	for entry in "${HOME}"/.m2/repository/*; do
+		[[ -e $entry && $(basename "$entry") != dev ]] && ln -s "$entry" "$repo/"
+	done
+	cp "$dir/morpheus-$version.jar" "$dir/morpheus-$version.pom" "$dir/morpheus-$version-sources.jar" \
+		"$dir/morpheus-$version-javadoc.jar" "$repo/dev/morpheus/morpheus/$version/"
+	for f in "$dir"/morpheus-"$version"*.jar "$dir/morpheus-$version.pom"; do
+		[[ $(sha1sum <"$f") == "$(cat "$f.sha1")  -" ]] || fail "$f does not match its .sha1"
+	done
+	project=$work/java-app
+	mkdir -p "$project/src/main/java/app"
+	cat >"$project/pom.xml" <<-EOF
+	<project xmlns="http://maven.apache.org/POM/4.0.0">
+	  <modelVersion>4.0.0</modelVersion>
+	  <groupId>app</groupId>
+	  <artifactId>use-morpheus</artifactId>
+	  <version>1.0</version>
+	  <properties>
+	    <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>
+	    <maven.compiler.release>17</maven.compiler.release>
+	  </properties>
+	  <dependencies>
+	    <dependency><groupId>dev.morpheus</groupId><artifactId>morpheus</artifactId><version>$version</version></dependency>
+	  </dependencies>
+	  <build><plugins>
+	    <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-resources-plugin</artifactId><version>3.3.1</version></plugin>
+	    <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-compiler-plugin</artifactId><version>3.13.0</version></plugin>
+	  </plugins></build>
+	</project>
+	EOF
+	cat >"$project/src/main/java/app/Main.java" <<-'EOF'
+	package app;
+
+	import dev.morpheus.Morpheus;
+	import dev.morpheus.MorpheusException;
+	import dev.morpheus.Options;
+	import dev.morpheus.Worker;
+	import java.nio.charset.StandardCharsets;
+
+	public final class Main {
+	    public static void main(String[] args) throws Exception {
+	        String stamp;
+	        try (var in = Morpheus.class.getResourceAsStream("/META-INF/morpheus/RELEASE.json")) {
+	            stamp = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+	        }
+	        // A region that does not exist is refused with a named error.
+	        try {
+	            Morpheus.register(Options.defaults().regionPath("/nonexistent/morpheus-region")).close();
+	            throw new AssertionError("a missing region was accepted");
+	        } catch (MorpheusException expected) {
+	            System.out.println("refused: " + expected.getMessage());
+	        }
+	        try (Worker worker = Morpheus.register(Options.defaults().detached())) {
+	            if (worker.isAttached() || worker.checkpoint()) throw new AssertionError(worker.toString());
+	            worker.criticalEnter();
+	            if (worker.criticalDepth() != 1) throw new AssertionError("depth");
+	            worker.criticalExit();
+	        }
+	        System.out.println("ok: backend " + Morpheus.backendName() + ", stamp " + stamp.replaceAll("\\s+", " "));
+	    }
+	}
+	EOF
+	JAVA_HOME=/usr/lib/jvm/temurin-25-jdk-amd64 mvn -q -B -o -f "$project/pom.xml" compile -Dmaven.repo.local="$repo" ||
+		fail "a fresh Maven project against the jar in a temporary local repository"
+	unzip -p "$dir/morpheus-$version.jar" META-INF/morpheus/RELEASE.json >"$work/java-stamp.json"
+	check_stamp "$work/java-stamp.json" java
+	local jar=$repo/dev/morpheus/morpheus/$version/morpheus-$version.jar
+	# Outputs go to files, then grep reads them whole (no `java | grep -q`: under pipefail that fails when
+	# grep stops early and java takes SIGPIPE, which depends on timing).
+	/usr/lib/jvm/temurin-25-jdk-amd64/bin/java --enable-native-access=ALL-UNNAMED -cp "$project/target/classes:$jar" app.Main \
+		>"$work/java25.out" || fail "the project on JDK 25 (FFM)"
+	grep -q "^ok: backend ffm" "$work/java25.out" || fail "JDK 25 did not use the FFM backend: $(cat "$work/java25.out")"
+	/usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp "$project/target/classes:$jar" app.Main >"$work/java17.out" ||
+		fail "the project on JDK 17 (JNI)"
+	grep -q "^ok: backend jni" "$work/java17.out" || fail "JDK 17 did not use the JNI backend: $(cat "$work/java17.out")"
+	echo "install-test: java: fresh Maven project built offline against a temporary local repository, ran on JDK 25 (FFM) and 17 (JNI)"
+}
+
 sdks=("$@")
-[[ ${#sdks[@]} -gt 0 ]] || sdks=(c rust python)
+[[ ${#sdks[@]} -gt 0 ]] || sdks=(c rust python node java)
 for sdk in "${sdks[@]}"; do
 	case "$sdk" in
-	c) test_c ;; rust) test_rust ;; python) test_python ;;
+	c) test_c ;; rust) test_rust ;; python) test_python ;; node) test_node ;; java) test_java ;;
 	*) fail "no install test for SDK '$sdk'" ;;
 	esac
 done

@@ -8,7 +8,8 @@ conformance columns (the SDK's own and the kernel's) are green.
     release.py build SDK --out DIR     build the artifacts alone (stamped "gated": false; install tests)
 
 SDKs and their commands: release/sdks.toml. Each artifact carries RELEASE.json: the SDK, its version,
-the ABI it speaks, the commit, and the conformance results of its column and of the kernel column.
+the ABI it speaks, the commit, and the conformance results: its conformance and live-kernel columns (by
+name: Java has two of each) and the kernel column.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = Path(__file__).resolve().parent / "sdks.toml"
@@ -47,13 +49,46 @@ def run(cmd: list[str], what: str, env: dict | None = None, capture: bool = Fals
     return proc.stdout or ""
 
 
-def dotted(data: dict, key: str, where: str):
+def dotted(data: dict, key, where: str):
+    """`key` in `data`: a dotted string ("package.metadata.morpheus.abi") or a list of keys."""
     value = data
-    for part in key.split("."):
+    for part in (key.split(".") if isinstance(key, str) else key):
         if not isinstance(value, dict) or part not in value:
-            raise Refused(f"{where} has no `{key}`")
+            raise Refused(f"{where} has no `{key if isinstance(key, str) else '/'.join(key)}`")
         value = value[part]
     return value
+
+
+def xml_tree(element) -> dict:
+    """A pom's elements as nested dicts (namespace dropped; a leaf is its text; the first of a name wins)."""
+    children = list(element)
+    if not children:
+        return (element.text or "").strip()
+    tree = {}
+    for child in children:
+        if isinstance(child.tag, str):
+            tree.setdefault(child.tag.rsplit("}", 1)[-1], xml_tree(child))
+    return tree
+
+
+def load_manifest(relpath: str) -> dict:
+    """A package manifest as nested dicts: TOML (Cargo.toml, pyproject.toml), JSON (package.json), or a
+    Maven pom (the elements below <project>)."""
+    path = ROOT / relpath
+    try:
+        if path.suffix == ".json":
+            return json.loads(path.read_text())
+        if path.suffix == ".xml":
+            return xml_tree(ElementTree.parse(path).getroot())
+        return tomllib.loads(path.read_text())
+    except (OSError, ValueError, ElementTree.ParseError) as e:
+        raise Refused(f"{relpath}: cannot read it: {e}") from None
+
+
+def columns(entry: dict, key: str) -> list[str]:
+    """`conformance` or `live` of an SDK: one column name or a list of them."""
+    value = entry[key]
+    return [value] if isinstance(value, str) else list(value)
 
 
 def spec_abi() -> tuple[int, int]:
@@ -89,8 +124,7 @@ def sdk_entry(name: str) -> dict:
 
 def version_info(name: str, entry: dict) -> dict:
     """The SDK's version and declared ABI, checked against the spec and its changelog."""
-    manifest = ROOT / entry["manifest"]
-    data = tomllib.loads(manifest.read_text())
+    data = load_manifest(entry["manifest"])
     version = str(dotted(data, entry["version"], entry["manifest"]))
     declared = str(dotted(data, entry["abi"], entry["manifest"]))
     major, minor = parse_abi(declared, entry["manifest"])
@@ -120,7 +154,7 @@ def check_versions() -> list[str]:
         except Refused as e:
             problems.append(str(e))
     for name, entry in table.get("publisher", {}).items():
-        declared = str(dotted(tomllib.loads((ROOT / entry["manifest"]).read_text()), entry["abi"], entry["manifest"]))
+        declared = str(dotted(load_manifest(entry["manifest"]), entry["abi"], entry["manifest"]))
         spec = "%d.%d" % spec_abi()
         if declared != spec:
             problems.append(f"{entry['manifest']}: publishes ABI {declared}, spec/abi.toml is {spec}")
@@ -176,18 +210,18 @@ def vm_column(relpath: Path, commit: str, run_vm: bool) -> dict:
     return column
 
 
-def conformance_column(entry: dict, scratch: Path) -> dict:
-    out = scratch / "column.json"
-    print(f"release: conformance column {entry['conformance']}", file=sys.stderr)
-    proc = subprocess.run([sys.executable, "conformance/harness/cli.py", "gate", entry["conformance"],
+def conformance_column(name: str, scratch: Path) -> dict:
+    out = scratch / f"{name}.json"
+    print(f"release: conformance column {name}", file=sys.stderr)
+    proc = subprocess.run([sys.executable, "conformance/harness/cli.py", "gate", name,
                            "--export", str(out)], cwd=ROOT, text=True, capture_output=True)
     if not out.is_file():
-        raise Refused(f"conformance column {entry['conformance']} did not run (exit {proc.returncode}):\n"
+        raise Refused(f"conformance column {name} did not run (exit {proc.returncode}):\n"
                       + (proc.stderr or proc.stdout)[-2000:])
     column = json.loads(out.read_text())
     red = red_rows(column)
     if red or proc.returncode != 0:
-        raise Refused(f"conformance column {entry['conformance']} is red:\n  "
+        raise Refused(f"conformance column {name} is red:\n  "
                       + "\n  ".join(red or [(proc.stderr or proc.stdout)[-1500:]]))
     return column
 
@@ -276,7 +310,90 @@ def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
     return wheels
 
 
-BUILDERS = {"crate": build_crate, "c-tarball": build_c_tarball, "wheel": build_wheel}
+def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
+    # sdk-node/tools/pack.sh: `npm pack` of the package with the addon prebuilt for linux-x64-gnu at
+    # native/morpheus.linux-x64-gnu.node (napi-rs's <binaryName>.<platform>.node, what lib/native.js
+    # loads) and the generated @morpheus/abi bundled; RELEASE.json and the changelog join at the root.
+    print(f"release: npm pack: sdk-node/tools/pack.sh {out}", file=sys.stderr)
+    proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out)], cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    if proc.returncode != 0:
+        raise Refused(f"npm pack failed (exit {proc.returncode}): sdk-node/tools/pack.sh")
+    made = proc.stdout.strip().splitlines()
+    tarball = Path(made[-1]) if made else None
+    if tarball is None or not tarball.is_file():
+        raise Refused(f"sdk-node/tools/pack.sh made no tarball in {out} (it printed {made!r})")
+    if not tarball.name.endswith(f"-{info['version']}.tgz"):
+        raise Refused(f"npm tarball {tarball.name} does not carry version {info['version']}")
+    with tarfile.open(tarball, "r:gz") as tar:
+        names = set(tar.getnames())
+    for needed in ("package/package.json", "package/native/morpheus.linux-x64-gnu.node",
+                   "package/node_modules/@morpheus/abi/index.js"):
+        if needed not in names:
+            raise Refused(f"npm tarball {tarball.name} lacks {needed}")
+    add_to_tar_gz(tarball, {"package/RELEASE.json": release_json(stamp),
+                            "package/CHANGELOG.md": (ROOT / "sdk-node/CHANGELOG.md").read_bytes()})
+    return [tarball]
+
+
+JDK = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
+# The sources the jar is compiled from (sdk-java/pom.xml: the API and JNI backend, the FFM backend, the
+# generated abi/java classes); the sources and javadoc jars are made of them.
+JAVA_SOURCES = ["sdk-java/src/main/java", "sdk-java/src/main/java22", "abi/java/src/main/java"]
+
+
+def add_to_zip(archive: Path, members: dict[str, bytes]) -> None:
+    """Rewrite a zip (a jar) with extra members after the existing ones (the manifest stays first)."""
+    with zipfile.ZipFile(archive) as src:
+        items = [(i, src.read(i.filename)) for i in src.infolist()]
+    clash = [n for n in members if any(i.filename == n for i, _ in items)]
+    if clash:
+        raise Refused(f"{archive.name} already holds {clash}")
+    tmp = archive.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item, content in items:
+            dst.writestr(item, content)
+        for name, data in members.items():
+            dst.writestr(name, data)
+    tmp.replace(archive)
+
+
+def build_jar(info: dict, stamp: dict, out: Path) -> list[Path]:
+    """The Maven Central set: jar (natives inside), pom, sources and javadoc jars, each with .sha1 and
+    .md5 (Central also wants .asc signatures: signing needs the project's key, which is not here)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        build = Path(tmp) / "build"
+        run(["env", f"JAVA_HOME={JDK}", "mvn", "-q", "-B", "-f", "sdk-java/pom.xml", "package", "-DskipTests",
+             f"-Dmorpheus.build.dir={build}"], "mvn package")
+        base = f"morpheus-{info['version']}"
+        jar = build / f"{base}.jar"
+        if not jar.is_file():
+            raise Refused(f"mvn package made no {jar.name} (found {sorted(p.name for p in build.glob('*.jar'))})")
+        made = [out / f"{base}.jar", out / f"{base}.pom", out / f"{base}-sources.jar", out / f"{base}-javadoc.jar"]
+        shutil.copy2(jar, made[0])
+        with zipfile.ZipFile(made[0]) as z:
+            missing = {f"dev/morpheus/native/linux-x86_64/{lib}" for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
+        if missing:
+            raise Refused(f"{jar.name} lacks its natives {sorted(missing)} (built without cargo?)")
+        add_to_zip(made[0], {"META-INF/morpheus/RELEASE.json": release_json(stamp),
+                             "META-INF/morpheus/CHANGELOG.md": (ROOT / "sdk-java/CHANGELOG.md").read_bytes()})
+        shutil.copy2(ROOT / "sdk-java/pom.xml", made[1])
+        run([str(JDK / "bin/jar"), "--create", "--file", str(made[2])]
+            + [arg for src in JAVA_SOURCES for arg in ("-C", src, ".")], "sources jar")
+        docs = Path(tmp) / "javadoc"
+        # The FFM backend's sources are release 22 (the rest 17): the docs are built at 22.
+        run([str(JDK / "bin/javadoc"), "-quiet", "-Xdoclint:none", "--release", "22", "-d", str(docs),
+             "-sourcepath", ":".join(JAVA_SOURCES), "-subpackages", "dev.morpheus"], "javadoc", capture=True)
+        run([str(JDK / "bin/jar"), "--create", "--file", str(made[3]), "-C", str(docs), "."], "javadoc jar")
+    for path in list(made):
+        data = path.read_bytes()
+        for algorithm in ("sha1", "md5"):
+            digest = path.with_name(f"{path.name}.{algorithm}")
+            digest.write_text(hashlib.new(algorithm, data).hexdigest())
+            made.append(digest)
+    return made
+
+
+BUILDERS = {"crate": build_crate, "c-tarball": build_c_tarball, "wheel": build_wheel, "npm": build_npm, "jar": build_jar}
 
 
 def build_into(name: str, entry: dict, info: dict, stamp: dict, final: Path) -> list[Path]:
@@ -305,19 +422,24 @@ def gate(name: str, run_vm: bool, dist: Path) -> int:
     commit = clean_commit()
     kernel = vm_column(KERNEL_COLUMN, commit, run_vm)
     print(f"release: {name}: kernel column of {commit[:12]}: {len(kernel['rows'])} scenarios pass", file=sys.stderr)
-    live = vm_column(Path(f"conformance/results/{entry['live']}.results.json"), commit, run_vm)
-    print(f"release: {name}: {entry['live']} column of {commit[:12]}: {len(live['rows'])} live checks pass", file=sys.stderr)
+    live = {}
+    for live_name in columns(entry, "live"):
+        live[live_name] = vm_column(Path(f"conformance/results/{live_name}.results.json"), commit, run_vm)
+        print(f"release: {name}: {live_name} column of {commit[:12]}: {len(live[live_name]['rows'])} live checks pass",
+              file=sys.stderr)
+    sdk_columns = {}
     with tempfile.TemporaryDirectory() as tmp:
-        column = conformance_column(entry, Path(tmp))
-    passed = sum(c["status"] == "pass" for c in column["rows"].values())
-    print(f"release: {name}: conformance column {entry['conformance']}: {passed} cells pass, "
-          f"{len(column['rows']) - passed} not applicable", file=sys.stderr)
+        for column_name in columns(entry, "conformance"):
+            column = sdk_columns[column_name] = conformance_column(column_name, Path(tmp))
+            passed = sum(c["status"] == "pass" for c in column["rows"].values())
+            print(f"release: {name}: conformance column {column_name}: {passed} cells pass, "
+                  f"{len(column['rows']) - passed} not applicable or skipped", file=sys.stderr)
     for cmd in entry.get("unit_tests", []):
         run(cmd, f"{name} unit tests")
     if clean_commit() != commit:
         raise Refused("the tree changed while the gate ran")
     stamp = dict(info, commit=commit, gated=True,
-                 conformance={"sdk": column, "kernel": kernel, "live": live})
+                 conformance={"sdk": sdk_columns, "kernel": kernel, "live": live})
     made = build_into(name, entry, info, stamp, dist / name)
     for path in made:
         print(f"release: {name} {info['version']} (ABI {info['abi']}, {commit[:12]}): {path}")

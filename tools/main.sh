@@ -47,7 +47,15 @@ step_starvation_vm() {
 # in the VM: off (kernel default scheduler) and scx_morpheus on sched_ext in one boot, probe p99 beside
 # slice + grace and its ratio to off (sdk-python/BENCHMARKS.md).
 step_python_bench_vm() {
-  bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0
+  bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus
+}
+
+# sdk-python as a service sees it, against the real agent (sim backend at its defaults, private
+# runtime directory, no root): fairness of 2/4/8 CPU-bound tasks and an aiohttp service over loopback
+# (light p99, heavy req/s), the naive yield and morpheus side by side in the same run
+# (sdk-python/BENCHMARKS.md, "Service").
+step_python_service() {
+  bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-3}"
 }
 
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)
@@ -58,6 +66,7 @@ STEPS=(
   starvation
   starvation_vm
   python_bench_vm
+  python_service
 )
 
 # ---------------------------------------------------------------------------

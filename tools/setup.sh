@@ -116,6 +116,7 @@ PIP_PACKAGES=(
   "maturin maturin>=1.9,<2"   # sdk-python: builds the pyo3 extension
   "pytest pytest>=8"          # sdk-python and conformance tests
   "uvloop uvloop>=0.19"       # sdk-python: the checkpoint tests under uvloop
+  "aiohttp aiohttp>=3.9"      # sdk-python: the example service and its benchmark (bench/service.py)
   # add here
 )
 

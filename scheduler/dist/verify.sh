@@ -11,17 +11,34 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp "$target_dir/debug/scx_morpheus" "$work/scx_morpheus"
-sed "s|^ExecStart=/usr/bin/scx_morpheus|ExecStart=$work/scx_morpheus|" dist/scx_morpheus.service >"$work/scx_morpheus.service"
-out="$(systemd-analyze verify "$work/scx_morpheus.service" 2>&1 || true)"
-# verify also reports problems of unrelated units installed on this machine: keep ours.
-ours="$(grep -F "scx_morpheus.service" <<<"$out" || true)"
-if [[ -n $ours ]]; then
-  echo "systemd-analyze verify found problems in the unit:" >&2
-  echo "$ours" >&2
-  exit 1
-fi
-# The command line parses: --help after the unit's arguments must not report an unknown option.
-args="$(sed -n 's|^ExecStart=/usr/bin/scx_morpheus ||p' dist/scx_morpheus.service)"
-# shellcheck disable=SC2086
-"$work/scx_morpheus" $args --help >/dev/null
-echo "scx_morpheus.service: systemd-analyze verify is clean; its options parse"
+# verify_unit DIR: systemd-analyze verify of DIR/scx_morpheus.service (and its drop-ins in DIR).
+verify_unit() {
+  local out ours
+  out="$(systemd-analyze verify "$1/scx_morpheus.service" 2>&1 || true)"
+  # verify also reports problems of unrelated units installed on this machine: keep ours.
+  ours="$(grep -F "scx_morpheus.service" <<<"$out" || true)"
+  if [[ -n $ours ]]; then
+    echo "systemd-analyze verify found problems in the unit ($1):" >&2
+    echo "$ours" >&2
+    exit 1
+  fi
+}
+# check_args FILE: the command line of FILE's ExecStart parses (--help after it reports no unknown option).
+check_args() {
+  local args
+  args="$(sed -n 's|^ExecStart=/usr/bin/scx_morpheus ||p' "$1")"
+  [[ -n $args ]] || { echo "verify.sh: no scx_morpheus command line in $1" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  "$work/scx_morpheus" $args --help >/dev/null
+}
+mkdir "$work/plain" "$work/metrics" "$work/metrics/scx_morpheus.service.d"
+for dir in "$work/plain" "$work/metrics"; do
+  sed "s|^ExecStart=/usr/bin/scx_morpheus|ExecStart=$work/scx_morpheus|" dist/scx_morpheus.service >"$dir/scx_morpheus.service"
+done
+sed "s|^ExecStart=/usr/bin/scx_morpheus|ExecStart=$work/scx_morpheus|" dist/scx_morpheus.service.d/metrics.conf \
+  >"$work/metrics/scx_morpheus.service.d/metrics.conf"
+verify_unit "$work/plain"
+verify_unit "$work/metrics"
+check_args dist/scx_morpheus.service
+check_args dist/scx_morpheus.service.d/metrics.conf
+echo "scx_morpheus.service (alone and with the metrics drop-in): systemd-analyze verify is clean; the options parse"

@@ -20,7 +20,7 @@
 #      the verdicts are counts, not timings;
 #   7. every stop unpins the region, the hint ring is never pinned (its one consumer is the agent,
 #      which drained its records), and the kernel returns to its default scheduler;
-#   8. every SDK's own workers (Rust, C, Python) through the observer and enforced (kick) phases: each
+#   8. every SDK's own workers (Rust, C, Python, Node, Java on FFM and on JNI) through the observer and enforced (kick) phases: each
 #      check is a row of that SDK's live-kernel column (`e2e-live:` lines, judged in e2e/run.sh);
 #   9. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
@@ -41,6 +41,8 @@ check() { # check DESCRIPTION COMMAND...
 field() { awk -v role="role=$1" -v key="$2" '$1 == role { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) print kv[2] } }' "$3"; }
 state() { cat /sys/kernel/sched_ext/state; }
 SOCK=/run/morpheus/agent.sock
+# agent_stat POINTER: a field of the running agent's stats, read from its stats socket (morpheus stats)
+agent_stat() { morpheus stats --socket "$SOCK" --get "$1"; }
 WORKER_SECONDS=${WORKER_SECONDS:-3}
 
 agent_pid=""
@@ -130,8 +132,8 @@ if start_agent /tmp/observer.log --mode observer; then
 	check "cooperative worker's acknowledgements caught up (last_ack_seq <= preempt_seq)" \
 		test "$(field cooperative last_ack_seq /tmp/observer.out)" -le "$(field cooperative preempt_seq /tmp/observer.out)"
 	check "cooperative worker was never escalated" test "$(field cooperative escalations /tmp/observer.out)" = 0
+	drained=$(agent_stat /backend_counters/hint_records)
 	stop_agent /tmp/observer.log
-	drained=$(sed -n 's/.*hint records drained: \([0-9]*\).*/\1/p' /tmp/observer.log | tail -n 1)
 	check "the agent drained the hint ring's records (${drained:-none})" test "${drained:-0}" -gt 0
 else
 	bad "scx_morpheus (observer) did not start"
@@ -151,13 +153,13 @@ if start_agent /tmp/enforced.log --mode enforced --policy kick; then
 		s1=$(field $role preempt_seq /tmp/enforced.out)
 		check "$role worker was still hinted ($s0 -> $s1)" test "${s1:-0}" -gt "${s0:-0}"
 	done
+	# The BPF gate's own view (the agent's stats): verdicts counted as blocked by critical section and
+	# by escapable=0.
+	escalate=$(agent_stat /gate_verdicts/escalate)
+	not_escapable=$(agent_stat /gate_verdicts/not_escapable)
+	critical=$(agent_stat /gate_verdicts/critical)
+	echo "e2e: gate verdicts escalate=$escalate not_escapable=$not_escapable critical=$critical"
 	stop_agent /tmp/enforced.log
-	# The BPF gate's own view: verdicts counted as blocked by critical section and by escapable=0.
-	verdicts=$(sed -n 's/.*gate verdicts: \([0-9,]*\);.*/\1/p' /tmp/enforced.log | tail -n 1)
-	echo "e2e: gate verdicts (ESCALATE,MODE,POLICY_NONE,STATE,NOT_ESCAPABLE,CRITICAL,ACKNOWLEDGED,WITHIN_GRACE) = $verdicts"
-	not_escapable=$(echo "$verdicts" | cut -d, -f5)
-	critical=$(echo "$verdicts" | cut -d, -f6)
-	escalate=$(echo "$verdicts" | cut -d, -f1)
 	check "gate escalated at least once (ESCALATE=$escalate)" test "${escalate:-0}" -gt 0
 	check "gate blocked the escapable=0 worker (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
 	check "gate blocked the critical-section worker (CRITICAL=$critical)" test "${critical:-0}" -gt 0
@@ -215,10 +217,9 @@ if [ -d "$CG" ] && start_agent /tmp/hybrid.log --mode enforced --policy hybrid -
 	cat /tmp/hybrid.out
 	esc=$(field spin escalations /tmp/hybrid.out)
 	check "non-acknowledging worker was escalated more than once (escalations=$esc)" test "${esc:-0}" -ge 2
+	kicks=$(agent_stat /backend_counters/kicks)
+	throttles=$(agent_stat /backend_counters/throttles)
 	stop_agent /tmp/hybrid.log
-	counters=$(grep 'BPF counters' /tmp/hybrid.log | tail -n 1)
-	kicks=$(echo "$counters" | sed -n 's/.* kicks=\([0-9]*\).*/\1/p')
-	throttles=$(echo "$counters" | sed -n 's/.* throttles=\([0-9]*\).*/\1/p')
 	echo "e2e: hybrid BPF counters: kicks=$kicks throttles=$throttles"
 	check "hybrid kicked (kicks=$kicks)" test "${kicks:-0}" -gt 0
 	check "hybrid throttled after kicking (throttles=$throttles)" test "${throttles:-0}" -gt 0
@@ -245,9 +246,12 @@ if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; 
 	morpheus-e2e-worker --cgroup "$CG" --stress "$STRESS_SECTIONS" >/tmp/stress.out 2>&1
 	check "stress workers ran (exit $?)" test $? -eq 0
 	cat /tmp/stress.out
+	# The BPF program's counters, from the agent's stats before it stops.
+	for c in kicks throttles kicks_spared_critical holds_spared_critical held_in_critical; do
+		eval "bpf_$c=\$(agent_stat /backend_counters/$c)"
+	done
+	bpf() { eval "echo \${bpf_$1:-}"; }
 	stop_agent /tmp/stress.log
-	counters=$(grep 'BPF counters' /tmp/stress.log | tail -n 1)
-	bpf() { echo "$counters" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"; }
 	sections=$(field racer sections /tmp/stress.out)
 	echo "e2e-stress: sections=$sections racer_escalations=$(field racer escalations /tmp/stress.out) spin_escalations=$(field spin escalations /tmp/stress.out) kicks=$(bpf kicks) throttles=$(bpf throttles) kicks_spared_critical=$(bpf kicks_spared_critical) holds_spared_critical=$(bpf holds_spared_critical) held_in_critical=$(bpf held_in_critical) unescapable_escalations=$(field unescapable escalations /tmp/stress.out)"
 	check "the racer entered $STRESS_SECTIONS critical sections (sections=$sections)" test "${sections:-0}" -eq "$STRESS_SECTIONS"
@@ -264,7 +268,8 @@ fi
 # The observer and enforced (kick) phases once per SDK, with that SDK's own worker: Rust
 # (morpheus-e2e-worker), C (morpheus-e2e-worker-c on libmorpheus), Python (worker_py.py on the morpheus
 # wheel; the interpreter and its standard library come from the host's root, shared read-only over
-# virtio-9p). Each check prints an `e2e-live: SDK ROW pass|fail` line; e2e/run.sh turns them into each
+# virtio-9p), Node (worker_node.js on the npm package) and Java (WorkerJava on the jar: java-ffm on
+# JDK 25, java-jni on JDK 17), node and the JDKs from the host's root as well. Each check prints an `e2e-live: SDK ROW pass|fail` line; e2e/run.sh turns them into each
 # SDK's live-kernel column of the conformance matrix.
 live() { # live SDK ROW DESCRIPTION COMMAND...
 	l_sdk=$1
@@ -295,18 +300,62 @@ run_python() { # one process per role (threads of one interpreter would take tur
 	done
 	return $py_rc
 }
+run_node() { # one process per role (a Node process runs its JavaScript on one thread)
+	[ -n "${NODE_BIN:-}" ] || { echo "no node: /hostroot is not mounted"; return 1; }
+	node_pids=""
+	for role in "$@"; do
+		rm -f "/tmp/node-$role.rc"
+		(
+			env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" /morpheus/node/worker_node.js --seconds "$WORKER_SECONDS" "$role" \
+				>"/tmp/node-$role.out" 2>&1
+			echo $? >"/tmp/node-$role.rc"
+		) &
+		node_pids="$node_pids $!"
+	done
+	for p in $node_pids; do wait "$p"; done
+	node_rc=0
+	for role in "$@"; do
+		cat "/tmp/node-$role.out"
+		[ "$(cat "/tmp/node-$role.rc" 2>/dev/null)" = 0 ] || node_rc=1
+	done
+	return $node_rc
+}
+run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
+	j_bin=$1
+	j_backend=$2
+	shift 2
+	[ -n "$j_bin" ] || { echo "no JDK: /hostroot is not mounted"; return 1; }
+	j_flags=""
+	[ "$j_backend" = ffm ] && j_flags=--enable-native-access=ALL-UNNAMED
+	# shellcheck disable=SC2086
+	env LD_LIBRARY_PATH="$HOST_LIBS" "$j_bin" -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData $j_flags \
+		-Dmorpheus.backend="$j_backend" -Djava.util.logging.ConsoleHandler.level=WARNING \
+		-cp /morpheus/java/morpheus.jar:/morpheus/java WorkerJava --seconds "$WORKER_SECONDS" "$@"
+}
+run_java_ffm() { run_java "${JAVA25:-}" ffm "$@"; }
+run_java_jni() { run_java "${JAVA17:-}" jni "$@"; }
 if [ -f /morpheus/python.env ]; then
 	mkdir -p /hostroot
-	if mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /hostroot; then
+	# cache=loose: the host's root does not change during the test, so the guest may keep what it read
+	# (each JVM maps the same lib/modules; uncached, every page fault is a 9p round trip under TCG);
+	# msize: larger 9p messages, fewer round trips.
+	if mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /hostroot; then
 		. /morpheus/python.env
+		# node and the JDKs (e2e/run.sh); the JDKs' absolute symlinks into the host's /etc resolve here too.
+		. /morpheus/runtimes.env
+		HOST_LIBS=$PY_LIBS
+		for d in $HOST_ETC_LINKS; do
+			[ -e "$d" ] || { mkdir -p "$(dirname "$d")" && ln -s "/hostroot$d" "$d"; }
+		done
 	else
-		echo "e2e: could not mount the host's root over virtio-9p: no Python in this guest"
+		echo "e2e: could not mount the host's root over virtio-9p: no Python, Node or Java in this guest"
 	fi
 fi
-for sdk in rust c python; do
+for sdk in rust c python node java-ffm java-jni; do
+	runner=run_$(echo "$sdk" | tr - _)
 	out=/tmp/live-$sdk-observer.out
 	if start_agent /tmp/live-$sdk-observer.log --mode observer; then
-		run_$sdk spin cooperative >"$out" 2>&1
+		$runner spin cooperative >"$out" 2>&1
 		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-observer.log
@@ -323,7 +372,7 @@ for sdk in rust c python; do
 	fi
 	out=/tmp/live-$sdk-enforced.out
 	if start_agent /tmp/live-$sdk-enforced.log --mode enforced --policy kick; then
-		run_$sdk spin critical unescapable >"$out" 2>&1
+		$runner spin critical unescapable >"$out" 2>&1
 		wrc=$?  # not rc: stop_agent sets that one
 		cat "$out"
 		stop_agent /tmp/live-$sdk-enforced.log

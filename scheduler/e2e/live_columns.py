@@ -9,7 +9,7 @@ usage: live_columns.py LIVE_LINES RESULTS_DIR COMMIT
 import json
 import sys
 
-SDKS = ("rust", "c", "python")
+SDKS = ("rust", "c", "python", "node", "java-ffm", "java-jni")
 ROWS = (
     "observer_workers_ran",
     "observer_hints_advance_preempt_seq",

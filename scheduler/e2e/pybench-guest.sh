@@ -9,7 +9,7 @@
 # The interpreter comes from the host's root over virtio-9p; the wheel and the benchmark from the
 # initramfs. Each run's JSON is printed as one `pybench-json: NAME JSON` line for the host.
 . /morpheus/python.env
-BENCH_ARGS="--seconds 2 --repeat 1 --calls 0"
+BENCH_ARGS="--seconds 2 --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus"
 [ -r /morpheus/pybench.env ] && . /morpheus/pybench.env
 mkdir -p /hostroot
 mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /hostroot || { echo "pybench-vm: cannot mount the host's root"; exit 1; }

@@ -7,7 +7,7 @@
 # slice + grace, and its ratio to off in the same run. Results: sdk-python/bench/results/vm_{off,pressure}.json.
 #
 # usage: scheduler/e2e/pybench-vm.sh [--kernel DIR] [--log FILE] [--timeout SECS] [-- BENCH-ARGS...]
-#        (default BENCH-ARGS: --seconds 2 --repeat 1 --calls 0)
+#        (default BENCH-ARGS: --seconds 2 --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
@@ -17,7 +17,7 @@ die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
 kernel_args=()
 log=""
 timeout=1200
-bench_args=(--seconds 2 --repeat 1 --calls 0)
+bench_args=(--seconds 2 --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus)
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;

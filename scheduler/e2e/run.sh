@@ -45,7 +45,7 @@ commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 # Default features (they include `kernel`); scheduler/starvation/run.sh builds with the same command.
 echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
-(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus)
 
 # The other SDKs' workers (guest.sh's live phases): C linked statically against libmorpheus.a; Python's
 # wheel installed into a directory shipped in the initramfs, its interpreter taken from the host's root
@@ -76,6 +76,32 @@ PY_BIN=/hostroot$py_bin
 PY_LIBS=/hostroot$py_libdir:/hostroot/lib/x86_64-linux-gnu:/hostroot/usr/lib/x86_64-linux-gnu
 EOF
 
+# Node's worker runs on the npm package as the release gate packs it (sdk-node/tools/pack.sh: the prebuilt
+# addon and @morpheus/abi inside), unpacked as `npm install` would; Java's on the jar Maven builds (JDK 25,
+# natives inside), the worker compiled for JDK 17 so both backends run it. node and both JDKs come from the
+# host's root like Python (/morpheus/runtimes.env); the guest links the host's /etc directories the JDKs'
+# absolute symlinks point into (Debian's JDK 17: lib/jvm.cfg -> /etc/java-17-openjdk/...).
+echo "$PROG: packing the Node SDK, building the Java jar" >&2
+jdk25=/usr/lib/jvm/temurin-25-jdk-amd64
+jdk17=/usr/lib/jvm/java-17-openjdk-amd64
+mkdir -p "$work/node/node_modules/@morpheus-sched/node" "$work/java"
+tarball=$(bash "$root/sdk-node/tools/pack.sh" "$work")
+tar -xzf "$tarball" -C "$work/node/node_modules/@morpheus-sched/node" --strip-components=1
+rm -f "$tarball"
+cp "$here/worker_node.js" "$work/node/"
+JAVA_HOME=$jdk25 mvn -q -B -f "$root/sdk-java/pom.xml" package -DskipTests -Dmorpheus.build.dir="$root/sdk-java/target/e2e" >&2
+jars=("$root"/sdk-java/target/e2e/morpheus-*[0-9].jar)
+[[ ${#jars[@]} -eq 1 && -f ${jars[0]} ]] || die "expected one jar in sdk-java/target/e2e, found: ${jars[*]}"
+cp "${jars[0]}" "$work/java/morpheus.jar"
+"$jdk25/bin/javac" --release 17 -cp "$work/java/morpheus.jar" -d "$work/java" "$here/WorkerJava.java"
+etc_links=$(find "$jdk25/" "$jdk17/" -type l -lname '/etc/*' -printf '%l\n' | sed -n 's|^\(/etc/[^/]*\)/.*|\1|p' | sort -u | tr '\n' ' ')
+cat >"$work/runtimes.env" <<EOF
+NODE_BIN=/hostroot$(readlink -f "$(command -v node)")
+JAVA25=/hostroot$jdk25/bin/java
+JAVA17=/hostroot$jdk17/bin/java
+HOST_ETC_LINKS="$etc_links"
+EOF
+
 if [[ -z "$log" ]]; then
 	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")
 fi
@@ -85,10 +111,12 @@ code=0
 	--init-script "$here/guest.sh" \
 	--bin "$target_dir/release/scx_morpheus" \
 	--bin "$target_dir/release/morpheus-e2e-worker" \
+	--bin "$target_dir/release/morpheus" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
 	--bin "$work/morpheus-e2e-worker-c" \
 	--bin "$(command -v setpriv)" \
 	--file "$work/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
+	--file "$work/node:/morpheus/node" --file "$work/java:/morpheus/java" --file "$work/runtimes.env:/morpheus/runtimes.env" \
 	--module 9p --module 9pnet_virtio --share-host-root \
 	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \
 	--timeout "$timeout" --log "$log" || code=$?

@@ -40,7 +40,7 @@ command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} no
 
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (default features: kernel) and the starvation benchmark, release" >&2
-(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus)
 (cd "$root" && cargo build --release -p morpheus-starvation)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX")

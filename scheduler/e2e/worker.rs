@@ -10,6 +10,7 @@
 //!        morpheus-e2e-worker [--ready FILE] --until FILE ROLE...
 //!        morpheus-e2e-worker [--cgroup DIR] --stress SECTIONS
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
+//!        morpheus-e2e-worker --scb-of PID SLOT
 //! roles: cooperative   checkpoint_sync between pieces of work, sched_yield when it says so; escapable
 //!        spin          never checkpoints, escapable (the one enforced mode must escalate)
 //!        critical      never checkpoints, escapable, but inside a critical section throughout
@@ -26,8 +27,13 @@
 //! --stress: a `racer` (escapable, never checkpoints) enters and leaves a critical section SECTIONS
 //!        times, racing the scheduler's escalations of it, while `spin` and `unescapable` run beside it
 //!        until it is done. The end is a count, not a time, so the run does not depend on speed.
+//! --scb-of: the SCB of slot SLOT as process PID maps it (its own mapping of its region, read through
+//!        /proc/PID/maps and /proc/PID/mem; the slot's `pid` must be PID), one `key=value` line: the
+//!        report of the workers of SDKs whose API does not expose the SCB (Node, Java), which run this
+//!        while their worker is still registered (and, for `critical`, still in its section).
 
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::mem::{offset_of, size_of};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -269,14 +275,88 @@ fn bench_cpu(iterations: u64, threads: usize) {
     }
     println!("bench_cpu threads={threads} iterations={iterations} elapsed_ms={:.1}", start.elapsed().as_secs_f64() * 1e3);
 }
+/// `--scb-of PID SLOT`: the scheduler-written counters and the worker's state of slot `slot`, read from
+/// the first mapping of process `pid` that starts with a region header holding that slot for `pid`.
+fn scb_of(pid: u32, slot: u32) -> Result<String, String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("/proc/{pid}/maps: {e}"))?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| format!("/proc/{pid}/mem: {e}"))?;
+    let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        mem.read_exact_at(&mut buf, addr).ok().map(|()| buf)
+    };
+    let u32_at = |b: &[u8], off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"));
+    let u64_at = |b: &[u8], off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"));
+    for line in maps.lines() {
+        // "lo-hi perms offset dev inode [name]": readable mappings at offset 0, not [heap], [stack]...
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() < 5 || !parts[1].starts_with('r') || parts[2].trim_start_matches('0') != "" {
+            continue;
+        }
+        if parts.get(5).is_some_and(|name| name.starts_with('[')) {
+            continue;
+        }
+        let Some((lo, hi)) = parts[0].split_once('-') else { continue };
+        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else { continue };
+        let Some(header) = read(lo, size_of::<RegionHeader>().min((hi - lo) as usize)) else { continue };
+        if header.len() < size_of::<RegionHeader>() || u64_at(&header, offset_of!(RegionHeader, magic)) != morpheus_abi::REGION_MAGIC {
+            continue;
+        }
+        let header_size = u64::from(u32_at(&header, offset_of!(RegionHeader, header_size)));
+        let stride = u64::from(u32_at(&header, offset_of!(RegionHeader, scb_stride)));
+        if slot >= u32_at(&header, offset_of!(RegionHeader, scb_count)) {
+            continue;
+        }
+        let base = lo + header_size + u64::from(slot) * stride;
+        if base + size_of::<Scb>() as u64 > hi {
+            continue;
+        }
+        let Some(scb) = read(base, size_of::<Scb>()) else { continue };
+        if u32_at(&scb, offset_of!(Scb, pid)) != pid {
+            continue;
+        }
+        return Ok(format!(
+            "preempt_seq={} last_ack_seq={} escalations={} escalated={} worker_state={} in_critical={} escapable={} tid={}",
+            u64_at(&scb, offset_of!(Scb, preempt_seq)),
+            u64_at(&scb, offset_of!(Scb, last_ack_seq)),
+            u32_at(&scb, offset_of!(Scb, escalations)),
+            u32_at(&scb, offset_of!(Scb, escalated)),
+            u32_at(&scb, offset_of!(Scb, worker_state)),
+            u32_at(&scb, offset_of!(Scb, in_critical)),
+            u32_at(&scb, offset_of!(Scb, escapable)),
+            u32_at(&scb, offset_of!(Scb, tid)),
+        ));
+    }
+    Err(format!("no mapping of process {pid} holds a region whose slot {slot} belongs to it"))
+}
+
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] (--seconds S | --until FILE) ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] (--seconds S | --until FILE) ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N | --scb-of PID SLOT");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--scb-of") {
+        let parsed = match &args[1..] {
+            [pid, slot] => pid.parse::<u32>().ok().zip(slot.parse::<u32>().ok()),
+            _ => None,
+        };
+        let Some((pid, slot)) = parsed else {
+            eprintln!("morpheus-e2e-worker: --scb-of needs a PID and a SLOT (numbers)");
+            return usage();
+        };
+        return match scb_of(pid, slot) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("morpheus-e2e-worker: --scb-of: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let value = |i: usize, what: &str| -> Result<String, String> {
         args.get(i + 1).cloned().ok_or_else(|| format!("{what} needs a value"))
     };

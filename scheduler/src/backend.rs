@@ -138,6 +138,23 @@ pub enum BackendChoice {
 /// Where the running kernel announces sched_ext support.
 pub const SCHED_EXT_SYSFS: &str = "/sys/kernel/sched_ext";
 
+/// Waits (at most `patience`) until the kernel has finished disabling a sched_ext scheduler, so a
+/// restart does not find the previous instance still "enabled". True if it is disabled (or this kernel
+/// has no sched_ext).
+pub fn wait_sched_ext_disabled(patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match std::fs::read_to_string(format!("{SCHED_EXT_SYSFS}/state")) {
+            Ok(state) if state.trim() != "disabled" => {}
+            _ => return true,
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Resolves `auto` to a concrete backend.
 pub fn resolve(choice: BackendChoice) -> BackendChoice {
     match choice {

@@ -12,6 +12,7 @@ pub mod journal;
 #[cfg(feature = "kernel")]
 pub mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.
 pub mod lock;
+pub mod openmetrics;
 pub mod pressure;
 pub mod region;
 pub mod registry;

@@ -8,7 +8,7 @@
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
 use scx_morpheus::{
-    backend, build_id, domains, journal, lock, monotonic_ns, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
+    backend, build_id, domains, journal, lock, monotonic_ns, openmetrics, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
 };
 
 use std::collections::VecDeque;
@@ -95,6 +95,12 @@ struct Opts {
     /// (default 1), through its stats socket (<--socket>.stats, readable by the agent's user only).
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1", conflicts_with = "stats")]
     monitor: Option<f64>,
+
+    /// Serve the counters in the OpenMetrics text format at http://ADDR:PORT/metrics (off by default;
+    /// use a loopback address such as 127.0.0.1:9090 unless the network may read them; port 0 picks
+    /// one, shown in the stats as metrics_address). Worker identities are not exported.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
 
     /// Describe every field of the stats (the scx_stats schema) and exit.
     #[arg(long)]
@@ -318,19 +324,39 @@ fn run(opts: Opts) -> Result<()> {
         return stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst));
     }
     let reporter = match opts.stats {
-        Some(interval) => Some(
+        Some(interval) => Some({
+            let path = stats_path.clone();
             std::thread::Builder::new()
                 .name("stats".into())
-                .spawn(move || stats_socket::monitor(&stats_path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst)))
-                .context("cannot start the stats reporter thread")?,
-        ),
+                .spawn(move || stats_socket::monitor(&path, Duration::from_secs_f64(interval), || STOP.load(Ordering::SeqCst)))
+                .context("cannot start the stats reporter thread")?
+        }),
+        None => None,
+    };
+    let metrics_address = match opts.metrics {
+        Some(addr) => {
+            let listener = openmetrics::bind(addr)?;
+            let bound = listener.local_addr().context("--metrics: the bound address")?;
+            let path = stats_path.clone();
+            std::thread::Builder::new()
+                .name("metrics".into())
+                .spawn(move || openmetrics::serve(listener, path))
+                .context("cannot start the metrics thread")?;
+            log::info!("OpenMetrics on http://{bound}/metrics");
+            Some(bound)
+        }
         None => None,
     };
     // The scx convention: the BPF side may ask to be restarted (UserExitInfo::should_restart); the
     // agent then sets everything up again, with a new generation its runtimes re-register under.
     let result = loop {
-        match run_instance(&opts, config.clone()) {
-            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => log::info!("the BPF scheduler asked to be restarted; restarting"),
+        match run_instance(&opts, config.clone(), metrics_address) {
+            Ok(Exit::Restart) if !STOP.load(Ordering::SeqCst) => {
+                log::info!("the BPF scheduler asked to be restarted; restarting");
+                if !backend::wait_sched_ext_disabled(Duration::from_secs(10)) {
+                    break Err(anyhow::anyhow!("restart: sched_ext is still not disabled 10 s after the BPF scheduler exited"));
+                }
+            }
             Ok(_) => break Ok(()),
             Err(e) => break Err(e),
         }
@@ -354,7 +380,7 @@ enum Exit {
     Restart,
 }
 
-fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
+fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::net::SocketAddr>) -> Result<Exit> {
     let group = opts.socket_group.as_deref().map(rundir::group_id).transpose()?;
     let choice = backend::resolve(opts.backend);
     if opts.backend == BackendChoice::Auto {
@@ -449,6 +475,7 @@ fn run_instance(opts: &Opts, mut config: Config) -> Result<Exit> {
         slice_ns: config.slice_ns,
         grace_ns: config.grace_ns,
         generation,
+        metrics_address,
     };
 
     let registry = registry::Registry::start(&dir, &socket_name, group, shared)?;

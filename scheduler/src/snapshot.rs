@@ -38,6 +38,8 @@ pub struct Metrics {
     pub grace_us: u64,
     #[stat(desc = "Region generation (changes with every start)")]
     pub generation: u64,
+    #[stat(desc = "Where --metrics serves OpenMetrics (ADDR:PORT; empty when off)")]
+    pub metrics_address: String,
     #[stat(desc = "Milliseconds since the agent started")]
     pub uptime_ms: u64,
     #[stat(desc = "Workers registered now (gauge)")]
@@ -233,6 +235,7 @@ pub struct Identity {
     pub slice_ns: u64,
     pub grace_ns: u64,
     pub generation: u64,
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Everything one snapshot is made of, as the agent's main loop holds it.
@@ -265,6 +268,7 @@ impl Metrics {
             slice_us: id.slice_ns / 1000,
             grace_us: id.grace_ns / 1000,
             generation: id.generation,
+            metrics_address: id.metrics_address.map(|a| a.to_string()).unwrap_or_default(),
             uptime_ms: src.uptime_ms,
             nr_workers: src.workers.len() as u64,
             workers_by_runtime_mode,

@@ -126,20 +126,25 @@ impl Reader {
 /// the agent goes away (a restart) or is not running yet.
 pub fn monitor(path: &Path, interval: Duration, stop: impl Fn() -> bool) -> Result<()> {
     let mut earlier: Option<Metrics> = None;
-    let mut warned = false;
+    let mut failures = 0u32;
     while !stop() {
         let mut reader = match Reader::connect(path) {
             Ok(r) => r,
             Err(e) => {
-                if !warned {
+                // Not allowed to read it: waiting will not change that.
+                if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)) {
+                    return Err(e);
+                }
+                // Said once, and not for the first miss (an agent that is still starting up).
+                failures += 1;
+                if failures == 2 {
                     log::info!("{e:#}; retrying");
-                    warned = true;
                 }
                 std::thread::sleep(interval.min(Duration::from_secs(1)));
                 continue;
             }
         };
-        warned = false;
+        failures = 0;
         while !stop() {
             let now = match reader.fetch() {
                 Ok(m) => m,

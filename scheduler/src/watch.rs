@@ -17,13 +17,13 @@ use std::sync::atomic::Ordering;
 
 use morpheus_abi as abi;
 
-use crate::domains::Workers;
+use crate::domains::{Assigned, Workers};
 use crate::stats::Samples;
 
 /// What the agent remembers of one slot between two ticks.
 struct Seen {
-    tid: u32,
-    pid: u32,
+    /// The slot's owner and where its SCB is, as of the last scan of the table.
+    assigned: Assigned,
     yield_count: u64,
     /// Yields by yield_reason value (index: the reason's raw value; out-of-range reasons go last).
     yields_by_reason: [u64; REASON_SLOTS],
@@ -65,10 +65,15 @@ impl WorkerView {
     }
 }
 
+/// How often the slot table is scanned for workers that came or went. Between scans only the known
+/// workers' SCBs are read, so an agent with no worker does (almost) nothing per tick.
+const SCAN_INTERVAL_NS: u64 = 20_000_000;
+
 /// Samples every registered worker at the agent's tick.
 #[derive(Default)]
 pub struct WorkerWatch {
     seen: HashMap<u32, Seen>,
+    next_scan_ns: u64,
     /// Hint -> acknowledgement, as seen at tick resolution.
     pub acknowledgement: Samples,
 }
@@ -77,25 +82,34 @@ fn reason_index(raw: u32) -> usize {
     (raw as usize).min(REASON_SLOTS - 1)
 }
 
+fn same_owner(a: &Assigned, b: &Assigned) -> bool {
+    a.tid == b.tid && a.pid == b.pid && a.local == b.local && std::sync::Arc::ptr_eq(&a.domain, &b.domain)
+}
+
 impl WorkerWatch {
-    /// One sample of every assigned slot at `now_ns` (CLOCK_MONOTONIC, the clock of last_hint_ns).
+    /// One sample of every known worker at `now_ns` (CLOCK_MONOTONIC, the clock of last_hint_ns); the
+    /// table is rescanned every SCAN_INTERVAL_NS (a worker registered since is picked up then, its
+    /// earlier yields attributed to the reason its SCB shows at that first sample).
     pub fn sample(&mut self, workers: &Workers, now_ns: u64) {
-        let assigned = workers.assigned();
-        self.seen.retain(|slot, seen| assigned.iter().any(|(s, a)| s == slot && a.tid == seen.tid && a.pid == seen.pid));
-        for (slot, a) in assigned {
-            let scb = a.domain.region.scb(a.local);
+        if now_ns >= self.next_scan_ns {
+            self.next_scan_ns = now_ns + SCAN_INTERVAL_NS;
+            let assigned = workers.assigned();
+            self.seen.retain(|slot, seen| assigned.iter().any(|(s, a)| s == slot && same_owner(a, &seen.assigned)));
+            for (slot, a) in assigned {
+                self.seen.entry(slot).or_insert_with(|| Seen {
+                    assigned: a,
+                    yield_count: 0,
+                    yields_by_reason: [0; REASON_SLOTS],
+                    pending: false,
+                });
+            }
+        }
+        for seen in self.seen.values_mut() {
+            let scb = seen.assigned.domain.region.scb(seen.assigned.local);
             let yields = scb.yield_count().load(Ordering::Relaxed);
             let reason = scb.last_yield_reason().load(Ordering::Relaxed);
             let seq = scb.preempt_seq().load(Ordering::Acquire);
             let ack = scb.last_ack_seq().load(Ordering::Acquire);
-            let seen = self.seen.entry(slot).or_insert_with(|| Seen {
-                tid: a.tid,
-                pid: a.pid,
-                // Yields before the first sample are attributed to the reason seen now.
-                yield_count: 0,
-                yields_by_reason: [0; REASON_SLOTS],
-                pending: false,
-            });
             if yields > seen.yield_count {
                 seen.yields_by_reason[reason_index(reason)] += yields - seen.yield_count;
             }
@@ -116,7 +130,7 @@ impl WorkerWatch {
         let mut out = Vec::new();
         for (slot, a) in workers.assigned() {
             let scb = a.domain.region.scb(a.local);
-            let by_reason = self.seen.get(&slot).filter(|s| s.tid == a.tid && s.pid == a.pid).map(|s| s.yields_by_reason);
+            let by_reason = self.seen.get(&slot).filter(|s| same_owner(&s.assigned, &a)).map(|s| s.yields_by_reason);
             let yields_by_reason = match by_reason {
                 Some(counts) => counts
                     .iter()

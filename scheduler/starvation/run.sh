@@ -10,7 +10,7 @@ cd "$root"
 # scx_morpheus is built by exactly the command scheduler/e2e/run.sh uses (default features, which
 # include `kernel`), so this build never replaces the binary a running VM test uses with a
 # differently configured one; the benchmark is a separate invocation for the same reason.
-cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker
+cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus
 cargo build --release -p morpheus-starvation
 target="${CARGO_TARGET_DIR:-$root/target}/release"
 if [[ -d /sys/kernel/sched_ext ]]; then

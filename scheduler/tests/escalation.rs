@@ -278,6 +278,13 @@ impl Spinner {
         policy
     }
 
+    /// Whether the thread is blocked (state S in /proc: it parked after leaving its spin loop).
+    fn sleeping(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{}/stat", self.tid)).unwrap();
+        // The state follows the parenthesised name, which may itself contain spaces or parentheses.
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+    }
+
     /// CPU time the thread has consumed (the kernel's sum_exec_runtime).
     fn cpu_ns(&self) -> u64 {
         let text = std::fs::read_to_string(format!("/proc/self/task/{}/schedstat", self.tid)).unwrap();
@@ -406,8 +413,12 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
         (scb.escalations >= 2 && count(&agent.stats().actions, "RESTORE") >= 1).then_some(())
     });
 
-    // It stops spinning without ever acknowledging: only the bound can lift the escalation now.
+    // It stops spinning without ever acknowledging: only the bound can lift the escalation now. Until
+    // the (demoted) thread actually blocks, it is still running past its slice and may rightly be
+    // escalated again after a lapse; so the claim is checked once the agent has seen it asleep.
     assert_eq!(worker.leave(STOP), None);
+    agent.wait("the worker thread to block", || worker.sleeping().then_some(()));
+    agent.ticks(50);
     let lifted = agent.wait("the escalation to be lifted by the throttle bound", || {
         let scb = agent.scb(worker.slot);
         (scb.escalated == 0 && worker.policy() == original_policy).then_some(scb)

@@ -189,3 +189,28 @@ fn help_stats_describes_the_schema_and_version_carries_a_build_id() {
         assert!(version.contains("-g"), "no commit in {version}");
     }
 }
+
+/// Another user cannot read the stats (the socket is 0600), and `--monitor` / `morpheus top` say so
+/// and stop instead of waiting. Needs root (to run the clients as another user); skipped otherwise.
+#[test]
+fn another_user_is_refused_the_stats() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running the clients as another user needs root");
+        return;
+    }
+    let mut agent = Agent::start(&[]);
+    // The directory itself is open to everyone (as /run/morpheus is): only the socket's mode refuses.
+    std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    Reader::connect_within(&agent.stats_path(), PATIENCE).unwrap();
+    let nobody = 65534;
+    let top = Path::new(env!("CARGO_BIN_EXE_morpheus"));
+    for (program, args) in [(Path::new(BIN), vec!["--monitor", "0.1"]), (top, vec!["stats"]), (top, vec!["top", "--json"])] {
+        let out = Command::new(program).args(&args).arg("--socket").arg(agent.socket()).uid(nobody).gid(nobody).output().unwrap();
+        assert!(!out.status.success(), "{args:?} as uid {nobody} read the stats");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("Permission denied") && stderr.contains("sock.stats"), "{args:?}: {stderr}");
+    }
+    agent.stop();
+}

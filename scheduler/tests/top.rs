@@ -186,6 +186,22 @@ fn top_shows_the_workers_the_agent_watches_and_quits_on_q() {
         assert_eq!(w.comm, name);
     }
 
+    // Single fields for scripts (`morpheus stats --get`), and a clear refusal of a field that is not there.
+    let get = || -> Vec<String> {
+        let out = Command::new(TOP)
+            .args(["stats", "--get", "/mode", "--get", "/nr_workers", "--get", "/gate_verdicts/critical", "--socket"])
+            .arg(agent.socket())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+    };
+    let values = wait_for("the gate to block the critical worker", || Some(get()).filter(|v| v.len() == 3 && v[2] != "0"), || format!("{:?}", get()));
+    assert_eq!((values[0].as_str(), values[1].as_str()), ("ENFORCED", "3"), "{values:?}");
+    let out = Command::new(TOP).args(["stats", "--get", "/mode", "--get", "/no_such_field", "--socket"]).arg(agent.socket()).output().unwrap();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--get /no_such_field: no such field"));
+
     // A worker that unregisters leaves the screen.
     let gone = opted_out.tid;
     opted_out.finish();

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-"""Turn run.sh's results (target/results/*.json) into BENCHMARKS.md's tables: per configuration, each
+"""Turn run.sh's results (target/results/*.json, or the directory given) into BENCHMARKS.md's tables: per configuration, each
 benchmark's average time (mean over the rounds' forks), sample-time percentiles, and each checkpoint's
 ratio to its baselines taken per round (the benchmarks of one round ran back to back) with the mean, a 95%
 interval (Student t over the rounds) and the range."""
@@ -10,7 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "target" / "results"
+RESULTS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "target" / "results"
 CONFIGS = {"ffm-25": ["atomicLongGetAcquire", "segmentGetAcquire"],
            "jni-25": ["atomicLongGetAcquire", "emptyJniCall"],
            "jni-17": ["atomicLongGetAcquire", "emptyJniCall"]}

@@ -9,6 +9,8 @@
 # the same fork set) and gives its mean and spread. Then one sample-time fork per configuration for the
 # percentiles.
 #   run.sh [ROUNDS] [JMH options...]     e.g. `run.sh 1 -wi 2 -i 2` for a quick look
+#   MORPHEUS_JMH_CONFIGS="jni-25 jni-17" run.sh 4    only some configurations
+#   MORPHEUS_JMH_OUT=DIR                             results there instead of target/results (emptied first)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 jdk25=${JDK25:-/usr/lib/jvm/temurin-25-jdk-amd64}
@@ -20,12 +22,15 @@ repo=${MORPHEUS_JMH_REPO:-$here/target/m2}
 mvn -q -B -f "$here/../pom.xml" install -DskipTests -Dmaven.repo.local="$repo"
 mvn -q -B -f "$here/pom.xml" package -Dmaven.repo.local="$repo"
 mvn -q -B -f "$here/pom.xml" package -Pjdk17 -Dmaven.repo.local="$repo"
-out=$here/target/results
+out=${MORPHEUS_JMH_OUT:-$here/target/results}
 rm -rf "$out" && mkdir -p "$out"
 uptime >"$out/load.txt"
 
 # configuration name -> JDK, build directory, backend, benchmarks (each checkpoint beside its baselines)
-configs=(ffm-25 jni-25 jni-17)
+read -r -a configs <<<"${MORPHEUS_JMH_CONFIGS:-ffm-25 jni-25 jni-17}"
+for c in "${configs[@]}"; do
+  case $c in ffm-25|jni-25|jni-17) ;; *) echo "run.sh: MORPHEUS_JMH_CONFIGS: expected ffm-25, jni-25 or jni-17, found '$c'" >&2; exit 2;; esac
+done
 declare -A jdk=([ffm-25]=$jdk25 [jni-25]=$jdk25 [jni-17]=$jdk17)
 declare -A build=([ffm-25]=target [jni-25]=target [jni-17]=target/jdk17)
 declare -A benchmarks=(
@@ -54,4 +59,4 @@ for c in "${configs[@]}"; do
   run "$c" sample "$out/$c-sample.json" "$@"
 done
 uptime >>"$out/load.txt"
-python3 "$here/report.py"
+python3 "$here/report.py" "$out"

@@ -67,6 +67,11 @@ function shouldYield() {
 }
 
 function shouldYieldSlow() {
+  // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
+  if (unacknowledged !== null) {
+    acknowledgePending();
+    if (Atomics.load(seq, SEQ) === ack) return false;
+  }
   const yielded = native.checkpointSync();
   refresh();
   return yielded;
@@ -74,8 +79,9 @@ function shouldYieldSlow() {
 
 /**
  * The asynchronous checkpoint: `await checkpoint()`. When nothing is pending it returns an already
- * resolved promise (false). When the scheduler asked, it yields to the event loop once with
- * setImmediate semantics (the I/O poll runs), then acknowledges on resumption and resolves true.
+ * resolved promise (false). When the scheduler asked, this task steps aside for its turn in the
+ * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
+ * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it.
  */
 function checkpoint() {
   if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
@@ -83,22 +89,86 @@ function checkpoint() {
 }
 
 function checkpointSlow() {
+  if (unacknowledged !== null) {
+    acknowledgePending();
+    if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
+  }
   const pending = native.checkpointBegin();
   refresh();
   if (pending === null) return NOT_YIELDED;
-  return yieldThenFinish(pending);
+  return takeTurn(pending);
 }
 
-const nextMacrotask = (resolve) => setImmediate(resolve);
+// ------------------------------------------------------------------------------------------------
+// The rotation (spec/SCB.md §5.7): the event loop's thread is one worker shared by every task on it,
+// so one task steps aside per request, the request is acknowledged as soon as the loop has control,
+// the yielder joins the back of a FIFO, and each yield resumes the FIFO's head after YIELD_PASSES
+// passes of the loop, so that what became ready during the yield takes its first steps first.
 
-async function yieldThenFinish(pending) {
-  // Yield first; the core writes nothing until finish() (acknowledges only if the worker and the
-  // region's generation are unchanged). A suspension that spans a restart still yielded: true (§6).
-  do {
-    await new Promise(nextMacrotask);
-  } while (pending.finish() < 0);
+/**
+ * Passes of the event loop (chained setImmediate callbacks, each behind one poll for I/O and the
+ * timers) a yield lasts before the next task resumes. Node's HTTP path needs two polls after the
+ * yield (accept, then read + parse + dispatch of the request, whose handler runs in that callback's
+ * microtasks); a yield that starts in the poll phase gets its first pass in the same iteration,
+ * before any new poll. Four cover that with one to spare; each costs one non-blocking poll.
+ */
+const YIELD_PASSES = 4;
+
+// Settles (with true) the promises of tasks suspended at a checkpoint, oldest first.
+const waiting = [];
+// The last yielder's pending checkpoint until the request is acknowledged (its finish()).
+let unacknowledged = null;
+// Yields so far: the keeper compares it to know whether the resumed task yielded again.
+let turns = 0;
+// Passes left before the FIFO's head resumes; a yield during the passes starts them afresh (one task
+// resumes per run of passes: a task that ran during the passes has had the turn).
+let passesLeft = 0;
+let passing = false;
+
+/** Acknowledge the last yielder's request, if not yet: the loop has had control since it yielded. */
+function acknowledgePending() {
+  const pending = unacknowledged;
+  if (pending === null) return;
+  unacknowledged = null;
+  // 1: acknowledged; 0: the scheduler restarted meanwhile (nothing to acknowledge, §6).
+  pending.finish();
   refresh();
-  return true;
+}
+
+/** This task is the request's yielder: to the back of the FIFO; resumes (true) at its turn. */
+function takeTurn(pending) {
+  unacknowledged = pending;
+  turns++;
+  passesLeft = YIELD_PASSES;
+  const turn = new Promise((resolve) => waiting.push(resolve));
+  if (!passing) {
+    passing = true;
+    setImmediate(pass);
+  }
+  return turn;
+}
+
+function pass() {
+  acknowledgePending();
+  if (--passesLeft > 0) {
+    setImmediate(pass);
+    return;
+  }
+  passing = false;
+  resumeHead();
+}
+
+/** Resume the oldest waiting task; once it gave control back, resume the next if it did not yield again. */
+function resumeHead() {
+  const head = waiting.shift();
+  if (head === undefined) return;
+  head(true);
+  // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
+  setImmediate(keeper, turns);
+}
+
+function keeper(turnsAtResume) {
+  if (turns === turnsAtResume && !passing) resumeHead();
 }
 
 /**
@@ -468,6 +538,7 @@ module.exports = {
   ABI_MAJOR,
   ABI_MINOR,
   ESCAPABLE_DEFAULT: native.escapableDefault(),
+  YIELD_PASSES,
   MorpheusError,
   errors,
   Region: native.Region,

@@ -6,6 +6,7 @@ export const {
   ABI_MAJOR,
   ABI_MINOR,
   ESCAPABLE_DEFAULT,
+  YIELD_PASSES,
   MorpheusError,
   errors,
   Region,

@@ -8,6 +8,7 @@ probe task that sleeps 5-15 ms at random and records how late it wakes. Modes:
   blocking  no yields at all
   naive     await asyncio.sleep(0) every 1,000 iterations
   morpheus  await morpheus.checkpoint_async() every 1,000 iterations (the loop thread registered)
+  idle      no work (only with --modes idle,...): the probe alone, the timer floor of this machine
 
 The loop thread registers with the scheduler agent (--socket; the region comes with its reply: bench/run.sh starts the real
 `scx_morpheus --backend sim`); whether the scheduler asks (pressure) depends on how it was started.
@@ -75,7 +76,14 @@ async def task_morpheus(end: float, counts: list, i: int) -> None:
     counts[i] = n
 
 
-TASKS = {"blocking": task_blocking, "naive": task_naive, "morpheus": task_morpheus}
+async def task_idle(end: float, counts: list, i: int) -> None:
+    # No work at all: the probe alone measures how late the loop's timers fire on this machine (the
+    # clock, the kernel's timers, the interpreter), the floor the other cells are read against.
+    await asyncio.sleep(max(0.0, end - time.perf_counter()))
+    counts[i] = 0
+
+
+TASKS = {"idle": task_idle, "blocking": task_blocking, "naive": task_naive, "morpheus": task_morpheus}
 
 
 async def probe(end: float, delays: list) -> None:
@@ -227,7 +235,7 @@ def main() -> int:
                    "probe_p99_ms_runs": [r["probe_p99_ms"] for r in runs],
                    "probe_samples_runs": [r["probe_samples"] for r in runs]}
             for base in ("blocking", "naive"):
-                if base != mode and (workers, base) in raw:
+                if base != mode and mode != "idle" and (workers, base) in raw:
                     ratios = [a / b for a, b in zip(ups, (r["units_per_s"] for r in raw[(workers, base)]))]
                     out[f"over_{base}_runs"] = ratios
                     out[f"over_{base}_median"] = statistics.median(ratios)

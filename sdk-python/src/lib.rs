@@ -8,9 +8,8 @@
 //!   pending: [`checkpoint_async`] polls the core's `Checkpoint` future once, right away, and on the
 //!   fast path hands back one pre-built, immutable [`Checkpoint`] object whose `__next__` finishes at
 //!   once (StopIteration(None) without building it; the result is None, True after a yield). Only
-//!   when the scheduler asked does it allocate a [`PendingCheckpoint`], which suspends the task once
-//!   *through the loop's next poll* (see [`PendingCheckpoint`]) and polls the core's future again on
-//!   resumption, which acknowledges;
+//!   when the scheduler asked does it allocate a [`PendingCheckpoint`]: the task steps aside for its
+//!   turn in the loop's rotation (spec/SCB.md §5.7, see `Rotation`);
 //! * exception classes, one per ABI `error_code`, built from the generated ABI at import;
 //! * handles for workers and regions that are safe to hold from any thread.
 
@@ -51,10 +50,11 @@ struct Statics {
     ready: Py<Checkpoint>,
     /// `asyncio._get_running_loop` (None outside a loop, no exception), imported at the first yield.
     running_loop: PyOnceLock<Py<PyAny>>,
-    /// `_morpheus._resume_after_poll` and `_morpheus._resume`, the two loop callbacks that end a
-    /// suspension (see `suspend_through_poll`).
-    resume_after_poll: PyOnceLock<Py<PyAny>>,
-    resume: PyOnceLock<Py<PyAny>>,
+    /// `asyncio.current_task`, imported at the first yield.
+    current_task: PyOnceLock<Py<PyAny>>,
+    /// `_morpheus._pass` and `_morpheus._keeper`, the loop callbacks of the rotation (see `Rotation`).
+    pass_callback: PyOnceLock<Py<PyAny>>,
+    keeper_callback: PyOnceLock<Py<PyAny>>,
 }
 
 static STATICS: PyOnceLock<Statics> = PyOnceLock::new();
@@ -123,59 +123,245 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
         Poll::Ready(_) => Ok(statics(py).ready.clone_ref(py).into_any()),
-        Poll::Pending => Ok(Py::new(py, PendingCheckpoint { future: Some(future), suspended: false })?.into_any()),
+        Poll::Pending => take_turn(py, future),
     }
 }
 
-/// Suspend the current asyncio task until the loop has been through its next poll (I/O and due
-/// timers) *and* the tasks that poll woke have run: hand the Task a future that is resolved two
-/// `call_soon` hops later. A timer or I/O callback does not run the task it wakes: it resolves that
-/// task's future, whose done callback queues the task's step with `call_soon`. With one hop, our
-/// callback (queued before the poll) would resolve our future in the same iteration as the timer
-/// callbacks, ahead of them, and our task's step would be queued ahead of the woken tasks: they would
-/// wait for our next slice (measured: a 10 ms sleeper woke one whole yield interval late). The
-/// second hop is queued behind the poll's callbacks, so our wake-up lands behind theirs (asyncio
-/// and uvloop alike; a bare `None`, as in `asyncio.sleep(0)`, would not even wait for the poll).
-/// The other CPU-bound tasks of the loop step aside too without help: until this task resumes and
-/// acknowledges, the request stays pending, so their checkpoints suspend the same way (each
-/// acknowledges on resumption; the CAS keeps the ack monotonic). Outside a running loop (a coroutine
-/// driven by hand): a bare `None`.
-fn suspend_through_poll(py: Python<'_>) -> PyResult<Py<PyAny>> {
+// ------------------------------------------------------------------------------------------------
+// The rotation (spec/SCB.md §5.7): one task steps aside per request, the yielder goes to the back of
+// a FIFO, each yield lasts YIELD_PASSES passes of the loop and then resumes the FIFO's head.
+
+/// Passes of the event loop a yield lasts before the next CPU-bound task resumes: enough for a
+/// connection accepted in the first pass to be read, dispatched and take its first step (accept,
+/// connection_made, data_received, the handler task's first step: four in asyncio and uvloop), with
+/// room to spare. Each pass is one `call_soon` hop and one poll of the loop: a few microseconds.
+const YIELD_PASSES: u32 = 8;
+
+/// Per thread (one event loop runs on it at a time): the tasks suspended at a checkpoint, and the
+/// request the last yielder has not acknowledged yet.
+struct Rotation {
+    /// The loop the state belongs to (a new loop on the thread starts afresh).
+    event_loop: Option<Py<PyAny>>,
+    /// Tasks suspended at a checkpoint, oldest first.
+    waiting: std::collections::VecDeque<Waiter>,
+    /// The task resumed last, while it has its turn: its identity and its run time before the turn.
+    running: Option<(usize, u64)>,
+    /// When the running CPU-bound task's turn began: at its resumption, or for a task that was not
+    /// waiting (it joins), at the last callback of the rotation before it ran.
+    turn_started: Option<u64>,
+    /// The length of the last turn measured (CPU time): the tolerance of the choice of the next.
+    last_turn_ns: u64,
+    /// The core's checkpoint of the last yielder: polling it again acknowledges (on this thread).
+    unacknowledged: Option<morpheus::Checkpoint>,
+    /// Yields so far: the keeper compares it to know whether the resumed task yielded again.
+    turns: u64,
+    /// Passes left before the head of `waiting` is resumed; a yield during the passes starts them
+    /// afresh (one task is resumed per run of passes, however many yielded in it: a task that ran
+    /// during the passes, a newcomer, had the turn).
+    passes_left: u32,
+    /// Whether a `_pass` callback is queued.
+    passing: bool,
+}
+
+/// CPU time of the calling (loop) thread: the measure of a turn. The scheduler's slices are CPU time
+/// too, so turns cut short by a wall clock (a runtime mode's, §5.4) or stretched by the thread being
+/// preempted count for what they were. One clock read per yield, off the fast path.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// A task suspended at a checkpoint: the future its turn resolves, and its run time so far.
+struct Waiter {
+    future: Py<PyAny>,
+    task: usize,
+    run_ns: u64,
+}
+
+impl Rotation {
+    /// Account the yielder's turn and put it in the queue: its run time grows by the turn it just
+    /// had (the loop thread's CPU time), so turns cut short by anything (a mode's clock, a double request)
+    /// are made up at the next choice. A task that was not waiting joins at the least run time of
+    /// the queue, so it neither jumps the queue for ever nor starts behind (CFS's min_vruntime).
+    fn enqueue(&mut self, future: Py<PyAny>, task: usize) {
+        let ran = self.turn_started.map_or(0, |t| thread_cpu_ns().saturating_sub(t));
+        if ran > 0 {
+            self.last_turn_ns = ran;
+        }
+        let floor = self.waiting.iter().map(|w| w.run_ns).min();
+        let base = match self.running.take() {
+            Some((running, run_ns)) if running == task => run_ns,
+            Some((_, run_ns)) => floor.map_or(run_ns, |f| f.min(run_ns)),
+            None => floor.unwrap_or(0),
+        };
+        self.turn_started = None;
+        self.waiting.push_back(Waiter { future, task, run_ns: base.saturating_add(ran) });
+    }
+
+    /// Remove and return the task to resume: the oldest waiter among those within half a turn of the
+    /// least run time. With turns of equal length this is the FIFO's head (a strict rotation); a task
+    /// whose turns were cut short is resumed earlier, until it has caught up.
+    fn take_least_run(&mut self) -> Option<Waiter> {
+        let least = self.waiting.iter().map(|w| w.run_ns).min()?;
+        let within = least.saturating_add(self.last_turn_ns / 2);
+        let index = self.waiting.iter().position(|w| w.run_ns <= within)?;
+        self.waiting.remove(index)
+    }
+}
+
+thread_local! {
+    static ROTATION: std::cell::RefCell<Rotation> = const {
+        std::cell::RefCell::new(Rotation {
+            event_loop: None,
+            waiting: std::collections::VecDeque::new(),
+            running: None,
+            turn_started: None,
+            last_turn_ns: 0,
+            unacknowledged: None,
+            turns: 0,
+            passes_left: 0,
+            passing: false,
+        })
+    };
+}
+
+/// Acknowledge the last yielder's request now, if it is not yet: the loop has had control since.
+fn acknowledge_pending(rotation: &mut Rotation) {
+    if let Some(mut yielder) = rotation.unacknowledged.take() {
+        let mut cx = Context::from_waker(Waker::noop());
+        // Ready(true): acknowledged; Ready(false): a restart meanwhile, nothing to acknowledge.
+        let _ = Pin::new(&mut yielder).poll(&mut cx);
+    }
+}
+
+fn callback(py: Python<'_>, cell: &PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<Py<PyAny>> {
+    cell.get_or_try_init(py, || py.import("morpheus._morpheus")?.getattr(name).map(Bound::unbind)).map(|c| c.clone_ref(py))
+}
+
+/// A checkpoint saw a request (`future` holds it, not yet acknowledged). Either another task already
+/// stepped aside for a request the loop has not acknowledged (then acknowledge it, and yield only if
+/// a newer request is pending), or this task is the request's yielder: it joins the back of the FIFO.
+fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<PyAny>> {
     let statics = statics(py);
     let get_loop = statics
         .running_loop
         .get_or_try_init(py, || py.import("asyncio")?.getattr("_get_running_loop").map(Bound::unbind))?;
     let event_loop = get_loop.bind(py).call0()?;
     if event_loop.is_none() {
-        return Ok(py.None());
+        // A coroutine driven by hand: yield a bare None once, acknowledge on resumption.
+        return Ok(Py::new(py, PendingCheckpoint { future: Some(future), waiter: None, suspended: false })?.into_any());
     }
-    let callback = |name: &str| py.import("morpheus._morpheus")?.getattr(name).map(Bound::unbind);
-    statics.resume.get_or_try_init(py, || callback("_resume"))?;
-    let first = statics.resume_after_poll.get_or_try_init(py, || callback("_resume_after_poll"))?;
-    let future = event_loop.call_method0("create_future")?;
-    future.setattr("_asyncio_future_blocking", true)?;
-    event_loop.call_method1("call_soon", (first.bind(py), &future))?;
-    Ok(future.unbind())
+    let had_unacknowledged = ROTATION.with(|r| {
+        let mut rotation = r.borrow_mut();
+        let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop));
+        if !same_loop {
+            *rotation = Rotation {
+                event_loop: Some(event_loop.clone().unbind()),
+                waiting: Default::default(),
+                running: None,
+                turn_started: None,
+                last_turn_ns: 0,
+                unacknowledged: None,
+                turns: rotation.turns,
+                passes_left: 0,
+                passing: false,
+            };
+        }
+        let had = rotation.unacknowledged.is_some();
+        acknowledge_pending(&mut rotation);
+        had
+    });
+    if had_unacknowledged {
+        // This task runs during another's yield: it does not step aside for that request. A request
+        // that came after it is a new one, and this task is its yielder.
+        drop(future);
+        future = morpheus::checkpoint();
+        let mut cx = Context::from_waker(Waker::noop());
+        if Pin::new(&mut future).poll(&mut cx).is_ready() {
+            return Ok(statics.ready.clone_ref(py).into_any());
+        }
+    }
+    let waiter = event_loop.call_method0("create_future")?;
+    let first_pass = callback(py, &statics.pass_callback, "_pass")?;
+    let current_task = statics
+        .current_task
+        .get_or_try_init(py, || py.import("asyncio")?.getattr("current_task").map(Bound::unbind))?;
+    let task = current_task.bind(py).call0()?.as_ptr() as usize;
+    let start_passes = ROTATION.with(|r| {
+        let mut rotation = r.borrow_mut();
+        rotation.enqueue(waiter.clone().unbind(), task);
+        rotation.unacknowledged = Some(future);
+        rotation.turns += 1;
+        rotation.passes_left = YIELD_PASSES;
+        !std::mem::replace(&mut rotation.passing, true)
+    });
+    if start_passes {
+        event_loop.call_method1("call_soon", (first_pass, &event_loop))?;
+    }
+    Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false })?.into_any())
 }
 
-/// First loop callback of a suspension (see `suspend_through_poll`): asyncio runs it ahead of the
-/// callbacks of the poll it waited for (uvloop behind them); it queues the second, which runs behind
-/// them in both.
+/// One pass of a yield (a loop callback): acknowledges the last yielder's request if no one did yet
+/// (the loop has control), then queues the next pass behind the callbacks the loop's poll made ready,
+/// so the tasks woken during the yield take their first steps before it ends; the last pass resumes
+/// the FIFO's head.
 #[pyfunction]
-fn _resume_after_poll(future: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = future.py();
-    let resume = statics(py).resume.get(py).expect("set before the first suspension");
-    future.call_method0("get_loop")?.call_method1("call_soon", (resume.bind(py), future))?;
-    Ok(())
+fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+    let more = ROTATION.with(|r| {
+        let mut rotation = r.borrow_mut();
+        acknowledge_pending(&mut rotation);
+        if rotation.running.is_none() {
+            // Whoever computes next (a task made ready) starts its turn after this callback.
+            rotation.turn_started = Some(thread_cpu_ns());
+        }
+        rotation.passes_left = rotation.passes_left.saturating_sub(1);
+        rotation.passing = rotation.passes_left > 0;
+        rotation.passing
+    });
+    if more {
+        let next = callback(py, &statics(py).pass_callback, "_pass")?;
+        event_loop.call_method1("call_soon", (next, event_loop))?;
+        return Ok(());
+    }
+    resume_head(py, event_loop)
 }
 
-/// Second loop callback of a suspension: resolves the future, which queues the task's wake-up
-/// behind those of the tasks the poll woke.
+/// Resume the oldest waiting task (skipping cancelled ones), then look, once it gave control back,
+/// whether it yielded again; if not, the next one is resumed (nobody waits forever, §5.7).
+fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+    loop {
+        let (next, turns) = ROTATION.with(|r| {
+            let mut rotation = r.borrow_mut();
+            let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(event_loop));
+            (if same_loop { rotation.take_least_run() } else { None }, rotation.turns)
+        });
+        let Some(next) = next else { return Ok(()) };
+        let future = next.future.bind(py);
+        if future.call_method0("done")?.is_truthy()? {
+            continue; // cancelled meanwhile
+        }
+        future.call_method1("set_result", (true,))?;
+        ROTATION.with(|r| {
+            let mut rotation = r.borrow_mut();
+            rotation.running = Some((next.task, next.run_ns));
+            rotation.turn_started = Some(thread_cpu_ns());
+        });
+        // Queued behind the resumed task's step, so it runs once that step gave control back.
+        let keeper = callback(py, &statics(py).keeper_callback, "_keeper")?;
+        event_loop.call_method1("call_soon", (keeper, event_loop, turns))?;
+        return Ok(());
+    }
+}
+
+/// Runs after a resumed task's step: if no yield happened since (the task awaited something else or
+/// ended), the next waiting task is resumed.
 #[pyfunction]
-fn _resume(future: &Bound<'_, PyAny>) -> PyResult<()> {
-    // Cancelled meanwhile (the task was cancelled): nothing to resolve.
-    if !future.call_method0("done")?.is_truthy()? {
-        future.call_method1("set_result", (future.py().None(),))?;
+fn _keeper(py: Python<'_>, event_loop: &Bound<'_, PyAny>, turns: u64) -> PyResult<()> {
+    let idle = ROTATION.with(|r| r.borrow().turns == turns);
+    if idle {
+        resume_head(py, event_loop)?;
     }
     Ok(())
 }
@@ -206,11 +392,15 @@ impl Checkpoint {
     }
 }
 
-/// A checkpoint that found a pending request: suspends the task once, through the loop's next poll
-/// (I/O and timers run before it resumes), then acknowledges and finishes with True.
+/// A checkpoint that found a pending request: the task steps aside for its turn (spec/SCB.md §5.7:
+/// to the back of the loop's FIFO of waiting tasks; the request is acknowledged as soon as the loop
+/// has control) and the awaitable finishes with True when the task's turn comes round again.
 #[pyclass(module = "morpheus")]
 struct PendingCheckpoint {
+    /// Outside a running loop only: the core's checkpoint, acknowledged on resumption.
     future: Option<morpheus::Checkpoint>,
+    /// In a loop: the future the rotation resolves when this task's turn comes.
+    waiter: Option<Py<PyAny>>,
     suspended: bool,
 }
 
@@ -226,23 +416,24 @@ impl PendingCheckpoint {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         if !self.suspended {
-            // Yield first; the core writes nothing until the next poll of its future.
             self.suspended = true;
-            return suspend_through_poll(py).map(Some);
+            return Ok(Some(match &self.waiter {
+                Some(waiter) => {
+                    // The Task waits on it as on any future it is handed.
+                    waiter.bind(py).setattr("_asyncio_future_blocking", true)?;
+                    waiter.clone_ref(py)
+                }
+                None => py.None(),
+            }));
         }
         let Some(mut future) = self.future.take() else {
-            return Ok(None);
+            return Err(PyErr::from_value(statics(py).stop_true.bind(py).clone()));
         };
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut future).poll(&mut cx) {
             Poll::Ready(true) => Err(PyErr::from_value(statics(py).stop_true.bind(py).clone())),
             // The scheduler restarted during the yield: nothing was acknowledged.
-            Poll::Ready(false) => Ok(None),
-            Poll::Pending => {
-                // The core asks for one more round trip; give it one.
-                self.future = Some(future);
-                suspend_through_poll(py).map(Some)
-            }
+            Poll::Ready(false) | Poll::Pending => Ok(None),
         }
     }
 
@@ -252,9 +443,9 @@ impl PendingCheckpoint {
 
     fn __repr__(&self) -> &'static str {
         if self.suspended {
-            "<morpheus.PendingCheckpoint: yielded, acknowledges on resumption>"
+            "<morpheus.PendingCheckpoint: stepped aside, resumes at its turn>"
         } else {
-            "<morpheus.PendingCheckpoint: yields once to the event loop>"
+            "<morpheus.PendingCheckpoint: steps aside for the scheduler's request>"
         }
     }
 }
@@ -609,7 +800,8 @@ impl Worker {
         HELD.with(|held| matches!(&*held.borrow(), Some((t, _)) if *t == self.token))
     }
 
-    /// Whether the worker drives an SCB (False when detached or after a scheduler restart).
+    /// Whether the worker drives an SCB of a live scheduler (False when detached, or once the
+    /// scheduler stopped or was killed; True again once it registered with a new instance).
     #[getter]
     fn attached(&self, py: Python<'_>) -> PyResult<bool> {
         with_held(py, self.token, "attached", |w| Ok(w.is_attached()))
@@ -632,6 +824,26 @@ impl Worker {
     #[getter]
     fn detach_reason(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
         with_held(py, self.token, "detach_reason", |w| Ok(w.detach_reason().map(detach_reason_name)))
+    }
+
+    /// What exactly keeps the worker detached, when more than ``detach_reason`` says: a socket
+    /// nobody accepts on, a retired region, a re-registration that failed. None otherwise.
+    #[getter]
+    fn detach_detail(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        with_held(py, self.token, "detach_detail", |w| Ok(w.detach_detail().map(str::to_owned)))
+    }
+
+    /// How many times the worker registered again on its own after the scheduler restarted.
+    #[getter]
+    fn reattachments(&self, py: Python<'_>) -> PyResult<u64> {
+        with_held(py, self.token, "reattachments", |w| Ok(w.reattachments()))
+    }
+
+    /// Whether the worker waits for a scheduler (it stopped or restarted, or was not running at
+    /// start-up): it registers again on its own at a checkpoint once a new instance is up.
+    #[getter]
+    fn waiting_for_scheduler(&self, py: Python<'_>) -> PyResult<bool> {
+        with_held(py, self.token, "waiting_for_scheduler", |w| Ok(w.is_waiting_for_scheduler()))
     }
 
     /// The region, or None when detached.
@@ -704,8 +916,9 @@ impl Worker {
         with_held(py, self.token, "status", |w| py_result(py, w.status()))
     }
 
-    /// The synchronous checkpoint, raising ``GenerationChangedError`` once a scheduler restart
-    /// detached the worker (``morpheus.checkpoint()`` returns False instead).
+    /// The synchronous checkpoint, raising ``GenerationChangedError`` while a scheduler restart keeps
+    /// the worker lost (``morpheus.checkpoint()`` returns False instead). Never raises for a worker
+    /// that is detached (spec/SCB.md §7).
     fn checkpoint(&self, py: Python<'_>) -> PyResult<bool> {
         with_held(py, self.token, "checkpoint", |w| py_result(py, w.try_checkpoint()))
     }
@@ -762,6 +975,24 @@ fn current_worker(py: Python<'_>) -> Option<Worker> {
 #[pyfunction]
 fn escapable_default() -> bool {
     morpheus_abi::escapable_default(RuntimeKind::Python)
+}
+
+/// Where the core's notices about the scheduler's life go: the ``morpheus`` logger (INFO for "no
+/// scheduler", WARNING for a dead socket, a lost worker, a re-registration).
+fn python_notice(level: morpheus::NoticeLevel, message: &str) {
+    Python::attach(|py| {
+        let level = match level {
+            morpheus::NoticeLevel::Info => 20,
+            morpheus::NoticeLevel::Warning => 30,
+        };
+        let logged = py
+            .import("logging")
+            .and_then(|logging| logging.call_method1("getLogger", ("morpheus",)))
+            .and_then(|logger| logger.call_method1("log", (level, message)));
+        if let Err(err) = logged {
+            err.write_unraisable(py, None);
+        }
+    });
 }
 
 /// Called by ``atexit``: the main thread's worker is released before the interpreter goes away
@@ -829,8 +1060,9 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
             stop_true: stop.call1((true,))?.unbind(),
             ready,
             running_loop: PyOnceLock::new(),
-            resume_after_poll: PyOnceLock::new(),
-            resume: PyOnceLock::new(),
+            current_task: PyOnceLock::new(),
+            pass_callback: PyOnceLock::new(),
+            keeper_callback: PyOnceLock::new(),
         },
     );
 
@@ -848,8 +1080,10 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(current_worker, m)?)?;
     m.add_function(wrap_pyfunction!(escapable_default, m)?)?;
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
-    m.add_function(wrap_pyfunction!(_resume_after_poll, m)?)?;
-    m.add_function(wrap_pyfunction!(_resume, m)?)?;
+    m.add_function(wrap_pyfunction!(_pass, m)?)?;
+    m.add_function(wrap_pyfunction!(_keeper, m)?)?;
+    m.add("YIELD_PASSES", YIELD_PASSES)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
+    morpheus::set_notice_hook(Some(python_notice));
     Ok(())
 }

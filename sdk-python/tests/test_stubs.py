@@ -17,7 +17,7 @@ def test_stub_matches_the_extension():
             names.add(node.name)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
-    public = {n for n in dir(_morpheus) if not n.startswith("__") and n not in ("_at_exit", "_resume_after_poll", "_resume")} | {"__version__"}
+    public = {n for n in dir(_morpheus) if not n.startswith("__") and n not in ("_at_exit", "_pass", "_keeper")} | {"__version__"}
     assert names == public
     codes = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ErrorCode")
     stub_codes = [t.targets[0].id for t in codes.body if isinstance(t, ast.Assign)]

@@ -85,7 +85,7 @@ impl AgentConnection {
     }
 
     /// The agent's pid (SO_PEERCRED on our side of the socket).
-    fn agent_pid(&self) -> Option<i32> {
+    pub(crate) fn agent_pid(&self) -> Option<i32> {
         let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
         let mut len = size_of::<libc::ucred>() as libc::socklen_t;
         // SAFETY: valid out-pointers of the right size.

@@ -43,6 +43,7 @@ compile_error!(
 pub mod agent;
 mod config;
 mod error;
+mod lifeline;
 #[doc(hidden)]
 pub mod protocol;
 #[doc(hidden)]
@@ -67,6 +68,7 @@ pub use error::{Error, Result};
 pub use morpheus_abi::{ErrorCode, PressureLevel, RuntimeKind, RuntimeMode, YieldReason};
 pub use region::{Backing, DetachReason, Discovered, PressureSnapshot, Region};
 pub use config::{validate_priority, Config, RegionSource, Registration};
+pub use lifeline::{set_notice_hook, NoticeHook, NoticeLevel};
 pub use registration::unregister_current_thread;
 pub use slow_path::YieldCounts;
 pub use worker::{with_current_worker, CriticalSection, Worker};

@@ -82,9 +82,15 @@ impl RawWorker {
     };
 }
 
+impl RawWorker {
+    /// A thread that never registered: detached, except that its first checkpoint takes the slow
+    /// path once, which tells (once per process) that checkpoints on such a thread never yield.
+    const UNREGISTERED: RawWorker = RawWorker { cached_ack: FORCE_SLOW_PATH, ..RawWorker::DETACHED };
+}
+
 thread_local! {
     // Const-initialised and without Drop: access is a plain TLS offset, no lazy-init check.
-    static CURRENT: UnsafeCell<RawWorker> = const { UnsafeCell::new(RawWorker::DETACHED) };
+    static CURRENT: UnsafeCell<RawWorker> = const { UnsafeCell::new(RawWorker::UNREGISTERED) };
     // Touched at registration so that a thread that exits holding a worker releases its slot.
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
     // Distinguishes successive registrations of one thread (for suspended async checkpoints).
@@ -143,17 +149,31 @@ pub(crate) unsafe fn make_detached(raw: *mut RawWorker) {
     *raw = RawWorker { critical_depth: depth, inner, ..RawWorker::DETACHED };
 }
 
-/// The scheduler restarted under this worker: detach it and remember why (§6). Writes nothing.
+/// The scheduler restarted (or stopped) under this worker: detach it and remember why (§6). Writes
+/// nothing. A worker registered through the agent then waits for a new instance (§6.1): its next
+/// checkpoint tries to register again once, later ones only after the watcher's wake-up.
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn lose(raw: *mut RawWorker) {
     let found = a64((*raw).generation).load(Ordering::Acquire);
+    let mut awaits = false;
     if let Some(inner) = inner(raw) {
         if inner.region.is_some() && inner.lost.is_none() {
             inner.lost = Some(found);
         }
+        if let (Some(socket), Some(_)) = (crate::registration::agent_socket(&inner.config), inner.region.as_ref()) {
+            if matches!(inner.channel, crate::slow_path::Channel::Agent(_)) {
+                inner.awaiting = Some(socket);
+                awaits = true;
+            }
+        }
     }
-    make_detached(raw);
+    if awaits {
+        let wake = crate::lifeline::WAKE_SEQ.load(Ordering::Acquire);
+        crate::registration::await_wake(raw, wake.wrapping_sub(1));
+    } else {
+        make_detached(raw);
+    }
 }
 
 /// Check the region's generation; on a change, detach the worker (writing nothing) and return false.

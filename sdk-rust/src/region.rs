@@ -24,6 +24,10 @@ use crate::{
     sys::{self, a32, a64, Mapping},
 };
 
+/// `preempt_seq` of every slot in a retired view (§6.1): a value no `cached_ack` holds (acknowledgements
+/// are values the scheduler wrote, far below it; `FORCE_SLOW_PATH` is `u64::MAX`).
+const RETIRED_VIEW_SEQ: u64 = u64::MAX - 1;
+
 /// Which backing a region was mapped from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backing {
@@ -123,6 +127,24 @@ impl Region {
             scb_stride: checked.scb_stride,
             scb_count: checked.scb_count,
             last_pressure: Mutex::new(None),
+        })
+    }
+
+    /// The instance that published the region is gone (spec/SCB.md §6.1): replace this process's view
+    /// of it with a private retired copy (`generation` 0, every slot's `preempt_seq` moved), so each
+    /// worker's next checkpoint takes the slow path and finds itself lost. Nothing shared is written.
+    pub(crate) fn retire_own_view(&self) -> io::Result<()> {
+        let (header_size, stride, count) = (self.header_size as usize, self.scb_stride as usize, self.scb_count);
+        self.map.replace_with_private_copy(|copy| {
+            // SAFETY: the copy has the validated layout of the region; nobody else sees it yet.
+            unsafe {
+                let header = copy as *mut RegionHeader;
+                std::ptr::addr_of_mut!((*header).generation).write(0);
+                for slot in 0..count as usize {
+                    let scb = copy.add(header_size + slot * stride) as *mut Scb;
+                    std::ptr::addr_of_mut!((*scb).preempt_seq).write(RETIRED_VIEW_SEQ);
+                }
+            }
         })
     }
 

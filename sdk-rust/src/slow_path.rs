@@ -2,13 +2,16 @@
 //! A worker's slow-path state ([`Inner`], owned by the thread's [`RawWorker`]) and the checkpoint's
 //! slow path: deciding a yield, acknowledging it (spec/SCB.md §5.1) and the runtime modes (§5.4).
 
-use std::{ptr::addr_of, sync::atomic::Ordering, sync::Arc};
+use std::{path::PathBuf, ptr::addr_of, sync::atomic::Ordering, sync::Arc};
 
 use morpheus_abi::{PressureLevel, RuntimeKind, RuntimeMode, Scb, YieldReason};
 
 use crate::{
     agent::AgentConnection,
+    config::Config,
+    lifeline::{notice, Instance, NoticeLevel},
     protocol,
+    registration::reattach,
     raw::{generation_ok, inner, lose, RawWorker, FORCE_SLOW_PATH},
     region::{DetachReason, Region},
     sys::{self, a32, a64},
@@ -52,6 +55,8 @@ pub(crate) struct Inner {
     /// The generation found when a restart detached the worker.
     pub(crate) lost: Option<u64>,
     pub(crate) detach_reason: Option<DetachReason>,
+    /// What exactly made the worker detached or kept it from registering again (§6.1).
+    pub(crate) detach_detail: Option<String>,
     pub(crate) mode: RuntimeMode,
     pub(crate) last_hints_dropped: u32,
     pub(crate) last_yield_ns: u64,
@@ -59,6 +64,19 @@ pub(crate) struct Inner {
     pub(crate) counts: YieldCounts,
     pub(crate) escapable: bool,
     pub(crate) priority: i32,
+    /// The options of the registration, for registering again after a restart (§6.1).
+    pub(crate) config: Config,
+    /// The agent instance the worker registered with (None: direct registration, or unknown).
+    pub(crate) instance: Option<Arc<Instance>>,
+    /// The socket on which the worker waits for a scheduler instance, while it waits (§6.1).
+    pub(crate) awaiting: Option<PathBuf>,
+    /// How many times the worker registered again on its own.
+    pub(crate) reattachments: u64,
+    /// Checkpoints that deferred a request for a critical section since the last yield, since when,
+    /// and whether a probably leaked section was reported.
+    pub(crate) deferred: u64,
+    pub(crate) deferred_since_ns: u64,
+    pub(crate) leak_noticed: bool,
 }
 
 /// Why a checkpoint decided to yield, and what it saw.
@@ -71,16 +89,42 @@ pub(crate) struct Ticket {
 }
 
 
+/// Checkpoints that found a request deferred by a critical section before the SDK says the section
+/// may have been left open (with at least `LEAK_SLICES` slices of time since the first of them).
+const LEAK_CHECKPOINTS: u64 = 1000;
+const LEAK_SLICES: u64 = 10;
+
+static UNREGISTERED_NOTICED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Decide whether a checkpoint that saw `seq` yields. Writes nothing to the SCB.
 pub(crate) unsafe fn prepare(raw: *mut RawWorker, seq: u64) -> Option<Ticket> {
+    let Some(inner) = inner(raw) else {
+        // A thread that never registered (its one slow path, see RawWorker::UNREGISTERED).
+        (*raw).cached_ack = seq;
+        if !UNREGISTERED_NOTICED.swap(true, Ordering::Relaxed) {
+            notice(
+                NoticeLevel::Warning,
+                "a checkpoint ran on a thread that holds no worker: its checkpoints never yield \
+                 (register the thread first: Worker::register, morpheus.aio.run, morpheus.Worker())",
+            );
+        }
+        return None;
+    };
     if (*raw).critical_depth > 0 {
+        if inner.awaiting.is_none() {
+            inner.note_deferred();
+        }
         return None;
     }
     if !generation_ok(raw) {
         lose(raw);
         return None;
     }
-    let inner = inner(raw)?;
+    if inner.awaiting.is_some() {
+        // The wake sequence moved (or the worker was just lost): a scheduler may be there (§6.1).
+        reattach(raw);
+        return None;
+    }
     let reason = if seq != inner.acked {
         YieldReason::PreemptRequest
     } else {
@@ -111,6 +155,7 @@ pub(crate) unsafe fn commit(raw: *mut RawWorker, ticket: Ticket) -> bool {
         inner.acked = protocol::acknowledge(a64(addr_of!((*scb).last_ack_seq)), ticket.seq);
     }
     inner.counts.0[ticket.reason.raw() as usize] += 1;
+    inner.deferred = 0;
     let now = sys::monotonic_ns();
     inner.last_yield_ns = now;
     inner.evaluate_mode(raw, now);
@@ -118,6 +163,32 @@ pub(crate) unsafe fn commit(raw: *mut RawWorker, ticket: Ticket) -> bool {
 }
 
 impl Inner {
+    /// A checkpoint found a request and deferred it for a critical section. Many of them over many
+    /// slices mean a section that was probably never exited: say so once per registration.
+    fn note_deferred(&mut self) {
+        let now = sys::monotonic_ns();
+        if self.deferred == 0 {
+            self.deferred_since_ns = now;
+        }
+        self.deferred += 1;
+        let slice = self.region.as_ref().map_or(morpheus_abi::DEFAULT_SLICE_NS, |r| r.slice_ns());
+        if !self.leak_noticed
+            && self.deferred >= LEAK_CHECKPOINTS
+            && now.saturating_sub(self.deferred_since_ns) >= LEAK_SLICES.saturating_mul(slice)
+        {
+            self.leak_noticed = true;
+            notice(
+                NoticeLevel::Warning,
+                &format!(
+                    "{} checkpoints over {} ms deferred the scheduler's request because the thread is inside a \
+                     critical section: a section that is never exited keeps the worker from ever yielding",
+                    self.deferred,
+                    now.saturating_sub(self.deferred_since_ns) / 1_000_000
+                ),
+            );
+        }
+    }
+
     /// In PRESSURED / DEFENSIVE mode, whether the SDK yields on its own (§5.4).
     unsafe fn mode_yield(&mut self, raw: *mut RawWorker) -> Option<YieldReason> {
         let region = self.region.as_ref()?;

@@ -80,6 +80,43 @@ impl Mapping {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Put a private copy of the mapping over it in one step (spec/SCB.md §6.1), after `edit` has
+    /// changed the copy: every later load through the same addresses reads the copy, and nothing is
+    /// written to the shared memory. The copy is prepared elsewhere and moved into place with
+    /// `mremap(MREMAP_FIXED)`, which replaces the old pages atomically for every thread.
+    pub(crate) fn replace_with_private_copy(&self, edit: impl FnOnce(*mut u8)) -> io::Result<()> {
+        // SAFETY: a fresh anonymous mapping of the same length, filled from the live one, then moved
+        // over it; the range stays mapped throughout and is still owned (and unmapped) by `self`.
+        unsafe {
+            let copy = libc::mmap(
+                std::ptr::null_mut(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if copy == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            std::ptr::copy_nonoverlapping(self.base.as_ptr(), copy.cast::<u8>(), self.len);
+            edit(copy.cast());
+            let moved = libc::mremap(
+                copy,
+                self.len,
+                self.len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                self.base.as_ptr().cast::<libc::c_void>(),
+            );
+            if moved == libc::MAP_FAILED {
+                let err = io::Error::last_os_error();
+                libc::munmap(copy, self.len);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Mapping {

@@ -487,7 +487,13 @@ pub struct FakeAgent {
 impl FakeAgent {
     /// Start an agent for `region` at a fresh socket path.
     pub fn start(region: Arc<SimRegion>, behaviour: AgentBehaviour) -> FakeAgent {
-        let path = unique_path("agent.sock");
+        FakeAgent::start_at(unique_path("agent.sock"), region, behaviour)
+    }
+
+    /// Start an agent at `path` (a new socket there, as a restarted agent binds; a leftover file is
+    /// replaced).
+    pub fn start_at(path: PathBuf, region: Arc<SimRegion>, behaviour: AgentBehaviour) -> FakeAgent {
+        let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).expect("binding the fake agent socket");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

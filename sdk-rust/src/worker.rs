@@ -118,8 +118,37 @@ impl Worker {
     /// restarted under the worker.
     pub fn try_checkpoint(&self) -> Result<bool> {
         let yielded = self.checkpoint_sync();
-        self.status()?;
-        Ok(yielded)
+        match self.status() {
+            // A checkpoint never reports DETACHED (spec/SCB.md §7).
+            Ok(()) | Err(Error::Detached { .. }) => Ok(yielded),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Look for the scheduler's life off the fast path (spec/SCB.md §6.1): a restart or a stop the
+    /// checkpoints have not seen makes the worker lost; a waiting worker whose wake-up came (or that
+    /// was just lost) registers again.
+    fn refresh(&self) {
+        let Some(inner) = self.owned_inner() else { return };
+        // SAFETY: this thread's state; no reference into Inner is held across these calls.
+        unsafe {
+            if self.is_attached_now() {
+                // A changed generation is handled (lost) by the check itself; a gone agent here.
+                if check_generation_raw(self.raw) && (*inner).instance.as_ref().is_some_and(|i| i.is_gone()) {
+                    crate::raw::lose(self.raw);
+                }
+            }
+            if (*inner).awaiting.is_some()
+                && (*self.raw).cached_ack != crate::lifeline::WAKE_SEQ.load(std::sync::atomic::Ordering::Acquire)
+            {
+                crate::registration::reattach(self.raw);
+            }
+        }
+    }
+
+    fn is_attached_now(&self) -> bool {
+        // SAFETY: this thread's state.
+        unsafe { !(*self.raw).in_critical.is_null() }
     }
 
     /// Ok while attached to a live region; `GENERATION_CHANGED` once a restart detached the worker;
@@ -129,12 +158,7 @@ impl Worker {
             return Err(Error::NotRegistered { operation: "status" });
         }
         // The fast path only reads; here the restart is looked for even when nothing was pending.
-        // SAFETY: this thread's state.
-        unsafe {
-            if self.is_attached() {
-                check_generation_raw(self.raw);
-            }
-        }
+        self.refresh();
         let inner = self.inner();
         if let (Some(found), Some(region)) = (inner.lost, &inner.region) {
             return Err(Error::GenerationChanged { attached: region.attached_generation(), found });
@@ -174,15 +198,33 @@ impl Worker {
         unsafe { (*self.raw).critical_depth }
     }
 
-    /// Whether the worker drives an SCB (false when detached, or after a scheduler restart).
+    /// Whether the worker drives an SCB of a live scheduler (false when detached, or once the
+    /// scheduler stopped or restarted; true again after it registered again). At most a `poll` and a
+    /// `stat` (spec/SCB.md §6.1).
     pub fn is_attached(&self) -> bool {
-        // SAFETY: this thread's state.
-        unsafe { !(*self.raw).in_critical.is_null() }
+        self.refresh();
+        self.is_attached_now()
     }
 
     /// Why the worker is detached from the start, if it is.
     pub fn detach_reason(&self) -> Option<DetachReason> {
         self.inner().detach_reason
+    }
+
+    /// What exactly kept the worker detached (a dead socket, a retired region, a failed
+    /// re-registration), if anything more than [`detach_reason`](Worker::detach_reason) says.
+    pub fn detach_detail(&self) -> Option<&str> {
+        self.inner().detach_detail.as_deref()
+    }
+
+    /// How many times the worker registered again on its own after the scheduler restarted (§6.1).
+    pub fn reattachments(&self) -> u64 {
+        self.inner().reattachments
+    }
+
+    /// Whether the worker waits for a scheduler to register with (lost, or detached by a stopped one).
+    pub fn is_waiting_for_scheduler(&self) -> bool {
+        self.inner().awaiting.is_some()
     }
 
     /// Slot index, if attached at registration.
@@ -335,7 +377,8 @@ impl Worker {
             let ticket = Ticket { raw: self.raw as usize, epoch: self.epoch, seq, reason: YieldReason::Explicit };
             commit(self.raw, ticket);
         }
-        self.status()
+        // Never an error on a detached or lost worker (SCB.md §6, §7); the write above was checked.
+        Ok(())
     }
 
     /// Shut the worker down now, reporting what went wrong (dropping does the same, silently).

@@ -7,6 +7,7 @@
 use std::{
     path::Path,
     process::{Child, Command},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -118,5 +119,53 @@ fn a_worker_under_the_sim_scheduler_is_asked_to_yield_and_detaches_when_it_exits
     assert!(!worker.is_attached());
     drop(worker);
     // The scheduler leaves its lock and journal in its runtime directory.
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Burn CPU with checkpoints until `done` (bounded by `what`'s liveness timeout).
+fn busy_until(worker: &morpheus::Worker, what: &str, mut done: impl FnMut(&morpheus::Worker) -> bool) {
+    let start = Instant::now();
+    let mut x = 1u64;
+    while !done(worker) {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+        for _ in 0..10_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        if worker.checkpoint_sync() {
+            std::thread::yield_now();
+        }
+    }
+    std::hint::black_box(x);
+}
+
+#[test]
+#[ignore = "needs scx_morpheus: set MORPHEUS_SCX_BIN and pass --ignored (//sdk-rust:sim_scheduler_test does)"]
+fn a_worker_registers_again_on_its_own_after_the_agent_is_killed_and_restarted() {
+    let (dir, socket) = runtime_dir();
+    let mut scheduler = start_scheduler(&socket);
+    let worker = Config::default().agent_socket(&socket).register().unwrap();
+    let first_region = worker.region().unwrap().clone();
+    busy_until(&worker, "a first yield request", |w| w.yield_counts().get(YieldReason::PreemptRequest) > 0);
+
+    // SIGKILL: nothing is retired by the agent; the socket file stays behind.
+    scheduler.0.kill().unwrap();
+    scheduler.0.wait().unwrap();
+    // Only checkpoints: the watcher retires this process's view, so the worker is lost at one of them.
+    busy_until(&worker, "the worker to notice the kill", |w| w.is_waiting_for_scheduler());
+    assert!(!worker.is_attached());
+    assert_eq!(worker.status().unwrap_err().code(), ErrorCode::GenerationChanged);
+    assert_eq!(first_region.current_generation(), 0, "this process's view of the dead region is retired");
+    assert_eq!(worker.reattachments(), 0);
+
+    let _restarted = start_scheduler(&socket);
+    let yields_before = worker.yield_counts().get(YieldReason::PreemptRequest);
+    busy_until(&worker, "the new instance's first yield request", |w| {
+        w.yield_counts().get(YieldReason::PreemptRequest) > yields_before
+    });
+    assert_eq!(worker.reattachments(), 1, "registered again exactly once");
+    assert!(worker.is_attached());
+    worker.status().unwrap();
+    assert!(!Arc::ptr_eq(worker.region().unwrap(), &first_region), "attached to the new instance's region");
+    drop(worker);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -97,11 +97,11 @@ async function checkpointAsync(id) {
     }
     return yielded;
   }
+  // The probe runs once, before the yield's first pass of the loop (SCB.md §5.7: that pass
+  // acknowledges, and the task resumes YIELD_PASSES passes later): one suspension per yield.
   let finished = false;
   const probe = () => {
-    if (finished) return;
-    suspend(id);
-    setImmediate(probe);
+    if (!finished) suspend(id);
   };
   setImmediate(probe);
   const yielded = await morpheus.checkpoint();

@@ -31,6 +31,24 @@ struct Opts {
 enum Command {
     /// Live view of the agent: registered workers, pressure, counters (q or Esc quits).
     Top(TopOpts),
+    /// One snapshot for scripts: all of it as JSON, or the fields named with --get, one per line.
+    Stats(StatsOpts),
+}
+
+#[derive(Debug, clap::Args)]
+struct StatsOpts {
+    /// The agent's registration socket; its stats socket is this path with `.stats` appended.
+    #[arg(short = 'S', long, value_name = "PATH", default_value = abi::DEFAULT_SOCKET_PATH)]
+    socket: PathBuf,
+
+    /// The stats socket itself (overrides the one derived from --socket).
+    #[arg(long, value_name = "PATH")]
+    stats_socket: Option<PathBuf>,
+
+    /// A field by JSON pointer, e.g. /gate_verdicts/critical or /backend_counters/kicks (repeatable;
+    /// printed one per line, strings without quotes). A pointer that names nothing is an error.
+    #[arg(long, value_name = "POINTER")]
+    get: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,6 +74,7 @@ fn main() -> ExitCode {
     let opts = Opts::parse();
     let result = match opts.command {
         Command::Top(top) => run_top(top),
+        Command::Stats(stats) => run_stats(stats),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,6 +83,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_stats(opts: StatsOpts) -> Result<()> {
+    let path = opts.stats_socket.clone().unwrap_or_else(|| stats_socket::path_for(&opts.socket));
+    let snapshot = serde_json::to_value(Reader::connect(&path)?.fetch()?)?;
+    let mut out = std::io::stdout().lock();
+    if opts.get.is_empty() {
+        serde_json::to_writer_pretty(&mut out, &snapshot)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    // Every pointer is checked before anything is printed: a script never reads half an answer.
+    let mut lines = Vec::new();
+    for pointer in &opts.get {
+        let value = snapshot.pointer(pointer).with_context(|| {
+            format!("--get {pointer}: no such field in the stats (`scx_morpheus --help-stats` lists them; pointers look like /gate_verdicts/critical)")
+        })?;
+        lines.push(match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 fn run_top(opts: TopOpts) -> Result<()> {

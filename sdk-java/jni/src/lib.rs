@@ -23,18 +23,13 @@ use jni::{
     sys::{jboolean, jint, jlong},
     EnvUnowned,
 };
-use morpheus::{Config, Discovered, Error, Region, RuntimeKind, RuntimeMode, Worker};
-use morpheus_abi::{ErrorCode, Scb};
+use morpheus::{Config, Discovered, Error, Region, RuntimeKind, Worker};
+use morpheus_abi::ErrorCode;
 
 thread_local! {
     static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
-
-/// The SCB a detached worker's Java fast path reads: zero forever (spec/SCB.md §7), never written.
-#[repr(C, align(64))]
-struct DetachedScb([u8; std::mem::size_of::<Scb>()]);
-static DETACHED_SCB: DetachedScb = DetachedScb([0; std::mem::size_of::<Scb>()]);
 
 fn fail_with(code: ErrorCode, text: String) -> jint {
     LAST_ERROR.with(|e| *e.borrow_mut() = text);
@@ -144,50 +139,49 @@ pub extern "system" fn Java_dev_morpheus_JniNative_unregister(_env: *mut jni::sy
     }
 }
 
-/// A direct buffer over the worker's SCB (the prefix this ABI version knows), or over a static zeroed
-/// SCB when the worker is detached or was detached by a scheduler restart. The Java fast path reads
-/// `preempt_seq` through it; the mapping outlives the buffer's use because Java touches it only from
-/// the owning thread while the worker is registered and attached.
+/// A direct buffer over the u64 the calling thread's fast-path state (`RawWorker`, the core's) names as
+/// `preempt_seq`: the slot's field while attached, a static zero when detached, or whatever the core
+/// points a waiting worker at (a lost worker waits on a wake sequence, SCB.md §6.1). The Java fast path
+/// reads it as the C inline checkpoint does, so it follows every state the core puts the worker in;
+/// the memory outlives the buffer's use because Java reads it only from the owning thread and fetches a
+/// new buffer whenever the slow path reports that the pointer moved.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_scb<'caller>(
+pub extern "system" fn Java_dev_morpheus_JniNative_preemptSeq<'caller>(
     mut env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
 ) -> JByteBuffer<'caller> {
     env.with_env(|env| -> Result<JByteBuffer<'caller>, jni::errors::Error> {
-        let scb = WORKER.with(|w| {
-            let worker = w.borrow();
-            let worker = worker.as_ref().filter(|w| w.is_attached())?;
-            let (region, slot) = (worker.region()?, worker.slot()?);
-            region.scb_ptr(slot).ok()
-        });
-        let ptr = scb.map_or(DETACHED_SCB.0.as_ptr() as *mut u8, |p| p as *mut u8);
-        // SAFETY: 128 valid bytes; the mapping lives while the worker holds its region (see above).
-        unsafe { env.new_direct_byte_buffer(ptr, std::mem::size_of::<Scb>()) }
+        // SAFETY: the calling thread's own state; preempt_seq always names 8 readable bytes.
+        let ptr = unsafe { (*morpheus::raw::current_raw()).preempt_seq } as *mut u8;
+        // SAFETY: see above; Java only reads through the buffer.
+        unsafe { env.new_direct_byte_buffer(ptr, std::mem::size_of::<u64>()) }
     })
     .resolve::<ThrowRuntimeExAndDefault>()
 }
 
-/// The value the Java fast path compares `preempt_seq` with: the acknowledged sequence in
-/// DETERMINISTIC mode, -1 (u64::MAX, never reached) in the modes that always take the slow path,
-/// 0 when detached (the detached SCB reads 0).
+/// The value the Java fast path compares `preempt_seq` with: the core's `cached_ack` (the acknowledged
+/// sequence, `FORCE_SLOW_PATH` in the modes that always take the slow path, 0 when detached).
 #[no_mangle]
 pub extern "system" fn Java_dev_morpheus_JniNative_cachedAck(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jlong {
-    WORKER.with(|w| match w.borrow().as_ref() {
-        Some(worker) if worker.is_attached() => match worker.runtime_mode() {
-            RuntimeMode::Deterministic => worker.acknowledged_seq() as jlong,
-            _ => morpheus::raw::FORCE_SLOW_PATH as jlong,
-        },
-        _ => 0,
-    })
+    // SAFETY: the calling thread's own state.
+    unsafe { (*morpheus::raw::current_raw()).cached_ack as jlong }
 }
 
-/// The checkpoint's slow path: bit 0 = yield now (acknowledged), bit 1 = the worker is (now) detached.
+/// The checkpoint's slow path: bit 0 = yield now (acknowledged), bit 1 = the worker is (now) detached,
+/// bit 2 = the core pointed `preempt_seq` elsewhere (detached, lost, waiting, registered again): the Java
+/// side fetches a new buffer (`preemptSeq`).
 #[no_mangle]
 pub extern "system" fn Java_dev_morpheus_JniNative_checkpointSlow(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    WORKER.with(|w| match w.borrow().as_ref() {
+    let raw = morpheus::raw::current_raw();
+    // SAFETY: the calling thread's own state.
+    let before = unsafe { (*raw).preempt_seq };
+    let result = WORKER.with(|w| match w.borrow().as_ref() {
         Some(worker) => worker.checkpoint_sync() as jint | if worker.is_attached() { 0 } else { 2 },
         None => 2,
-    })
+    });
+    // SAFETY: as above (the slow path may have replaced the thread's state).
+    let moved = unsafe { (*morpheus::raw::current_raw()).preempt_seq } != before;
+    result | if moved { 4 } else { 0 }
 }
 
 /// Enter a critical section on the calling thread with or without a worker (the depth is the

@@ -86,6 +86,10 @@ _SECTION = _CriticalSection()
 def _wrap_critical(func: _F) -> _F:
     if not callable(func):
         raise TypeError(f"morpheus.critical decorates a function, got {type(func).__name__}")
+    if _inspect.isasyncgenfunction(func):
+        return _critical_async_generator(func)  # type: ignore[return-value]
+    if _inspect.isgeneratorfunction(func):
+        return _critical_generator(func)  # type: ignore[return-value]
     if _inspect.iscoroutinefunction(func):
 
         @_functools.wraps(func)
@@ -109,6 +113,70 @@ def _wrap_critical(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _critical_generator(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A generator whose body runs inside a critical section at every step (not while suspended at
+    a ``yield``: the consumer's code between two items is not covered)."""
+
+    @_functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = func(*args, **kwargs)
+        to_send: Any = None
+        to_throw: Optional[BaseException] = None
+        while True:
+            _morpheus.critical_enter()
+            try:
+                item = gen.send(to_send) if to_throw is None else gen.throw(to_throw)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                _morpheus.critical_exit()
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                _morpheus.critical_enter()
+                try:
+                    gen.close()
+                finally:
+                    _morpheus.critical_exit()
+                raise
+            except BaseException as err:  # thrown in by the consumer: pass it on, inside the section
+                to_send, to_throw = None, err
+
+    return wrapper
+
+
+def _critical_async_generator(func: Callable[..., Any]) -> Callable[..., Any]:
+    """An async generator whose body runs inside a critical section at every step (including its own
+    awaits, as for ``async def``; not while suspended at a ``yield``)."""
+
+    @_functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        agen = func(*args, **kwargs)
+        to_send: Any = None
+        to_throw: Optional[BaseException] = None
+        while True:
+            _morpheus.critical_enter()
+            try:
+                item = await (agen.asend(to_send) if to_throw is None else agen.athrow(to_throw))
+            except StopAsyncIteration:
+                return
+            finally:
+                _morpheus.critical_exit()
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                _morpheus.critical_enter()
+                try:
+                    await agen.aclose()
+                finally:
+                    _morpheus.critical_exit()
+                raise
+            except BaseException as err:
+                to_send, to_throw = None, err
+
+    return wrapper
+
+
 @overload
 def critical() -> _CriticalSection: ...
 @overload
@@ -116,7 +184,9 @@ def critical(func: _F) -> _F: ...
 def critical(func: Optional[_F] = None) -> Union[_CriticalSection, _F]:
     """Mark code the scheduler must not interrupt (FFI, buffers lent out, a lock held).
 
-    ``with morpheus.critical():`` or ``@morpheus.critical`` (plain and ``async def`` functions).
+    ``with morpheus.critical():`` or ``@morpheus.critical`` (plain and ``async def`` functions,
+    generators and async generators: for these the section covers every step of the body, not the
+    consumer's code between two items).
     Sections nest; only the outermost enter and exit are visible to the scheduler. Inside one, a
     checkpoint never yields; a request that arrives is honoured by the first checkpoint after the
     outermost exit. The depth belongs to the worker thread: for an ``async def`` it also covers the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any, AsyncIterator, Awaitable, Coroutine, Iterable, Iterator, Optional, TypeVar, Union
 
 from . import _morpheus, init_worker
@@ -35,12 +36,23 @@ def _uvloop_policy() -> "asyncio.AbstractEventLoopPolicy":
 
 @contextlib.contextmanager
 def worker_scope(**worker_kwargs: Any) -> Iterator[Optional[_morpheus.Worker]]:
-    """Register the calling thread for the duration, unless it already holds a worker."""
+    """Register the calling thread for the duration, unless it already holds a worker.
+
+    Closing the worker at the end never raises: whatever happened to the scheduler meanwhile (stopped,
+    killed, restarted) is logged on the ``morpheus`` logger, and the body's result or exception is
+    what the caller sees.
+    """
     if _morpheus.current_worker() is not None:
         yield _morpheus.current_worker()
         return
-    with _morpheus.Worker(**worker_kwargs) as worker:
+    worker = _morpheus.Worker(**worker_kwargs)
+    try:
         yield worker
+    finally:
+        try:
+            worker.close()
+        except _morpheus.MorpheusError as err:
+            logging.getLogger("morpheus").warning("closing the worker: %s", err)
 
 
 def run(main: Coroutine[Any, Any, _T], *, use_uvloop: bool = False, debug: Optional[bool] = None,
@@ -48,7 +60,9 @@ def run(main: Coroutine[Any, Any, _T], *, use_uvloop: bool = False, debug: Optio
     """``asyncio.run(main)`` with the calling thread registered as a worker for its duration.
 
     ``worker_kwargs`` go to :class:`morpheus.Worker` (``region=``, ``slot=``, ``escapable=``, ...).
-    With ``use_uvloop=True`` the loop is uvloop's.
+    With ``use_uvloop=True`` the loop is uvloop's. Returns ``main()``'s value (or raises its
+    exception) whatever happened to the scheduler: without one the loop runs detached, and a
+    scheduler that stops, is killed or restarts meanwhile is logged, never raised.
     """
     if not asyncio.iscoroutine(main):
         raise TypeError(f"morpheus.aio.run expects a coroutine, got {type(main).__name__}")

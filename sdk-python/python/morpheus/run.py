@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import os
 import runpy
 import sys
 from typing import List, Optional
@@ -59,6 +61,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             argv = argv[: i + 1]
             break
     opts = parser.parse_args(argv)
+    if opts.script is not None and not os.path.isfile(opts.script):
+        print(f"morpheus.run: no such script: {opts.script!r} (expected a Python file, or -m MODULE)", file=sys.stderr)
+        return 2
+    if opts.module is not None and importlib.util.find_spec(opts.module.split(".")[0]) is None:
+        print(f"morpheus.run: no module named {opts.module!r}", file=sys.stderr)
+        return 2
     worker_kwargs = {"escapable": opts.escapable, "priority": opts.priority}
     if opts.detached:
         worker_kwargs["detached"] = True

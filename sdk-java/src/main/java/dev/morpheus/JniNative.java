@@ -23,12 +23,12 @@ final class JniNative {
     /** 0: a region a worker can attach to; 1: none (detached); else a negated error. region null discovers. */
     static native int checkRegion(byte[] region);
 
-    /** A direct buffer over the worker's SCB, or over a static zeroed one when detached. */
-    static native ByteBuffer scb();
+    /** A direct buffer over the 8 bytes the thread's preempt_seq pointer names (the core's fast-path state). */
+    static native ByteBuffer preemptSeq();
 
     static native long cachedAck();
 
-    /** Bit 0: yield now (acknowledged); bit 1: the worker is detached. */
+    /** Bit 0: yield now (acknowledged); bit 1: the worker is detached; bit 2: preempt_seq moved (fetch it again). */
     static native int checkpointSlow();
 
     static native int criticalEnter();

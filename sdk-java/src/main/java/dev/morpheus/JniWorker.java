@@ -2,7 +2,6 @@
 package dev.morpheus;
 
 import dev.morpheus.abi.RuntimeMode;
-import dev.morpheus.abi.ScbOffsets;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
@@ -10,23 +9,23 @@ import java.nio.ByteOrder;
 import java.util.OptionalInt;
 
 /**
- * A worker of the JNI backend. The checkpoint's fast path is pure Java: an acquire load of
- * {@code preempt_seq} through a direct ByteBuffer over the SCB (a byte-buffer view VarHandle, JDK 9+),
- * compared with the cached acknowledgement; a JNI call costs several times more (sdk-java/BENCHMARKS.md).
- * Everything else is a call into the Rust core.
+ * A worker of the JNI backend. The checkpoint's fast path is pure Java: an acquire load (a byte-buffer
+ * view VarHandle, JDK 9+) through a direct ByteBuffer over the u64 the core's per-thread fast-path state
+ * names as {@code preempt_seq} (the slot's field, a static zero when detached, the wake sequence a lost
+ * worker waits on), compared with the core's cached acknowledgement; a JNI call costs several times more
+ * (sdk-java/BENCHMARKS.md). Everything else is a call into the Rust core, so the core's rules for a
+ * stopped or restarted scheduler (spec/SCB.md §6.1) apply as they are.
  */
 final class JniWorker extends Worker {
     private static final VarHandle LONG = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
-    private static final int PREEMPT_SEQ = Math.toIntExact(ScbOffsets.PREEMPT_SEQ);
-
-    /** The SCB (or the static zeroed one when detached); read only. */
-    private ByteBuffer scb;
+    /** The 8 bytes the core's preempt_seq pointer names; read only. */
+    private ByteBuffer preemptSeq;
     /** What the fast path compares preempt_seq with (the core's cached_ack). */
     private long cachedAck;
 
     JniWorker(Thread owner) {
         super(owner);
-        scb = JniNative.scb();
+        preemptSeq = JniNative.preemptSeq();
         cachedAck = JniNative.cachedAck();
     }
 
@@ -35,7 +34,7 @@ final class JniWorker extends Worker {
         if (Thread.currentThread() != owner) {
             return false; // another thread's worker: the detached checkpoint, nothing read
         }
-        long seq = (long) LONG.getAcquire(scb, PREEMPT_SEQ);
+        long seq = (long) LONG.getAcquire(preemptSeq, 0);
         if (seq == cachedAck) {
             return false;
         }
@@ -47,8 +46,8 @@ final class JniWorker extends Worker {
             return false;
         }
         int result = JniNative.checkpointSlow();
-        if ((result & 2) != 0) {
-            scb = JniNative.scb(); // detached (a scheduler restart): read the zeroed SCB from now on
+        if ((result & 4) != 0) {
+            preemptSeq = JniNative.preemptSeq(); // the core pointed the worker elsewhere (detached, lost, back)
         }
         cachedAck = JniNative.cachedAck();
         return (result & 1) != 0;
@@ -141,7 +140,7 @@ final class JniWorker extends Worker {
 
     @Override
     void unregister0() {
-        scb = DetachedHolder.ZERO;
+        preemptSeq = DetachedHolder.ZERO;
         cachedAck = 0;
         int result = JniNative.unregister();
         if (result < 0) {
@@ -151,8 +150,8 @@ final class JniWorker extends Worker {
 
     /** A closed worker reads Java memory, never the region again. */
     private static final class DetachedHolder {
-        static final ByteBuffer ZERO = ByteBuffer.allocateDirect(Math.toIntExact(ScbOffsets.SIZE) + 64)
-                .alignedSlice(64).order(ByteOrder.LITTLE_ENDIAN);
+        static final ByteBuffer ZERO = ByteBuffer.allocateDirect(2 * Long.BYTES).alignedSlice(Long.BYTES)
+                .order(ByteOrder.LITTLE_ENDIAN);
     }
 
     /** For the benchmarks: an empty JNI call. */

@@ -9,7 +9,9 @@ import dev.morpheus.abi.ScbLayout;
 import dev.morpheus.abi.ScbOffsets;
 import dev.morpheus.abi.YieldReason;
 import java.lang.foreign.Arena;
+import java.lang.foreign.MemoryLayout.PathElement;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 import java.util.OptionalInt;
 
@@ -19,31 +21,44 @@ import java.util.OptionalInt;
  * inline C functions use the same way) and on the SCB:
  *
  * <ul>
- *   <li>checkpoint: {@code ScbLayout.PREEMPT_SEQ.getAcquire} of the slot, compared with the cached
- *       acknowledgement (spec/SCB.md §5.1); the slow path is {@code morpheus_checkpoint_slow};
+ *   <li>checkpoint: an acquire load, with the generated layout's {@code preempt_seq} handle, of the u64
+ *       the struct's {@code preempt_seq} pointer names, compared with the cached acknowledgement
+ *       (spec/SCB.md §5.1); the slow path is {@code morpheus_checkpoint_slow};
  *   <li>critical enter: the depth in the shared struct; on 0 → 1, after the generation check (§6),
  *       {@code IN_CRITICAL.setOpaque(1)} then {@code VarHandle.fullFence()} (§5.3, §3.1);
  *       exit: on 1 → 0 {@code IN_CRITICAL.setRelease(0)}.
  * </ul>
  *
- * <p>All accesses go through one {@code static final} segment spanning the address space, with the SCB's
+ * <p>All accesses go through one {@code static final} segment spanning the address space, with the
  * address as the offset: a constant segment is what lets the JIT drop the bounds and liveness checks
  * (/work/shared/notes/jvm-baselines.md: 1.26x a plain getAcquire, against 2.54x for a segment held in
- * a field). What makes that safe is the owner check: only the registering thread reads through these
- * addresses, and for that thread the core keeps the SCB mapped (and points it at a static zeroed SCB once
- * detached or closed); the thread's struct lives as long as the thread.
+ * a field); the addresses are masked so that its bounds and alignment checks fold away as well. What
+ * makes that safe is the owner check: only the registering thread reads through these addresses, and for
+ * that thread the core keeps the SCB mapped, or points {@code preempt_seq} at memory of its own (a static
+ * zero, a wake sequence) once the worker is detached, lost or closed; the thread's struct lives as long
+ * as the thread.
  */
 final class FfmWorker extends Worker {
     private static final MemorySegment ALL = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
     private static final VarHandle LONG = JAVA_LONG.varHandle();
     private static final VarHandle INT = JAVA_INT.varHandle();
     /**
-     * Every SCB address satisfies this mask: below 2^56 (the largest user address of any 64-bit Linux) and
-     * 64-byte aligned (the SCB's alignment). ANDing the address with it changes nothing, but tells the JIT
-     * the offset's range and low bits, so it drops the segment's bounds and alignment checks and the
-     * checkpoint compiles to a plain load and compare; {@link #sync()} checks that it holds.
+     * The checkpoint reads the u64 libmorpheus's {@code preempt_seq} pointer names, as its inline C
+     * checkpoint does: the slot's field when attached, a static zero when detached, or the core's wake
+     * sequence while a lost worker waits for a new scheduler (spec/SCB.md §6.1), which is in no SCB. The
+     * handle is the generated layout's own for that field (its type, alignment and byte order).
      */
-    private static final long SCB_ADDRESS_MASK = (1L << 56) - ScbLayout.LAYOUT.byteAlignment();
+    private static final VarHandle PREEMPT_SEQ =
+            ((ValueLayout) ScbLayout.LAYOUT.select(PathElement.groupElement("preempt_seq"))).varHandle();
+    /**
+     * Every address the fast path reads satisfies its mask: below 2^56 (the largest user address of any
+     * 64-bit Linux) and aligned as the field is. ANDing the address with it changes nothing, but tells the
+     * JIT the offset's range and low bits, so it drops the segment's bounds and alignment checks and the
+     * checkpoint compiles to a plain load and compare; {@link #sync()} checks that the addresses fit.
+     */
+    private static final long PREEMPT_SEQ_MASK = (1L << 56) - ((ValueLayout) ScbLayout.LAYOUT.select(
+            PathElement.groupElement("preempt_seq"))).byteAlignment();
+    private static final long SCB_MASK = (1L << 56) - ScbLayout.LAYOUT.byteAlignment();
 
     private static final long W_PREEMPT_SEQ = FfmLibmorpheus.offset("morpheus_worker.preempt_seq");
     private static final long W_CACHED_ACK = FfmLibmorpheus.offset("morpheus_worker.cached_ack");
@@ -55,7 +70,9 @@ final class FfmWorker extends Worker {
     /** The thread's struct morpheus_worker. */
     private final long raw;
     private final MemorySegment rawHandle;
-    /** Address of the SCB (libmorpheus's static zeroed one when detached). */
+    /** Address of the u64 the fast path compares with cachedAck (libmorpheus's preempt_seq pointer). */
+    private long preemptSeq;
+    /** Address of the SCB while attached (from libmorpheus's in_critical pointer), else 0. */
     private long scb;
     /** What the fast path compares preempt_seq with (the core's cached_ack). */
     private long cachedAck;
@@ -72,15 +89,16 @@ final class FfmWorker extends Worker {
 
     /** Take the fast-path state from the core after it ran (it may have acknowledged or detached). */
     private void sync() {
-        scb = (long) LONG.get(ALL, raw + W_PREEMPT_SEQ) - ScbOffsets.PREEMPT_SEQ;
-        if ((scb & ~SCB_ADDRESS_MASK) != 0) {
-            throw new IllegalStateException("libmorpheus's SCB address 0x" + Long.toHexString(scb)
-                    + " is not a " + ScbLayout.LAYOUT.byteAlignment() + "-byte aligned user address below 2^56");
-        }
+        preemptSeq = (long) LONG.get(ALL, raw + W_PREEMPT_SEQ);
         cachedAck = (long) LONG.get(ALL, raw + W_CACHED_ACK);
         long inCritical = (long) LONG.get(ALL, raw + W_IN_CRITICAL);
         attached = inCritical != 0;
-        if (attached && inCritical != scb + ScbOffsets.IN_CRITICAL) {
+        scb = attached ? inCritical - ScbOffsets.IN_CRITICAL : 0;
+        if ((preemptSeq & ~PREEMPT_SEQ_MASK) != 0 || (scb & ~SCB_MASK) != 0) {
+            throw new IllegalStateException("libmorpheus's preempt_seq pointer 0x" + Long.toHexString(preemptSeq)
+                    + " or SCB 0x" + Long.toHexString(scb) + " is not an aligned user address below 2^56");
+        }
+        if (attached && preemptSeq != scb + ScbOffsets.PREEMPT_SEQ) {
             throw new IllegalStateException("libmorpheus's in_critical pointer is not in the SCB its preempt_seq is in");
         }
         generation = (long) LONG.get(ALL, raw + W_GENERATION);
@@ -92,7 +110,7 @@ final class FfmWorker extends Worker {
         if (Thread.currentThread() != owner) {
             return false; // another thread's worker: the detached checkpoint, nothing read
         }
-        long seq = (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & SCB_ADDRESS_MASK);
+        long seq = (long) PREEMPT_SEQ.getAcquire(ALL, preemptSeq & PREEMPT_SEQ_MASK);
         if (seq == cachedAck) {
             return false;
         }
@@ -136,7 +154,7 @@ final class FfmWorker extends Worker {
             return;
         }
         if (generationOk()) {
-            ScbLayout.IN_CRITICAL.setOpaque(ALL, scb & SCB_ADDRESS_MASK, 1);
+            ScbLayout.IN_CRITICAL.setOpaque(ALL, scb & SCB_MASK, 1);
             VarHandle.fullFence(); // the section's loads stay after the flag's store (spec/SCB.md §3.1)
         } else {
             lost();
@@ -157,7 +175,7 @@ final class FfmWorker extends Worker {
             return;
         }
         if (generationOk()) {
-            ScbLayout.IN_CRITICAL.setRelease(ALL, scb & SCB_ADDRESS_MASK, 0);
+            ScbLayout.IN_CRITICAL.setRelease(ALL, scb & SCB_MASK, 0);
         } else {
             lost();
         }

@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0 OR MIT
+"""The rotation of an event loop's tasks (spec/SCB.md §5.7), with the test playing the scheduler on a
+region file: one task steps aside per request, the yielder goes to the back, the tasks made ready
+during a yield take their first steps before a CPU-bound task resumes, and nobody waits forever.
+Every verdict counts steps and turns; none depends on time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+import morpheus
+from conftest import abi
+
+S = abi.Scb
+PASSES = morpheus._morpheus.YIELD_PASSES
+
+
+def _loop_factories():
+    factories = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:
+        if os.environ.get("MORPHEUS_REQUIRE_UVLOOP"):
+            raise
+    else:
+        factories.append(pytest.param(uvloop.new_event_loop, id="uvloop"))
+    return factories
+
+
+def _run(loop_factory, coro):
+    loop = loop_factory()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _spin(n=2000):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+class Scheduler:
+    """Asks for a yield after every `units_per_slice` units of work, counted across all tasks."""
+
+    def __init__(self, region, units_per_slice):
+        self.region = region
+        self.units_per_slice = units_per_slice
+        self.units = 0
+        self.requests = 0
+
+    def unit_done(self):
+        self.units += 1
+        if self.units % self.units_per_slice == 0:
+            self.region.bump(0)
+            self.requests += 1
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+@pytest.mark.parametrize("tasks", [2, 4, 8])
+def test_cpu_bound_tasks_take_turns_of_one_request_each(region, loop_factory, tasks):
+    sched = Scheduler(region, units_per_slice=40)
+    progress = [0] * tasks
+    runs = []  # which task ran each unit, to read the turns back
+    requests_wanted = 20 * tasks
+
+    async def cpu_bound(i):
+        while sched.requests < requests_wanted:
+            _spin()  # turns long enough (a few ms of CPU) that clock noise is small beside them
+            progress[i] += 1
+            runs.append(i)
+            sched.unit_done()
+            await morpheus.checkpoint_async()
+
+    async def main():
+        await asyncio.gather(*(cpu_bound(i) for i in range(tasks)))
+
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        _run(loop_factory, main())
+        yields = w.yield_counts()["PREEMPT_REQUEST"]
+    # Turns: maximal runs of one task. Each is one whole slice (the tasks that ran during a yield did
+    # not step aside for its request). Which task goes next weighs the CPU time of the turns, so the
+    # order is not asserted; what it is for is: equal progress.
+    turns = []
+    for i in runs:
+        if not turns or turns[-1][0] != i:
+            turns.append([i, 0])
+        turns[-1][1] += 1
+    assert all(length % sched.units_per_slice == 0 for _, length in turns[1:-1]), turns[:12]
+    assert min(progress) / max(progress) >= 0.8, progress
+    # One task steps aside per request.
+    assert yields == sched.requests, (yields, sched.requests)
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_tasks_made_ready_during_a_yield_step_before_the_next_cpu_bound_turn(region, loop_factory):
+    order = []
+    sched = Scheduler(region, units_per_slice=10)
+
+    async def light(name):
+        order.append(f"{name}-step1")
+        await asyncio.sleep(0)
+        order.append(f"{name}-step2")
+        await asyncio.sleep(0)
+        order.append(f"{name}-step3")
+
+    async def cpu_bound(name):
+        for unit in range(60):
+            if name == "a" and unit == 25:
+                # In a's second turn (b waits in the rotation): a request arrives, queued behind a
+                # as an accepted connection's handler is.
+                asyncio.get_running_loop().call_soon(asyncio.ensure_future, light("light"))
+                order.append("spawned")
+            order.append(name)
+            sched.unit_done()
+            await morpheus.checkpoint_async()
+
+    async def main():
+        await asyncio.gather(cpu_bound("a"), cpu_bound("b"))
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        _run(loop_factory, main())
+    spawned = order.index("spawned")
+    assert order[spawned - 1] == "a" and "b" in order[:spawned], order[:spawned + 1]
+    next_b = order.index("b", spawned)
+    # a's next yield: the light task takes all three steps (three passes of the yield) before b's
+    # turn begins, and none before a yields.
+    assert order[spawned + 1:next_b].count("a") == 5, order[spawned:next_b + 1]
+    assert order[next_b - 3:next_b] == ["light-step1", "light-step2", "light-step3"], order[spawned:next_b + 1]
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_turn_given_back_without_a_yield_passes_to_the_next_task(region, loop_factory):
+    # Requests stop (the scheduler went idle): waiting tasks must not be stranded.
+    done = []
+
+    async def cpu_bound(name, units):
+        for unit in range(units):
+            if name == "a" and unit == 0:
+                region.bump(0)  # the only request
+            await morpheus.checkpoint_async()
+        done.append(name)
+
+    async def main():
+        await asyncio.wait_for(asyncio.gather(cpu_bound("a", 5), cpu_bound("b", 5), cpu_bound("c", 5)), 60)
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        _run(loop_factory, main())
+    assert sorted(done) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_cancelled_waiter_is_skipped(region, loop_factory):
+    errors = []
+
+    async def steps_aside():
+        return await morpheus.checkpoint_async()
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        region.bump(0)
+        first = asyncio.ensure_future(steps_aside())
+        await asyncio.sleep(0)  # first yields for the request and waits in the rotation
+        first.cancel()
+        region.bump(0)
+        second = await asyncio.wait_for(morpheus.checkpoint_async(), 60)  # behind the cancelled one
+        return first.cancelled(), second
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        assert _run(loop_factory, main()) == (True, True)
+    assert errors == []
