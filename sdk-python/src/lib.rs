@@ -122,6 +122,9 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // itself when it wants a yield: the event loop does the waking here, so a no-op waker suffices.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
+        // During a yield's passes a CPU-bound task's first step ends at its first checkpoint (one
+        // thread-local flag, read only here in the binding; the core's fast path is unchanged).
+        Poll::Ready(_) if PASSING.get() => step_aside(py),
         Poll::Ready(_) => Ok(statics(py).ready.clone_ref(py).into_any()),
         Poll::Pending => take_turn(py, future),
     }
@@ -212,6 +215,9 @@ impl Rotation {
 }
 
 thread_local! {
+    /// Whether a yield's passes are under way on this thread (a copy of `Rotation::passing` that
+    /// the fast path can read without borrowing the rotation).
+    static PASSING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static ROTATION: std::cell::RefCell<Rotation> = const {
         std::cell::RefCell::new(Rotation {
             event_loop: None,
@@ -251,7 +257,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
     let event_loop = get_loop.bind(py).call0()?;
     if event_loop.is_none() {
         // A coroutine driven by hand: yield a bare None once, acknowledge on resumption.
-        return Ok(Py::new(py, PendingCheckpoint { future: Some(future), waiter: None, suspended: false })?.into_any());
+        return Ok(Py::new(py, PendingCheckpoint { future: Some(future), waiter: None, suspended: false, result: true })?.into_any());
     }
     let had_unacknowledged = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
@@ -280,7 +286,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         future = morpheus::checkpoint();
         let mut cx = Context::from_waker(Waker::noop());
         if Pin::new(&mut future).poll(&mut cx).is_ready() {
-            return Ok(statics.ready.clone_ref(py).into_any());
+            return if PASSING.get() { step_aside(py) } else { Ok(statics.ready.clone_ref(py).into_any()) };
         }
     }
     let waiter = event_loop.call_method0("create_future")?;
@@ -295,12 +301,43 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         rotation.unacknowledged = Some(future);
         rotation.turns += 1;
         rotation.passes_left = YIELD_PASSES;
+        PASSING.set(true);
         !std::mem::replace(&mut rotation.passing, true)
     });
     if start_passes {
         event_loop.call_method1("call_soon", (first_pass, &event_loop))?;
     }
-    Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false })?.into_any())
+    Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: true })?.into_any())
+}
+
+/// A task computing during a yield's passes reached a checkpoint with nothing pending: its first
+/// step is over. It joins the queue like a yielder (without a request to acknowledge), so that the
+/// other tasks made ready take their first steps too before a CPU-bound one has a whole turn; it
+/// evaluates to None when its turn comes.
+fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let statics = statics(py);
+    let get_loop = statics
+        .running_loop
+        .get_or_try_init(py, || py.import("asyncio")?.getattr("_get_running_loop").map(Bound::unbind))?;
+    let event_loop = get_loop.bind(py).call0()?;
+    let current_task = statics
+        .current_task
+        .get_or_try_init(py, || py.import("asyncio")?.getattr("current_task").map(Bound::unbind))?;
+    let task = if event_loop.is_none() { event_loop.clone() } else { current_task.bind(py).call0()? };
+    let same_loop = ROTATION.with(|r| r.borrow().event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop)));
+    if task.is_none() || !same_loop {
+        PASSING.set(false); // another loop (or no task): the passes are not this code's
+        return Ok(statics.ready.clone_ref(py).into_any());
+    }
+    let waiter = event_loop.call_method0("create_future")?;
+    ROTATION.with(|r| {
+        let mut rotation = r.borrow_mut();
+        rotation.enqueue(waiter.clone().unbind(), task.as_ptr() as usize);
+        rotation.turns += 1;
+        // Whoever computes next starts its turn now.
+        rotation.turn_started = Some(thread_cpu_ns());
+    });
+    Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: false })?.into_any())
 }
 
 /// One pass of a yield (a loop callback): acknowledges the last yielder's request if no one did yet
@@ -318,6 +355,7 @@ fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
         }
         rotation.passes_left = rotation.passes_left.saturating_sub(1);
         rotation.passing = rotation.passes_left > 0;
+        PASSING.set(rotation.passing);
         rotation.passing
     });
     if more {
@@ -402,6 +440,9 @@ struct PendingCheckpoint {
     /// In a loop: the future the rotation resolves when this task's turn comes.
     waiter: Option<Py<PyAny>>,
     suspended: bool,
+    /// What awaiting it evaluates to when the turn comes: True after a yield for the scheduler,
+    /// None after a step aside during another's yield.
+    result: bool,
 }
 
 #[pymethods]
@@ -427,6 +468,9 @@ impl PendingCheckpoint {
             }));
         }
         let Some(mut future) = self.future.take() else {
+            if !self.result {
+                return Ok(None);
+            }
             return Err(PyErr::from_value(statics(py).stop_true.bind(py).clone()));
         };
         let mut cx = Context::from_waker(Waker::noop());
