@@ -6,7 +6,9 @@
 # crates.io, npm, Maven Central. Idempotent: what is present is skipped, so a
 # second run takes seconds. Prints every install it makes.
 #
-# Usage: tools/setup.sh
+# Usage: tools/setup.sh [--no-peers]
+#   --no-peers   leave out the peer sched_ext schedulers (several minutes of cargo install on a fresh
+#                machine); only the comparison (tools/main.sh compare) loads them, no test does.
 #
 # Sections, one per ecosystem. A component that needs a new tool adds it to the
 # list in its section (marked "add here"), not as ad-hoc commands.
@@ -230,14 +232,19 @@ setup_scx_peers() {
 }
 
 main() {
-  local start=$SECONDS
+  local start=$SECONDS peers=1
+  case "${1:-}" in
+    "") ;;
+    --no-peers) peers=0 ;;
+    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers])" ;;
+  esac
   setup_apt
   setup_bazel
   setup_rust
   setup_python
   setup_node
   setup_java
-  setup_scx_peers
+  if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"
 }
 
