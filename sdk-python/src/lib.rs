@@ -170,10 +170,26 @@ struct Rotation {
 /// too, so turns cut short by a wall clock (a runtime mode's, §5.4) or stretched by the thread being
 /// preempted count for what they were. One clock read per yield, off the fast path.
 fn thread_cpu_ns() -> u64 {
+    if let Some(ns) = TURN_CLOCK.get() {
+        return ns;
+    }
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid timespec out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+thread_local! {
+    /// A clock the tests set and advance in place of the thread's CPU time (`_set_turn_clock`), so a
+    /// verdict that depends on which task is resumed never depends on how fast the machine ran.
+    static TURN_CLOCK: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Tests only: measure this thread's turns with a clock the caller sets (ns), or with the thread's
+/// CPU time again (None).
+#[pyfunction]
+fn _set_turn_clock(ns: Option<u64>) {
+    TURN_CLOCK.set(ns);
 }
 
 /// A task suspended at a checkpoint: the future its turn resolves, and its run time so far.
@@ -1126,6 +1142,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_pass, m)?)?;
     m.add_function(wrap_pyfunction!(_keeper, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_turn_clock, m)?)?;
     m.add("YIELD_PASSES", YIELD_PASSES)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     morpheus::set_notice_hook(Some(python_notice));

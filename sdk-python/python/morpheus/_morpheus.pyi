@@ -66,6 +66,10 @@ class Checkpoint:
 # Passes of the event loop a yield lasts before the next CPU-bound task resumes (spec/SCB.md §5.7).
 YIELD_PASSES: int
 
+# Tests only: measure the calling thread's turns with this clock (ns) instead of its CPU time; None
+# goes back to CPU time. Makes the rotation's choice (§5.7: least run time) independent of speed.
+def _set_turn_clock(ns: Optional[int]) -> None: ...
+
 class PendingCheckpoint:
     """A pending request: the task steps aside for its turn in the loop's rotation (spec/SCB.md §5.7:
     one task per request, to the back of the queue; tasks made ready meanwhile step first) and
