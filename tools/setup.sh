@@ -6,7 +6,9 @@
 # crates.io, npm, Maven Central. Idempotent: what is present is skipped, so a
 # second run takes seconds. Prints every install it makes.
 #
-# Usage: tools/setup.sh
+# Usage: tools/setup.sh [--no-peers]
+#   --no-peers   leave out the peer sched_ext schedulers (several minutes of cargo install on a fresh
+#                machine); only the comparison (tools/main.sh compare) loads them, no test does.
 #
 # Sections, one per ecosystem. A component that needs a new tool adds it to the
 # list in its section (marked "add here"), not as ad-hoc commands.
@@ -117,6 +119,7 @@ PIP_PACKAGES=(
   "pytest pytest>=8"          # sdk-python and conformance tests
   "uvloop uvloop>=0.19"       # sdk-python: the checkpoint tests under uvloop
   "aiohttp aiohttp>=3.9"      # sdk-python: the example service and its benchmark (bench/service.py)
+  "matplotlib matplotlib>=3.7"  # scheduler/compare: the comparison's p99 plots
   # add here
 )
 
@@ -200,14 +203,48 @@ setup_java() {
 # example the sid kernel for the qemu tests, fetched through a private apt
 # configuration into $MORPHEUS_CACHE, never into the system's sources).
 
+# The sched_ext schedulers scx_morpheus is compared with (scheduler/compare, tools/main.sh compare),
+# from crates.io at the scx release scx_morpheus builds against (scx_utils/scx_cargo 1.1.4), with
+# their own Cargo.lock and the same clang-19 BPF build. Installed under the project's cache, not on
+# PATH: they are guests' binaries, never the host's scheduler. Present binaries are kept, so a
+# second run is offline.
+SCX_PEERS=(
+  # "crate version" pairs.
+  "scx_bpfland 1.1.4"
+  "scx_lavd 1.1.4"
+  # add here
+)
+
+setup_scx_peers() {
+  local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
+  local entry crate version root
+  for entry in "${SCX_PEERS[@]}"; do
+    read -r crate version <<<"$entry"
+    root="$dest/$crate-$version"
+    [[ -x "$root/bin/$crate" ]] && continue
+    log "cargo: installing $crate $version into $root (first time only; several minutes)"
+    # A private target dir: never the workspace's (its build-script outputs are per worktree).
+    BPF_CLANG="${BPF_CLANG:-clang-19}" CARGO_TARGET_DIR="$dest/target" \
+      cargo install --locked --quiet --root "$root" --version "=$version" "$crate" ||
+      die "cargo install $crate $version failed (see above); it needs clang-19 and libelf (apt section)"
+  done
+  log "scx peers: ${SCX_PEERS[*]} in $dest"
+}
+
 main() {
-  local start=$SECONDS
+  local start=$SECONDS peers=1
+  case "${1:-}" in
+    "") ;;
+    --no-peers) peers=0 ;;
+    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers])" ;;
+  esac
   setup_apt
   setup_bazel
   setup_rust
   setup_python
   setup_node
   setup_java
+  if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"
 }
 

@@ -14,7 +14,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-bash tools/setup.sh
+# The peer schedulers are for the comparison (tools/main.sh compare) only.
+bash tools/setup.sh --no-peers
 # shellcheck source=tools/env.sh
 source tools/env.sh
 

@@ -94,6 +94,18 @@ pub trait Backend {
     /// How often the agent calls [`Backend::tick`].
     fn tick_interval(&self) -> Duration;
 
+    /// How often the agent calls [`Backend::tick`] while no worker is registered.
+    fn idle_tick_interval(&self) -> Duration {
+        self.tick_interval()
+    }
+
+    /// Waits up to `timeout` before the next [`Backend::tick`]; a backend with something to handle
+    /// sooner (kernel: an escalation record in the BPF ring) returns early.
+    fn wait(&mut self, timeout: Duration) -> Result<()> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+
     /// One round of work: observe workers, emit hints, apply and lift escalations (sim); drain the
     /// hint/escalation rings and apply cgroup caps (kernel). Must not block for long.
     /// `pressure_level` is the agent's own latest sample (never read back from a region).

@@ -60,6 +60,11 @@ use crate::replay::{self, GateCase};
 use crate::stats::{Counters, Reactions};
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
+/// How often the agent ticks while no worker is registered, when nothing wakes it sooner (an
+/// escalation record does, hints do not): there is nothing to sample, and waking the agent every
+/// millisecond would cost every workload on the machine a context switch per millisecond.
+const AGENT_IDLE_TICK: Duration = Duration::from_millis(10);
+
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
 /// and grace, never busier than every 100 µs.
 fn check_interval_ns(config: &Config) -> u64 {
@@ -728,6 +733,20 @@ impl Backend for KernelBackend {
 
     fn tick_interval(&self) -> Duration {
         self.tick_interval
+    }
+
+    fn idle_tick_interval(&self) -> Duration {
+        self.tick_interval.max(AGENT_IDLE_TICK)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<()> {
+        // epoll's resolution is a millisecond: round up, or a sub-millisecond wait would spin.
+        let ms = timeout.as_micros().div_ceil(1000) as u64;
+        let ret = self.rings.poll_raw(Duration::from_millis(ms));
+        if ret < 0 && ret != -libc::EINTR {
+            return Err(std::io::Error::from_raw_os_error(-ret)).context("polling the BPF ring buffers");
+        }
+        Ok(())
     }
 
     fn tick(&mut self, _now_ns: u64, pressure_level: u32) -> Result<()> {

@@ -575,13 +575,17 @@ fn serve(
                 workers: &view,
             })
         });
-        next_tick += tick;
+        // With no worker registered there is nothing to sample: the backend may tick less often.
+        let tick = if workers.assigned().is_empty() { backend.idle_tick_interval() } else { tick };
         let now = Instant::now();
-        if next_tick > now {
-            std::thread::sleep(next_tick - now);
-        } else {
+        if next_tick <= now {
             // Fell behind (a slow tick, or the machine was busy): don't try to catch up in a burst.
-            next_tick = now;
+            next_tick = (next_tick + tick).max(now);
+        }
+        if next_tick > now {
+            // Returns early when the backend has work (kernel: an escalation record); the tick after
+            // that keeps its time.
+            backend.wait(next_tick - now).context("backend wait failed")?;
         }
     }
     log::info!("stopping");

@@ -101,6 +101,15 @@ s64 nr_open_episodes;
 /* Highest dsq_vtime seen starting to run: the clock a waking task's vtime is clamped against. */
 u64 vtime_now;
 
+/*
+ * The check timer's period while no registered worker is on a CPU, no episode is open and nothing is
+ * throttled: there is nothing to check, so an unregistered workload pays for a timer run every 50 ms
+ * instead of every check interval. ops.running of a worker re-arms it at once (timer_idle).
+ */
+#define IDLE_CHECK_NS (50ull * 1000 * 1000)
+/* 1 while the check timer runs at its idle period. */
+u32 timer_idle;
+
 /* Counters read by the agent; indices in intf.h. */
 u64 counters[MORPHEUS_NR_COUNTERS];
 u64 gate_verdicts[MORPHEUS_NR_GATE_VERDICTS];
@@ -204,6 +213,7 @@ struct cpu_run {
 	u64 start_ns; /* when it started running */
 	u64 vtime;    /* its dsq_vtime then */
 	u64 weight;   /* its weight then; 0 when the CPU runs none of our tasks */
+	u64 demoted;  /* it is a worker with an open escalation episode: any waking task preempts it */
 };
 
 struct {
@@ -365,7 +375,8 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	hint->reason = MORPHEUS_HINT_REASON_SLICE_OVERRUN;
 	hint->_pad0 = 0;
 	hint->overrun_ns = runtime - slice;
-	bpf_ringbuf_submit(hint, 0);
+	/* The agent drains hints on its own tick; waking it per hint would cost the CPUs it runs on. */
+	bpf_ringbuf_submit(hint, BPF_RB_NO_WAKEUP);
 	count(MORPHEUS_CNT_HINTS_EMITTED);
 }
 
@@ -635,10 +646,50 @@ static __always_inline bool bw_exhausted(struct cgroup_bw *bw, u64 now)
 	return bw->used_ns >= bw->quota_ns;
 }
 
+/*
+ * The timer is about to take its idle period: say so (timer_idle = 1), then look once more for a
+ * worker on a CPU. ops.running of a worker stores cpu_worker, then swaps timer_idle; both sides use
+ * fully ordered atomics between their store and their load, so either this sees the worker or
+ * ops.running sees timer_idle and re-arms the timer. Returns false when a worker was found.
+ */
+static __always_inline bool timer_going_idle(void)
+{
+	u32 cpu;
+
+	__sync_lock_test_and_set(&timer_idle, 1);
+	full_barrier();
+	bpf_for(cpu, 0, nr_possible_cpus) {
+		u32 *cur;
+
+		if (cpu >= MORPHEUS_BPF_MAX_CPUS)
+			break;
+		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
+		if (cur && *cur) {
+			WRITE_ONCE(timer_idle, 0);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A worker started running while the timer is idle: bring the next check within a check interval. */
+static __always_inline void timer_wake(void)
+{
+	struct check_timer *t;
+	u32 zero = 0;
+
+	if (!READ_ONCE(timer_idle) || __sync_val_compare_and_swap(&timer_idle, 1, 0) != 1)
+		return;
+	t = bpf_map_lookup_elem(&check_timer, &zero);
+	if (t)
+		bpf_timer_start(&t->timer, check_interval_ns, 0);
+}
+
 /* Periodic overrun check of every CPU's running worker: finer than the scheduler tick. */
 static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 {
 	u64 now = bpf_ktime_get_ns();
+	bool busy = false;
 	u32 cpu;
 
 	count(MORPHEUS_CNT_TIMER_RUNS);
@@ -652,6 +703,7 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
 		if (!cur || !*cur)
 			continue;
+		busy = true;
 		slot = *cur - 1;
 		w = bpf_map_lookup_elem(&workers, &slot);
 		if (w && w->cpu == (s32)cpu)
@@ -679,10 +731,17 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	}
 	/* Throttled tasks become runnable at a period boundary: wake idle CPUs to dispatch them. */
 	if (scx_bpf_dsq_nr_queued(THROTTLED_DSQ) > 0) {
+		busy = true;
 		bpf_for(cpu, 0, nr_possible_cpus)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
-	bpf_timer_start(timer, check_interval_ns, 0);
+	if (READ_ONCE(nr_open_episodes) > 0 || READ_ONCE(nr_capped_cgroups) > 0)
+		busy = true;
+	if (!busy && !timer_going_idle())
+		busy = true;
+	else if (busy)
+		WRITE_ONCE(timer_idle, 0);
+	bpf_timer_start(timer, busy ? check_interval_ns : IDLE_CHECK_NS, 0);
 	return 0;
 }
 
@@ -716,7 +775,7 @@ static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 	if (!run || !run->weight)
 		return;
 	runner_vtime = run->vtime + scale_by_weight(bpf_ktime_get_ns() - run->start_ns, run->weight);
-	if (time_before(vtime + base_slice() / 8, runner_vtime)) {
+	if (run->demoted || time_before(vtime + base_slice() / 8, runner_vtime)) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_WAKE_PREEMPTS);
 	}
@@ -731,6 +790,16 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 	if (bw && bw_exhausted(bw, bpf_ktime_get_ns()) && hold_allowed(p)) {
 		scx_bpf_dsq_insert(p, THROTTLED_DSQ, base_slice(), enq_flags);
 		count(MORPHEUS_CNT_BW_THROTTLED);
+		return;
+	}
+	/*
+	 * SCX_ENQ_LAST: p's slice ended and its CPU found nothing else to run (dispatch has already
+	 * come back empty). It goes straight back on that CPU: queued in the shared queue instead,
+	 * nothing would dispatch it until the idle CPU happened to be woken (SCX_OPS_ENQ_LAST is
+	 * set only so the hold above can take a capped task off its CPU).
+	 */
+	if (enq_flags & SCX_ENQ_LAST) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, base_slice(), enq_flags);
 		return;
 	}
 	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, base_slice(), vtime, enq_flags);
@@ -762,7 +831,20 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 			}
 		}
 	}
-	scx_bpf_dsq_move_to_local(SHARED_DSQ, 0);
+	if (scx_bpf_dsq_move_to_local(SHARED_DSQ, 0))
+		return;
+	/*
+	 * Nothing else can run here: a runnable prev whose slice ended keeps the CPU for another slice
+	 * (SCX_OPS_ENQ_LAST would otherwise take it through ops.enqueue and the idle task and back).
+	 * Not a task of a capped cgroup: its run is charged to the quota in ops.stopping, and the hold
+	 * in ops.enqueue decides whether it may go on.
+	 */
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
+		u64 cgid;
+
+		if (!task_bw(prev, &cgid))
+			scx_bpf_task_set_slice(prev, base_slice());
+	}
 }
 
 /* A task of a capped cgroup that runs out of quota mid-run is preempted at the next tick. */
@@ -861,6 +943,7 @@ static __always_inline void vtime_running(struct task_struct *p)
 	run->start_ns = bpf_ktime_get_ns();
 	run->vtime = vtime;
 	run->weight = p->scx.weight ?: 100;
+	run->demoted = 0;
 }
 
 /* Charge the run that ends to p's vtime: the CPU time it used, scaled by its weight. */
@@ -924,6 +1007,21 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 		u32 cpu_key = cpu, val = slot + 1;
 
 		bpf_map_update_elem(&cpu_worker, &cpu_key, &val, BPF_ANY);
+	}
+	timer_wake();
+	/*
+	 * A worker whose escalation episode is open runs behind everyone until it is lifted (as the
+	 * simulation backend's demotion does): a short slice, and any task waking on its CPU preempts
+	 * it. Not inside a critical section: the effect re-checks in_critical where it takes hold.
+	 */
+	if (READ_ONCE(w->esc.open) && morpheus_effect_may_hold(scb)) {
+		u32 cpu_key = cpu;
+		struct cpu_run *run = bpf_map_lookup_elem(&cpu_runs, &cpu_key);
+
+		if (run)
+			run->demoted = 1;
+		if (p->scx.slice > cfg_grace_ns)
+			scx_bpf_task_set_slice(p, cfg_grace_ns);
 	}
 	count(MORPHEUS_CNT_WORKER_RUNS);
 }

@@ -16,17 +16,13 @@
 //! `checkpoint_sync` between pieces of work, and the SDK's runtime modes (a PRESSURED or DEFENSIVE
 //! worker also yields on its own budget; the per-reason yield counts are printed).
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use morpheus::YieldReason;
+use morpheus_starvation::{read_stats, run_phase, Scenario, Target, Yields};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
@@ -105,86 +101,6 @@ struct Opts {
     scheduler_args: Vec<String>,
 }
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn sleep_until(deadline_ns: u64) {
-    let ts = libc::timespec { tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t, tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long };
-    // SAFETY: valid timespec; EINTR just ends the sleep early and the caller measures from the deadline.
-    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
-}
-
-fn pin_to(cpu: usize) -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot pin to CPU {cpu}"));
-        }
-    }
-    Ok(())
-}
-
-/// Where a phase's workers register (None: Morpheus off).
-#[derive(Clone)]
-struct Target {
-    /// The agent's socket; the region comes with its registration reply (both backends, ABI 1.3).
-    socket: PathBuf,
-}
-
-/// Registers the calling thread through the agent, as an application would; escapable is the Rust
-/// SDK's default (true) and stated only so the scenario does not change if the default does.
-fn register(target: &Option<Target>) -> Result<Option<morpheus::Worker>> {
-    let Some(t) = target else { return Ok(None) };
-    let config = morpheus::Worker::builder().agent_socket(&t.socket).escapable(true);
-    let worker = config.register().with_context(|| format!("registration with {}", t.socket.display()))?;
-    if !worker.is_attached() {
-        bail!("the worker registered with {} is detached", t.socket.display());
-    }
-    Ok(Some(worker))
-}
-
-/// Cooperative workers' yields, by reason (the SDK's own counters).
-#[derive(Clone, Copy, Default)]
-struct Yields {
-    preempt: u64,
-    budget: u64,
-    defensive: u64,
-}
-
-impl Yields {
-    fn of(worker: &morpheus::Worker) -> Yields {
-        let counts = worker.yield_counts();
-        Yields {
-            preempt: counts.get(YieldReason::PreemptRequest),
-            budget: counts.get(YieldReason::Budget),
-            defensive: counts.get(YieldReason::Defensive),
-        }
-    }
-
-    fn add(&mut self, other: Yields) {
-        self.preempt += other.preempt;
-        self.budget += other.budget;
-        self.defensive += other.defensive;
-    }
-
-    fn total(&self) -> u64 {
-        self.preempt + self.budget + self.defensive
-    }
-}
-
 /// One mode's results, pooled over the rounds.
 #[derive(Default)]
 struct PhaseResult {
@@ -198,87 +114,10 @@ struct PhaseResult {
     slice_plus_grace_ns: Option<u64>,
 }
 
-/// A phase's results: latencies, the zombie's CPU share, cooperative yields, slice + grace.
-type Phase = (Vec<u64>, f64, Yields, Option<u64>);
-
-fn run_phase(opts: &Opts, cpu: usize, target: Option<Target>, seconds: f64) -> Result<Phase> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(opts.workers + 2));
-    let mut handles = Vec::new();
-
-    // The zombie: registered like the others, but never reaches a checkpoint.
-    let zombie = {
-        let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
-        std::thread::Builder::new().name("zombie".into()).spawn(move || -> Result<f64> {
-            pin_to(cpu)?;
-            let _worker = register(&target)?;
-            barrier.wait();
-            let (wall0, cpu0) = (monotonic_ns(), thread_cpu_ns());
-            let mut x = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-            }
-            Ok((thread_cpu_ns() - cpu0) as f64 / (monotonic_ns() - wall0).max(1) as f64)
-        })?
-    };
-
-    let period = opts.period_ms * 1_000_000;
-    let warmup_ns = 500_000_000;
-    for i in 0..opts.workers {
-        let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
-        let (work, chunk, workers) = (opts.work_us * 1000, opts.chunk_us * 1000, opts.workers as u64);
-        handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, Yields, Option<u64>)> {
-            pin_to(cpu)?;
-            let worker = register(&target)?;
-            barrier.wait();
-            let start = monotonic_ns();
-            // Stagger releases so the workers do not all wake at once.
-            let mut release = start + period * (i as u64 + 1) / workers;
-            let mut latencies = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                sleep_until(release);
-                let woke = monotonic_ns();
-                if release >= start + warmup_ns {
-                    latencies.push(woke.saturating_sub(release));
-                }
-                let cpu_start = thread_cpu_ns();
-                while thread_cpu_ns() - cpu_start < work {
-                    let piece = thread_cpu_ns();
-                    while thread_cpu_ns() - piece < chunk {
-                        std::hint::spin_loop();
-                    }
-                    if let Some(w) = &worker {
-                        if w.checkpoint_sync() {
-                            std::thread::yield_now();
-                        }
-                    }
-                }
-                release += period;
-                // A release missed by more than a period is skipped, not queued: latency stays a
-                // per-release figure instead of an ever-growing backlog.
-                let now = monotonic_ns();
-                if now > release + period {
-                    release = now - (now - release) % period;
-                }
-            }
-            let bound = worker.as_ref().and_then(|w| w.region()).map(|r| r.slice_ns() + r.grace_ns());
-            Ok((latencies, worker.as_ref().map(Yields::of).unwrap_or_default(), bound))
-        })?);
+impl Opts {
+    fn scenario(&self) -> Scenario {
+        Scenario { workers: self.workers, period_ms: self.period_ms, work_us: self.work_us, chunk_us: self.chunk_us }
     }
-    barrier.wait();
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    let mut yields = Yields::default();
-    let mut bound = None;
-    for h in handles {
-        let (lat, y, b) = h.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
-        all.extend(lat);
-        yields.add(y);
-        bound = bound.or(b);
-    }
-    let zombie_share = zombie.join().map_err(|_| anyhow::anyhow!("the zombie thread panicked"))??;
-    Ok((all, zombie_share, yields, bound))
 }
 
 fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
@@ -315,23 +154,6 @@ fn stop_scheduler(mut child: Child) -> Result<()> {
         bail!("scx_morpheus exited with {status}");
     }
     Ok(())
-}
-
-/// scx_morpheus's stats snapshot, read from its stats socket (`<socket>.stats`, scx_stats protocol:
-/// one JSON request line, one JSON reply line).
-fn read_stats(socket: &Path) -> Result<serde_json::Value> {
-    let mut path = socket.as_os_str().to_owned();
-    path.push(".stats");
-    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", Path::new(&path).display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    (&stream).write_all(b"{\"req\":\"stats\",\"args\":{}}\n")?;
-    let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
-    let mut reply: serde_json::Value = serde_json::from_str(&line).context("the stats reply is not JSON")?;
-    if reply["errno"] != 0 {
-        bail!("the stats request failed: {line}");
-    }
-    Ok(reply["args"]["resp"].take())
 }
 
 /// After the kernel backend exits, waits until the kernel is back on its default scheduler, so the
@@ -392,7 +214,7 @@ fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, resul
         (Some(child), Some(target))
     };
     let socket = target.as_ref().map(|t| t.socket.clone());
-    let phase = run_phase(opts, cpu, target, seconds);
+    let phase = run_phase(&opts.scenario(), cpu, target, seconds);
     let totals = match child {
         Some(child) => {
             // Read before stopping: the counters of the round, from the running scheduler.

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# The scheduler comparison (scheduler/BENCHMARKS.md, "Comparison") in the real-kernel VM: builds
+# scx_morpheus (the same command as e2e/run.sh) and the `compare` binary, release; takes scx_bpfland
+# and scx_lavd from tools/setup.sh's install under $MORPHEUS_CACHE/scx-peers; boots Debian sid's
+# kernel under qemu TCG once with all of them in a busybox initramfs and runs compare/guest.sh there.
+# Then compare/report.py prints the tables with ratios to EEVDF and writes the plots.
+#
+# usage: scheduler/compare/run-vm.sh [--kernel DIR] [--log FILE] [--timeout SECS] [--plots DIR]
+#                                    [--json FILE] [-- COMPARE-ARGS...]
+#        (default COMPARE-ARGS: --rounds 3 --cell-seconds 3)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+root=$(cd "$here/../.." && pwd -P)
+readonly PROG=compare-vm
+
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
+
+kernel_args=()
+log=""
+timeout=1800
+plots="$root/scheduler/compare/plots"
+json=""
+compare_args=(--rounds 3 --cell-seconds 3)
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
+	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
+	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
+	--plots) [[ $# -ge 2 ]] || die "--plots needs a directory"; plots=$2; shift 2 ;;
+	--json) [[ $# -ge 2 ]] || die "--json needs a file"; json=$2; shift 2 ;;
+	--) shift; compare_args=("$@"); break ;;
+	-h | --help) sed -n '3,12p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (compare arguments go after --)" ;;
+	esac
+done
+for arg in "${compare_args[@]}"; do
+	# The arguments travel to the guest as one shell word list: keep them plain.
+	[[ "$arg" =~ ^[A-Za-z0-9=.,_:/+-]+$ ]] || die "compare argument '$arg' has characters the guest shell would interpret"
+	[[ "$arg" != --scx-* ]] || die "$arg: the VM run passes the scheduler binaries itself"
+done
+command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+peers="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
+bpfland="$peers/scx_bpfland-1.1.4/bin/scx_bpfland"
+lavd="$peers/scx_lavd-1.1.4/bin/scx_lavd"
+peer_bins=()
+for bin in "$bpfland" "$lavd"; do
+	# A peer not installed makes `compare` refuse to run it by name (unless --schedulers leaves it out).
+	if [[ -x "$bin" ]]; then
+		peer_bins+=(--bin "$bin")
+	else
+		echo "$PROG: note: $bin not found (tools/setup.sh installs the scx peers: setup_scx_peers)" >&2
+	fi
+done
+
+# The kernel (fetched once, cached), resolved here because its config goes into the guest too:
+# scx_bpfland's and scx_lavd's BPF programs read Kconfig values (libbpf looks for
+# /boot/config-<release>), which the initramfs would not have.
+if [[ ${#kernel_args[@]} -eq 0 ]]; then
+	kernel_args=(--kernel "$("$root/scheduler/vm/fetch-kernel.sh")") || die "could not get a kernel (fetch-kernel.sh failed)"
+fi
+kdir=${kernel_args[1]}
+[[ -f "$kdir/config" && -f "$kdir/kernel-release" ]] || die "$kdir has no config or kernel-release (expected a directory from fetch-kernel.sh)"
+kconfig=(--file "$kdir/config:/boot/config-$(cat "$kdir/kernel-release")")
+
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+echo "$PROG: building scx_morpheus (default features: kernel) and compare, release" >&2
+(cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker)
+(cd "$root" && cargo build --release -p morpheus-compare)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${compare_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
+if [[ -z "$log" ]]; then
+	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX.log")
+fi
+echo "$PROG: console log: $log" >&2
+code=0
+"$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
+	--init-script "$here/guest.sh" \
+	--bin "$target_dir/release/scx_morpheus" \
+	--bin "$target_dir/release/compare" \
+	"${peer_bins[@]}" \
+	--file "$work/compare.env:/etc/morpheus/compare.env" "${kconfig[@]}" \
+	--timeout "$timeout" --log "$log" --quiet || code=$?
+
+results="$work/results.jsonl"
+tr -d '\r' <"$log" | sed -n 's/^compare-vm: //p' >"$results"
+[[ -z "$json" ]] || cp "$results" "$json"
+echo "$PROG: guest exit code $code"
+if [[ $code -ne 0 ]]; then
+	tr -d '\r' <"$log" | tail -n 40 >&2
+	exit "$code"
+fi
+python3 "$here/report.py" --plots "$plots" "$results"

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! scx_morpheus against the schedulers an operator would pick instead (scheduler/BENCHMARKS.md,
+//! "Comparison"): EEVDF (no sched_ext scheduler), scx_bpfland, scx_lavd, and scx_morpheus's sched_ext
+//! backend in observer and enforced mode, on the reference evaluation's workloads:
+//! - Table 1, latency: request workers (4 and 8), with and without CPU hogs beside them, with and
+//!   without checkpoints: ops/s and op latency p50 to p99.9;
+//! - Table 2, starvation: the starvation benchmark's scenario (morpheus_starvation);
+//! - Table 3, liar: critical sections of 100 and 500 ms: cost against the CPU time asked for, and
+//!   escalations inside sections;
+//! - a CPU-bound batch with no worker registered.
+//!
+//! Rounds interleave the schedulers (each round starts at the next one in the list), each scheduler
+//! loaded once per round for all cells, and each (cell, scheduler)'s samples are pooled over the
+//! rounds, so load from outside falls on every scheduler alike. Needs a kernel with sched_ext and root
+//! (the VM: scheduler/compare/run-vm.sh). Prints one `result {json}` line per (cell, scheduler);
+//! scheduler/compare/report.py makes the tables with ratios to EEVDF and the plots.
+
+mod schedulers;
+mod workloads;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use morpheus_starvation::{run_phase, Scenario};
+use serde_json::json;
+
+use schedulers::{Binaries, Sched};
+use workloads::LatencyShape;
+
+#[derive(Debug, Parser)]
+#[command(name = "compare", about = "scx_morpheus against EEVDF, scx_bpfland and scx_lavd on the reference workloads")]
+struct Opts {
+    /// Schedulers, in the order of the first round.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Observer, Sched::Enforced])]
+    schedulers: Vec<Sched>,
+    /// Rounds over all schedulers.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds of each latency, starvation and liar cell per round.
+    #[arg(long, default_value_t = 3.0)]
+    cell_seconds: f64,
+    /// Tables to run.
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["latency".to_string(), "starvation".into(), "liar".into(), "batch".into()])]
+    tables: Vec<String>,
+    /// Table 1: think time before each op, µs.
+    #[arg(long, default_value_t = 1000)]
+    think_us: u64,
+    /// Table 1: CPU work per op, µs.
+    #[arg(long, default_value_t = 500)]
+    op_work_us: u64,
+    /// Work between two checkpoints (Tables 1 and 2), µs.
+    #[arg(long, default_value_t = 50)]
+    chunk_us: u64,
+    /// Batch: multiply-adds per thread (one thread per CPU).
+    #[arg(long, default_value_t = 300_000_000)]
+    batch_iterations: u64,
+    /// Batch: runs per scheduler and round.
+    #[arg(long, default_value_t = 2)]
+    batch_repeats: u32,
+    #[arg(long)]
+    scx_morpheus: PathBuf,
+    #[arg(long)]
+    scx_bpfland: Option<PathBuf>,
+    #[arg(long)]
+    scx_lavd: Option<PathBuf>,
+}
+
+/// One cell's pooled samples for one scheduler.
+#[derive(Default)]
+struct Pool {
+    /// Latencies (Tables 1, 2) in ns; liar overheads in ppm; batch wall times in ns.
+    samples: Vec<u64>,
+    ops: u64,
+    measured_s: f64,
+    escalations_inside: u64,
+    /// scx_morpheus's counters over the rounds (escalations, kicks, hints).
+    escalations: u64,
+    hints: u64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn latency_cells() -> Vec<(String, LatencyShape)> {
+    let mut cells = Vec::new();
+    for workers in [4, 8] {
+        for pressure in [false, true] {
+            for checkpoints in [false, true] {
+                let name = format!("w{workers}{}{}", if pressure { "_pressure" } else { "" }, if checkpoints { "_ckpt" } else { "" });
+                cells.push((name, LatencyShape { workers, pressure, checkpoints, think_us: 0, work_us: 0, chunk_us: 0 }));
+            }
+        }
+    }
+    cells
+}
+
+fn main() -> Result<()> {
+    let opts = Opts::parse();
+    if opts.rounds == 0 || opts.cell_seconds <= 0.6 || opts.schedulers.is_empty() {
+        bail!("--rounds must be positive, --cell-seconds above 0.6 (0.3 s of warm-up) and --schedulers non-empty");
+    }
+    for table in &opts.tables {
+        if !["latency", "starvation", "liar", "batch"].contains(&table.as_str()) {
+            bail!("--tables: unknown table '{table}' (latency, starvation, liar, batch)");
+        }
+    }
+    let need = |s: Sched, p: &Option<PathBuf>, flag: &str| -> Result<PathBuf> {
+        match p {
+            Some(p) if p.is_file() => Ok(p.clone()),
+            Some(p) => bail!("{flag} {}: no such file", p.display()),
+            None if opts.schedulers.contains(&s) => bail!("{} is in --schedulers but {flag} is not given", s.name()),
+            None => Ok(PathBuf::new()),
+        }
+    };
+    let bins = Binaries {
+        morpheus: opts.scx_morpheus.clone(),
+        bpfland: need(Sched::Bpfland, &opts.scx_bpfland, "--scx-bpfland")?,
+        lavd: need(Sched::Lavd, &opts.scx_lavd, "--scx-lavd")?,
+    };
+    if !bins.morpheus.is_file() {
+        bail!("--scx-morpheus {}: no such file", bins.morpheus.display());
+    }
+    schedulers::check_sched_ext_disabled()?;
+    // SAFETY: sysconf has no preconditions.
+    let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let pinned_cpu = ncpu - 1;
+    let has = |t: &str| opts.tables.iter().any(|x| x == t);
+    let starvation = Scenario { workers: 3, period_ms: 10, work_us: 2000, chunk_us: opts.chunk_us };
+    println!(
+        "config {}",
+        json!({
+            "schedulers": opts.schedulers.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "rounds": opts.rounds, "cell_seconds": opts.cell_seconds, "cpus": ncpu,
+            "think_us": opts.think_us, "op_work_us": opts.op_work_us, "chunk_us": opts.chunk_us,
+            "starvation": {"workers": starvation.workers, "period_ms": starvation.period_ms, "work_us": starvation.work_us, "cpu": pinned_cpu},
+            "batch_iterations": opts.batch_iterations, "batch_threads": ncpu,
+        })
+    );
+
+    // (table, cell, scheduler) -> pool
+    let mut pools: BTreeMap<(String, String, &'static str), Pool> = BTreeMap::new();
+    let mut bound_ns: Option<u64> = None;
+    let mut unavailable: Vec<(Sched, String)> = Vec::new();
+    for round in 0..opts.rounds {
+        let n = opts.schedulers.len();
+        for k in 0..n {
+            let sched = opts.schedulers[(k + round as usize) % n];
+            eprintln!("compare: round {}/{}: {}", round + 1, opts.rounds, sched.name());
+            if unavailable.iter().any(|(s, _)| *s == sched) {
+                continue;
+            }
+            let running = match schedulers::start(sched, &bins) {
+                Ok(r) => r,
+                // A peer that cannot load here is reported and left out; scx_morpheus must load.
+                Err(e) if !sched.is_morpheus() => {
+                    eprintln!("compare: {} could not be loaded, left out of the run: {e:#}", sched.name());
+                    println!("unavailable {}", json!({"scheduler": sched.name(), "error": format!("{e:#}")}));
+                    unavailable.push((sched, format!("{e:#}")));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let socket = running.socket.clone();
+            let morpheus_socket = if sched.is_morpheus() { socket.as_deref() } else { None };
+            let outcome = (|| -> Result<()> {
+                if has("latency") {
+                    for (cell, mut shape) in latency_cells() {
+                        shape.think_us = opts.think_us;
+                        shape.work_us = opts.op_work_us;
+                        shape.chunk_us = opts.chunk_us;
+                        let r = workloads::latency(shape, morpheus_socket, ncpu, opts.cell_seconds)?;
+                        let pool = pools.entry(("latency".into(), cell, sched.name())).or_default();
+                        pool.samples.extend(r.latencies_ns);
+                        pool.ops += r.ops;
+                        pool.measured_s += r.measured_s;
+                    }
+                }
+                if has("starvation") {
+                    let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), opts.cell_seconds)?;
+                    bound_ns = bound_ns.or(bound);
+                    let pool = pools.entry(("starvation".into(), "zombie+3".into(), sched.name())).or_default();
+                    pool.samples.extend(lat);
+                }
+                if has("liar") {
+                    for section_ms in [100u64, 500] {
+                        // Long enough for at least three sections per round.
+                        let seconds = opts.cell_seconds.max(0.3 + 3.2 * section_ms as f64 / 1000.0);
+                        let r = workloads::liar(section_ms, 2, pinned_cpu, morpheus_socket, seconds)?;
+                        let pool = pools.entry(("liar".into(), format!("section_{section_ms}ms"), sched.name())).or_default();
+                        pool.samples.extend(r.overhead_ppm);
+                        pool.escalations_inside += r.escalations_inside;
+                    }
+                }
+                if has("batch") {
+                    for _ in 0..opts.batch_repeats {
+                        let ns = workloads::batch(ncpu, opts.batch_iterations)?;
+                        pools.entry(("batch".into(), format!("{ncpu}_threads"), sched.name())).or_default().samples.push(ns);
+                    }
+                }
+                Ok(())
+            })();
+            let totals = schedulers::stop(running)?;
+            outcome?;
+            if let Some(stats) = totals {
+                // Whole-round counters, kept on the starvation cell (the one that escalates).
+                let pool = pools.entry(("starvation".into(), "zombie+3".into(), sched.name())).or_default();
+                pool.escalations += schedulers::stats_counter(&stats, "/escalations");
+                pool.hints += schedulers::stats_counter(&stats, "/hints_emitted");
+            }
+        }
+    }
+
+    for ((table, cell, sched), pool) in pools.iter_mut() {
+        pool.samples.sort_unstable();
+        let s = &pool.samples;
+        let q = |p: f64| percentile(s, p);
+        let mut record = json!({
+            "table": table, "cell": cell, "scheduler": sched, "samples": s.len(),
+            "min": s.first().copied().unwrap_or(0), "p50": q(50.0), "p90": q(90.0), "p99": q(99.0), "p999": q(99.9), "max": s.last().copied().unwrap_or(0),
+            "mean": if s.is_empty() { 0.0 } else { s.iter().map(|&x| x as f64).sum::<f64>() / s.len() as f64 },
+        });
+        match table.as_str() {
+            "latency" => record["ops_per_s"] = json!(pool.ops as f64 / pool.measured_s.max(1e-9)),
+            "liar" => record["escalations_inside"] = json!(pool.escalations_inside),
+            "starvation" => {
+                record["escalations_all_cells"] = json!(pool.escalations);
+                record["hints_all_cells"] = json!(pool.hints);
+                record["slice_plus_grace_ns"] = json!(bound_ns);
+            }
+            _ => {}
+        }
+        println!("result {record}");
+    }
+    Ok(())
+}

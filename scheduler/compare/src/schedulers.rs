@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the scx
+//! peers scx_bpfland and scx_lavd with their default options, and scx_morpheus's sched_ext backend in
+//! observer and enforced mode. Each is started before a round's cells and stopped after them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Where the running kernel reports whether a sched_ext scheduler is loaded.
+const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
+/// How long a peer may take to load its BPF scheduler.
+const PEER_LOAD_SECONDS: u64 = 240;
+/// Name of the loaded sched_ext scheduler.
+const SCHED_EXT_OPS: &str = "/sys/kernel/sched_ext/root/ops";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sched {
+    Eevdf,
+    Bpfland,
+    Lavd,
+    Observer,
+    Enforced,
+}
+
+impl Sched {
+    /// The name in tables and in the JSON summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sched::Eevdf => "eevdf",
+            Sched::Bpfland => "scx_bpfland",
+            Sched::Lavd => "scx_lavd",
+            Sched::Observer => "morpheus_observer",
+            Sched::Enforced => "morpheus_enforced",
+        }
+    }
+
+    pub fn is_morpheus(self) -> bool {
+        matches!(self, Sched::Observer | Sched::Enforced)
+    }
+}
+
+/// Binaries of the sched_ext schedulers.
+pub struct Binaries {
+    pub morpheus: PathBuf,
+    pub bpfland: PathBuf,
+    pub lavd: PathBuf,
+}
+
+/// A loaded scheduler (nothing for EEVDF).
+pub struct Running {
+    sched: Sched,
+    child: Option<Child>,
+    /// scx_morpheus's agent socket, where workers register.
+    pub socket: Option<PathBuf>,
+    dir: Option<PathBuf>,
+}
+
+fn sched_ext_state() -> Result<String> {
+    Ok(std::fs::read_to_string(SCHED_EXT_STATE).with_context(|| format!("cannot read {SCHED_EXT_STATE}"))?.trim().to_string())
+}
+
+/// The kernel must be on its default scheduler before a run starts (no stray sched_ext scheduler).
+pub fn check_sched_ext_disabled() -> Result<()> {
+    match sched_ext_state() {
+        Ok(s) if s == "disabled" => Ok(()),
+        Ok(s) => bail!("a sched_ext scheduler is already loaded ({SCHED_EXT_STATE} is '{s}')"),
+        Err(e) => bail!("this kernel has no sched_ext: {e:#}"),
+    }
+}
+
+fn wait_state(child: &mut Child, what: &str, want: &str, seconds: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if sched_ext_state()? == want {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited ({status}) before sched_ext became '{want}'");
+        }
+        if Instant::now() > deadline {
+            bail!("{SCHED_EXT_STATE} is not '{want}' {seconds} s after starting {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_disabled(seconds: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while sched_ext_state()? != "disabled" {
+        if Instant::now() > deadline {
+            bail!("{SCHED_EXT_STATE} is still '{}' {seconds} s after the scheduler exited", sched_ext_state()?);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
+    let mut running = Running { sched, child: None, socket: None, dir: None };
+    match sched {
+        Sched::Eevdf => return Ok(running),
+        Sched::Bpfland | Sched::Lavd => {
+            let bin = if sched == Sched::Bpfland { &bins.bpfland } else { &bins.lavd };
+            let mut child = Command::new(bin)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("cannot start {}", bin.display()))?;
+            // Generous: under TCG the verifier alone can take minutes for a large BPF scheduler.
+            if let Err(e) = wait_state(&mut child, sched.name(), "enabled", PEER_LOAD_SECONDS) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+            running.child = Some(child);
+        }
+        Sched::Observer | Sched::Enforced => {
+            let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
+            std::fs::create_dir_all(&dir)?;
+            let socket = dir.join("agent.sock");
+            let mode = if sched == Sched::Observer { "observer" } else { "enforced" };
+            let mut child = Command::new(&bins.morpheus)
+                .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--socket"])
+                .arg(&socket)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("cannot start {}", bins.morpheus.display()))?;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !socket.exists() {
+                if let Some(status) = child.try_wait()? {
+                    bail!("scx_morpheus exited early ({status})");
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    bail!("scx_morpheus did not open {} within 60 s", socket.display());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            running.child = Some(child);
+            running.socket = Some(socket);
+            running.dir = Some(dir);
+        }
+    }
+    let ops = std::fs::read_to_string(SCHED_EXT_OPS).unwrap_or_default();
+    eprintln!("compare: {} loaded (sched_ext ops '{}')", sched.name(), ops.trim());
+    Ok(running)
+}
+
+/// Stops the scheduler and waits until the kernel is back on EEVDF. Returns scx_morpheus's stats
+/// snapshot, read just before it stops (None for the others).
+pub fn stop(mut running: Running) -> Result<Option<serde_json::Value>> {
+    let Some(mut child) = running.child.take() else { return Ok(None) };
+    let stats = running.socket.as_deref().map(morpheus_starvation::read_stats).transpose();
+    if let Some(ms) = cpu_time_ms(child.id()) {
+        eprintln!("compare: {} userspace CPU time while loaded: {ms} ms", running.sched.name());
+    }
+    // The scx schedulers and scx_morpheus all unload on SIGINT.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait()?;
+    if let Some(dir) = running.dir.take() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    if !status.success() {
+        if running.sched.is_morpheus() {
+            bail!("{} exited with {status}", running.sched.name());
+        }
+        eprintln!("compare: note: {} exited with {status} on SIGINT", running.sched.name());
+    }
+    wait_disabled(30)?;
+    stats
+}
+
+/// utime + stime of a process, all threads (ms), from /proc/PID/stat.
+fn cpu_time_ms(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at state (field 3).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1000 / hz)
+}
+
+/// A counter of scx_morpheus's stats snapshot (0 when absent).
+pub fn stats_counter(stats: &serde_json::Value, pointer: &str) -> u64 {
+    stats.pointer(pointer).and_then(|v| v.as_u64()).unwrap_or(0)
+}

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The comparison's workloads besides starvation (which is morpheus_starvation's scenario):
+//! - latency (reference Table 1): closed-loop request workers, each op a think time then CPU work,
+//!   with or without checkpoints between pieces of work, with or without CPU hogs beside them;
+//! - liar (reference Table 3): a worker that holds a critical section of 100 or 500 ms of CPU and
+//!   never checkpoints inside it; the cost to it (wall time over the CPU time it asked for) and the
+//!   escalations it took inside sections;
+//! - batch: CPU-bound threads with no worker registered, wall time of a fixed amount of work.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use morpheus_starvation::{monotonic_ns, pin_to, sleep_until, thread_cpu_ns, Target};
+
+/// Samples excluded at the start of a cell (registration, scheduler settling).
+const WARMUP_NS: u64 = 300_000_000;
+
+/// A worker for the calling thread: registered through scx_morpheus's agent when it runs, else a
+/// detached one (checkpoints are the same call and never ask to yield), so "checkpoints on" costs
+/// the same code under every scheduler.
+fn worker_for(socket: Option<&Path>) -> Result<morpheus::Worker> {
+    match socket {
+        Some(socket) => {
+            let w = morpheus::Worker::builder()
+                .agent_socket(socket)
+                .escapable(true)
+                .register()
+                .with_context(|| format!("registration with {}", socket.display()))?;
+            if !w.is_attached() {
+                return Err(anyhow!("the worker registered with {} is detached", socket.display()));
+            }
+            Ok(w)
+        }
+        None => Ok(morpheus::Worker::detached()?),
+    }
+}
+
+/// `work_ns` of CPU (thread clock) in `chunk_ns` pieces, with a checkpoint between pieces when a
+/// worker is given (yielding when it asks).
+fn cpu_work(work_ns: u64, chunk_ns: u64, worker: Option<&morpheus::Worker>) {
+    let start = thread_cpu_ns();
+    while thread_cpu_ns() - start < work_ns {
+        let piece = thread_cpu_ns();
+        while thread_cpu_ns() - piece < chunk_ns {
+            std::hint::spin_loop();
+        }
+        if let Some(w) = worker {
+            if w.checkpoint_sync() {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Unregistered CPU hogs, one per CPU (the "pressure" of Table 1), until `stop`.
+fn spawn_hogs(n: usize, stop: &Arc<AtomicBool>) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    (0..n)
+        .map(|i| {
+            let stop = Arc::clone(stop);
+            std::thread::Builder::new()
+                .name(format!("hog-{i}"))
+                .spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
+                .map_err(Into::into)
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LatencyShape {
+    pub workers: usize,
+    pub pressure: bool,
+    pub checkpoints: bool,
+    pub think_us: u64,
+    pub work_us: u64,
+    pub chunk_us: u64,
+}
+
+/// Per-op latencies (ns) and ops completed after the warm-up, over `seconds - warm-up`.
+pub struct LatencyResult {
+    pub latencies_ns: Vec<u64>,
+    pub ops: u64,
+    pub measured_s: f64,
+}
+
+/// Table 1: each worker loops { sleep think; CPU work }; an op's latency is from the end of its
+/// think time (when it should start) to the end of its work, so it counts the wake-up delay and
+/// every preemption during the work.
+pub fn latency(shape: LatencyShape, socket: Option<&Path>, ncpu: usize, seconds: f64) -> Result<LatencyResult> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(shape.workers + 1));
+    let hogs = if shape.pressure { spawn_hogs(ncpu, &stop)? } else { Vec::new() };
+    let mut handles = Vec::new();
+    for i in 0..shape.workers {
+        let (stop, barrier) = (Arc::clone(&stop), Arc::clone(&barrier));
+        let socket = if shape.checkpoints { socket.map(Path::to_path_buf) } else { None };
+        handles.push(std::thread::Builder::new().name(format!("req-{i}")).spawn(move || -> Result<(Vec<u64>, u64)> {
+            let worker = if shape.checkpoints { Some(worker_for(socket.as_deref())?) } else { None };
+            barrier.wait();
+            let start = monotonic_ns();
+            let (think, work, chunk) = (shape.think_us * 1000, shape.work_us * 1000, shape.chunk_us * 1000);
+            let mut lat = Vec::new();
+            let mut ops = 0u64;
+            let mut due = start + think;
+            while !stop.load(Ordering::Relaxed) {
+                sleep_until(due);
+                cpu_work(work, chunk, worker.as_ref());
+                let done = monotonic_ns();
+                if due >= start + WARMUP_NS && !stop.load(Ordering::Relaxed) {
+                    lat.push(done.saturating_sub(due));
+                    ops += 1;
+                }
+                due = done + think;
+            }
+            Ok((lat, ops))
+        })?);
+    }
+    barrier.wait();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut result = LatencyResult { latencies_ns: Vec::new(), ops: 0, measured_s: seconds - WARMUP_NS as f64 / 1e9 };
+    for h in handles {
+        let (lat, ops) = h.join().map_err(|_| anyhow!("a request worker panicked"))??;
+        result.latencies_ns.extend(lat);
+        result.ops += ops;
+    }
+    for h in hogs {
+        h.join().map_err(|_| anyhow!("a hog thread panicked"))?;
+    }
+    Ok(result)
+}
+
+/// Per section: wall time over the CPU time it asked for, minus 1 (parts per million), and the
+/// escalations the worker took while inside it.
+pub struct LiarResult {
+    pub overhead_ppm: Vec<u64>,
+    pub escalations_inside: u64,
+}
+
+/// The worker's SCB escalation counter (0 when detached).
+fn escalations_of(worker: &morpheus::Worker) -> u64 {
+    let (Some(region), Some(slot)) = (worker.region(), worker.slot()) else { return 0 };
+    match region.scb_ptr(slot) {
+        // SAFETY: the SCB of our own live registration; the field is read with a volatile load
+        // (the scheduler updates it with atomics).
+        Ok(scb) => unsafe { u64::from(std::ptr::read_volatile(std::ptr::addr_of!((*scb).escalations))) },
+        Err(_) => 0,
+    }
+}
+
+/// The calling thread's involuntary context switches (diagnostics).
+fn involuntary_switches() -> i64 {
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_nivcsw
+}
+
+/// Idle time of `cpu` so far (ms), from /proc/stat (diagnostics).
+fn idle_ms(cpu: usize) -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let name = format!("cpu{cpu}");
+    let ticks: u64 = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .map(|l| l.split_whitespace().skip(4).take(2).filter_map(|v| v.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    ticks * 1000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
+
+/// Table 3: the liar, pinned to `cpu`, loops { critical section of `section_ms` of CPU without a
+/// checkpoint; checkpoint (yield if asked); sleep `rest_ms` }.
+pub fn liar(section_ms: u64, rest_ms: u64, cpu: usize, socket: Option<&Path>, seconds: f64) -> Result<LiarResult> {
+    let socket = socket.map(Path::to_path_buf);
+    let handle = std::thread::Builder::new().name("liar".into()).spawn(move || -> Result<LiarResult> {
+        pin_to(cpu)?;
+        let worker = worker_for(socket.as_deref())?;
+        let section = section_ms * 1_000_000;
+        let start = monotonic_ns();
+        let end = start + (seconds * 1e9) as u64;
+        let mut result = LiarResult { overhead_ppm: Vec::new(), escalations_inside: 0 };
+        // A section is only started when it can end inside the cell's time at no overhead.
+        while monotonic_ns() + section < end {
+            let sw0 = involuntary_switches();
+            let idle0 = idle_ms(cpu);
+            let guard = worker.critical_section();
+            // Read inside the section at both ends: an escalation between the exit and the
+            // acknowledgement below is of a worker outside its section, ignoring a request.
+            let esc0 = escalations_of(&worker);
+            let (wall0, cpu0) = (monotonic_ns(), thread_cpu_ns());
+            while thread_cpu_ns() - cpu0 < section {
+                std::hint::spin_loop();
+            }
+            let (wall, used) = (monotonic_ns() - wall0, thread_cpu_ns() - cpu0);
+            let esc1 = escalations_of(&worker);
+            drop(guard);
+            if std::env::var_os("COMPARE_DEBUG").is_some() {
+                eprintln!(
+                    "liar: section wall {} µs cpu {} µs switches {} cpu{cpu} idle {} ms escalations {}",
+                    wall / 1000,
+                    used / 1000,
+                    involuntary_switches() - sw0,
+                    idle_ms(cpu).saturating_sub(idle0),
+                    esc1.wrapping_sub(esc0)
+                );
+            }
+            result.escalations_inside += esc1.wrapping_sub(esc0) & u64::from(u32::MAX);
+            if wall0 >= start + WARMUP_NS {
+                result.overhead_ppm.push((wall.saturating_sub(used)) * 1_000_000 / used.max(1));
+            }
+            if worker.checkpoint_sync() {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(rest_ms));
+        }
+        Ok(result)
+    })?;
+    handle.join().map_err(|_| anyhow!("the liar thread panicked"))?
+}
+
+/// The batch: `threads` threads of `iterations` multiply-adds each, no worker; wall time in ns.
+pub fn batch(threads: usize, iterations: u64) -> Result<u64> {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut x = 1u64;
+                for _ in 0..iterations {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+                x
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t0 = monotonic_ns();
+    for h in handles {
+        h.join().map_err(|_| anyhow!("a batch thread panicked"))?;
+    }
+    Ok(monotonic_ns() - t0)
+}
+
+/// The starvation cell's target: scx_morpheus's socket, when it runs.
+pub fn target(socket: Option<&Path>) -> Option<Target> {
+    socket.map(|s| Target { socket: s.to_path_buf() })
+}
