@@ -69,6 +69,12 @@ export declare class Worker implements Disposable {
   readonly slot: number | null;
   readonly slotGeneration: number;
   readonly detachReason: DetachReasonName | null;
+  /** What exactly keeps the worker detached (a dead socket, a failed re-registration), or null. */
+  readonly detachDetail: string | null;
+  /** How many times the worker registered again on its own after the scheduler restarted or came up (spec/SCB.md §6.1). */
+  readonly reattachments: number;
+  /** Whether the worker waits for a scheduler to register with (lost, or detached because the agent was not running). */
+  readonly waitingForScheduler: boolean;
   escapable: boolean;
   priority: number;
   readonly runtimeMode: RuntimeModeName;
@@ -90,6 +96,22 @@ export interface Ticker {
   readonly every: number;
 }
 
+/** A line from the SDK's core about the scheduler's life (spec/SCB.md §6.1). */
+export interface Notice {
+  readonly level: 'info' | 'warning';
+  readonly message: string;
+}
+/** The `notice` events of `notices` (a Node EventEmitter at run time). */
+export interface NoticeEmitter {
+  on(event: 'notice', listener: (notice: Notice) => void): this;
+  once(event: 'notice', listener: (notice: Notice) => void): this;
+  off(event: 'notice', listener: (notice: Notice) => void): this;
+}
+/**
+ * Emits ('notice', Notice) for each of the core's notices; warnings also go to
+ * process.emitWarning(message, 'MorpheusWarning').
+ */
+export declare const notices: NoticeEmitter;
 export declare function initWorker(options?: WorkerOptions): Worker;
 export declare function currentWorker(): Worker | null;
 export declare function attach(path?: string): Region | null;

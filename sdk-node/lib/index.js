@@ -13,6 +13,7 @@
 const { Scb, PRIORITY_MIN, PRIORITY_MAX } = require('@morpheus/abi');
 const native = require('./native.js');
 const { MorpheusError, errors, fromNative } = require('./errors.js');
+const { EventEmitter } = require('node:events');
 
 // ------------------------------------------------------------------------------------------------
 // The fast path's state (this thread's)
@@ -25,29 +26,83 @@ const ZEROES = new BigInt64Array(new ArrayBuffer(Scb.size));
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
+const KIND_WAKE = 3;
 // A value preempt_seq cannot reach (the core's FORCE_SLOW_PATH, u64::MAX): every check reaches the addon.
 const FORCE_SLOW_PATH = -1n;
 
 let seq = ZEROES;
 // The acknowledged sequence the view is compared with (as a signed 64-bit BigInt).
 let ack = 0n;
-// The view of the current registration (kept while it is live, dropped at close or on a restart).
+// The SCB view of the current registration (kept while it is live, dropped at close or on a restart).
 let view = null;
+// Which registration the view belongs to (the core's re-registration count, §6.1); -1: none.
+let viewRegistration = -1;
+// The core's wake sequence (spec/SCB.md §6.1), read while the worker waits for a scheduler: taken
+// once per thread (process-wide memory of the core, never freed). null until needed.
+let wakeView = null;
 
-/** Re-read what the fast path compares with; called after every slow path and registration. */
+function toSigned64(low, high) {
+  return BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
+}
+
+function dropView() {
+  view = null;
+  viewRegistration = -1;
+}
+
+/**
+ * Re-read what the fast path compares with; called after every slow path and registration. The core
+ * may have registered the worker again (a new scheduler instance, §6.1), or lost it: the view follows.
+ */
 function refresh() {
-  const [low, high, kind] = native.fastState();
+  let [low, high, kind, registration, notices] = native.fastState();
+  if ((kind === KIND_VIEW || kind === KIND_ALWAYS_SLOW) && registration !== viewRegistration) {
+    // Attached, and the view is of an earlier registration or was never taken (the worker started
+    // detached): take the current registration's, then re-read what to compare it with.
+    const buffer = native.scbView(native.currentToken());
+    view = buffer === null ? null : new BigInt64Array(buffer);
+    viewRegistration = registration;
+    [low, high, kind, registration, notices] = native.fastState();
+  }
   if (kind === KIND_VIEW && view !== null) {
     seq = view;
-    ack = BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
-  } else if (kind === KIND_ALWAYS_SLOW || (kind === KIND_VIEW && view === null)) {
+    ack = toSigned64(low, high);
+  } else if (kind === KIND_WAKE) {
+    // Waiting for a scheduler: compare the core's wake sequence with its ack, as its fast path does.
+    if (wakeView === null) {
+      const buffer = native.wakeView(native.currentToken());
+      if (buffer !== null) wakeView = new BigInt64Array(buffer);
+    }
+    seq = wakeView ?? ZEROES;
+    ack = wakeView === null ? FORCE_SLOW_PATH : toSigned64(low, high);
+    dropView();
+  } else if (kind === KIND_ALWAYS_SLOW || kind === KIND_VIEW) {
     seq = ZEROES;
     ack = FORCE_SLOW_PATH;
   } else {
-    // No worker, detached, or lost after a scheduler restart: zeroes, never a yield (§6, §7).
+    // No worker, or one that never registers again (detached on request or by the environment):
+    // zeroes, never a yield (§7).
     seq = ZEROES;
     ack = 0n;
-    view = null;
+    dropView();
+  }
+  if (notices) emitNotices();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Notices: the core's lines about the scheduler's life (running detached and why, lost, registered
+// again, a refused re-registration; spec/SCB.md §6.1). Each one is emitted on `notices` as
+// ('notice', { level, message }), level 'info' or 'warning'; warnings also go to
+// process.emitWarning(message, 'MorpheusWarning') (printed on stderr by default, as the core's own
+// line was; --no-warnings or a 'warning' listener silences or routes them). Info notices are only
+// emitted on `notices` (the core's default prints none).
+
+const notices = new EventEmitter();
+
+function emitNotices() {
+  for (const [level, message] of native.takeNotices()) {
+    if (level === 'warning') process.emitWarning(message, 'MorpheusWarning');
+    notices.emit('notice', { level, message });
   }
 }
 
@@ -390,7 +445,29 @@ class Worker {
 
   /** Whether the worker drives an SCB (false when detached or after a scheduler restart). */
   get attached() {
-    return this.#call(native.workerAttached);
+    // Asking may register the worker again (a new scheduler instance, §6.1): the fast path follows.
+    const attached = this.#call(native.workerAttached);
+    refresh();
+    return attached;
+  }
+
+  /** How many times the worker registered again on its own after the scheduler restarted or came up (§6.1). */
+  get reattachments() {
+    return this.#call(native.workerReattachments);
+  }
+
+  /** What exactly keeps the worker detached (a dead socket, a failed re-registration), or null. */
+  get detachDetail() {
+    return this.#call(native.workerDetachDetail);
+  }
+
+  /**
+   * Whether the worker waits for a scheduler to register with: lost to a stopped or killed one, or
+   * detached at start because the agent was not running. Its next checkpoint after a new instance
+   * accepts registers it again. False for workers detached on request or registered directly.
+   */
+  get waitingForScheduler() {
+    return this.#call(native.workerWaitingForScheduler);
   }
 
   /** The slot index, or null when detached. */
@@ -455,7 +532,11 @@ class Worker {
 
   /** Throws GenerationChangedError after a scheduler restart, DetachedError for a worker without a region. */
   status() {
-    this.#call(native.workerStatus);
+    try {
+      this.#call(native.workerStatus);
+    } finally {
+      refresh();
+    }
   }
 
   /** Record a yield the application made on its own (EXPLICIT), acknowledging any pending request. */
@@ -498,14 +579,13 @@ function initWorker(options = {}) {
   } catch (error) {
     throw fromNative(error);
   }
+  dropView();
   try {
-    view = native.scbView(token);
-    view = view === null ? null : new BigInt64Array(view);
+    refresh();
   } catch (error) {
     native.unregister(token);
     throw fromNative(error);
   }
-  refresh();
   current = new Worker(token);
   return current;
 }
@@ -553,6 +633,7 @@ module.exports = {
   YIELD_PASSES,
   MorpheusError,
   errors,
+  notices,
   Region: native.Region,
   Worker,
   attach,

@@ -20,6 +20,7 @@ export const {
   criticalExit,
   currentWorker,
   initWorker,
+  notices,
   setEscapable,
   setPriority,
   shouldYield,

@@ -29,7 +29,9 @@ use std::{
     task::{Context, Poll, Waker},
 };
 
-use morpheus::{Config, CriticalSection, DetachReason, Discovered, Error, RuntimeKind, RuntimeMode, YieldReason};
+use morpheus::{
+    Config, CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, YieldReason,
+};
 use morpheus_abi::CACHE_LINE_SIZE;
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
@@ -82,6 +84,45 @@ thread_local! {
     /// Open critical sections of this thread, innermost last. The core counts the depth per thread;
     /// these guards are how JS holds them (exit = drop the innermost).
     static CRITICAL: RefCell<Vec<CriticalSection<'static>>> = const { RefCell::new(Vec::new()) };
+    /// The core's notices on this thread not yet handed to JS ([`take_notices`]), oldest first.
+    static NOTICES: RefCell<Vec<(NoticeLevel, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How many notices a thread keeps for JS; older ones are dropped (a thread that never lets JS drain
+/// them must not grow without bound).
+const NOTICES_KEPT: usize = 64;
+
+/// The core's notice hook: the core calls it on the worker's own thread, inside a call from JS, so
+/// the notice waits in that thread's queue until the JS wrapper takes it (right after the call).
+fn queue_notice(level: NoticeLevel, message: &str) {
+    NOTICES.with(|queue| {
+        let mut queue = queue.borrow_mut();
+        if queue.len() == NOTICES_KEPT {
+            queue.remove(0);
+        }
+        queue.push((level, message.to_owned()));
+    });
+}
+
+/// The core's notices queued on this thread since the last call, as `[level, message]` pairs
+/// (`"info"` or `"warning"`), oldest first.
+#[napi]
+pub fn take_notices() -> Vec<Vec<String>> {
+    NOTICES.with(|queue| {
+        queue
+            .borrow_mut()
+            .drain(..)
+            .map(|(level, message)| {
+                let level = if level == NoticeLevel::Warning { "warning" } else { "info" };
+                vec![level.to_owned(), message]
+            })
+            .collect()
+    })
+}
+
+/// Whether notices wait in this thread's queue.
+fn notices_pending() -> bool {
+    NOTICES.with(|queue| !queue.borrow().is_empty())
 }
 
 /// Tokens tell a stale JS handle (its worker shut down, the thread registered again) from the live one.
@@ -118,6 +159,9 @@ fn release(token: Option<u32>) -> Result<bool, Code> {
 
 #[napi(module_exports)]
 pub fn module_init(_exports: Object, env: Env) -> Result<()> {
+    // The core's notices (running detached, lost, registered again) go to JS, which emits them
+    // (lib/index.js: process.emitWarning and the `notices` emitter) instead of the core's stderr line.
+    morpheus::set_notice_hook(Some(queue_notice));
     // At environment teardown (process exit, a worker thread ending, even without close()), release
     // the worker this thread holds: its slot is freed (thread-local destructors do not run for the
     // main thread at exit, and a worker thread's may run after its isolate is gone).
@@ -280,25 +324,48 @@ pub fn current_token() -> Option<u32> {
 const VIEW: i32 = 0;
 const ALWAYS_SLOW: i32 = 1;
 const ZEROES: i32 = 2;
+const WAKE: i32 = 3;
 
-/// What the JS fast path compares with, as `[ack_low, ack_high, kind]`: `kind` 0 compares the view's
-/// `preempt_seq` with the acknowledged sequence; 1 goes to the native side on every check (PRESSURED
-/// and DEFENSIVE modes disable the fast path, spec/SCB.md §5.4; also when no live view exists); 2
-/// reads zeroes (no worker, detached, or lost after a scheduler restart: the core then reads its
-/// static zeroed SCB too, §6, §7). Called at registration and after every slow path.
+/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices]`:
+///
+/// * `kind` 0 compares the SCB view's `preempt_seq` with the acknowledged sequence; 1 goes to the
+///   native side on every check (PRESSURED and DEFENSIVE modes disable the fast path, spec/SCB.md
+///   §5.4; also when no live view exists); 2 reads zeroes (no worker, or one that never registers
+///   again: detached on request or by the environment, or registered directly, §7); 3 compares the
+///   wake view ([`wake_view`]) with the ack: the worker waits for a scheduler (lost, or detached
+///   because the agent was not running) and the core's watcher bumps that word when a new instance
+///   accepts, so the next checkpoint takes the slow path and registers again (§6.1).
+/// * `registration` counts the worker's registrations (the core's re-registrations): when it moved
+///   since JS took its SCB view, JS takes a new one ([`scb_view`]) before comparing.
+/// * `notices` is 1 when the core left notices for [`take_notices`].
+///
+/// Which kind is the core's answer, never a rule of this addon: attached or not, and waiting for a
+/// scheduler or not, are what the core reports (the same state its own fast path follows). Called at
+/// registration and after every slow path; may itself register the worker again (the core's
+/// `is_attached` does when a wake-up is pending, §6.1).
 #[napi]
 pub fn fast_state() -> Vec<i32> {
-    HELD.with(|held| match &*held.borrow() {
-        None => vec![0, 0, ZEROES],
-        Some(h) if !h.worker.is_attached() => vec![0, 0, ZEROES],
-        Some(h) if !h.view_live || h.worker.runtime_mode() != RuntimeMode::Deterministic => {
-            vec![0, 0, ALWAYS_SLOW]
-        }
+    let state = HELD.with(|held| match &*held.borrow() {
+        None => [0, 0, ZEROES, 0],
         Some(h) => {
-            let ack = h.worker.acknowledged_seq();
-            vec![ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW]
+            let registration = h.worker.reattachments() as u32 as i32;
+            if !h.worker.is_attached() {
+                if h.worker.is_waiting_for_scheduler() {
+                    // SAFETY: this thread's worker state, read on its own thread.
+                    let ack = unsafe { (*h.worker.as_raw()).cached_ack };
+                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration]
+                } else {
+                    [0, 0, ZEROES, registration]
+                }
+            } else if !h.view_live || h.worker.runtime_mode() != RuntimeMode::Deterministic {
+                [0, 0, ALWAYS_SLOW, registration]
+            } else {
+                let ack = h.worker.acknowledged_seq();
+                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration]
+            }
         }
-    })
+    });
+    vec![state[0], state[1], state[2], state[3], i32::from(notices_pending())]
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -315,7 +382,10 @@ pub fn scb_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'
         let scb = region.scb_ptr(slot).map_err(to_js)?;
         Ok(Some((region.clone(), scb.cast::<u8>())))
     })?;
-    let Some((region, data)) = target else { return Ok(None) };
+    let Some((region, data)) = target else {
+        set_view_live(false);
+        return Ok(None);
+    };
     let len = CACHE_LINE_SIZE as usize;
     // SAFETY: `data` points at `len` bytes of the mapping that `region` keeps alive; the hint moves a
     // clone of the Arc into the buffer, dropped only by the finalizer, so the mapping outlives every
@@ -324,12 +394,62 @@ pub fn scb_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'
     let buffer = unsafe { ArrayBuffer::from_external(env, data, len, region, |_, region| drop(region)) }
         .map_err(|e| napi::Error::new(Code(morpheus::ErrorCode::Io.name()), e.reason.clone()))?;
     let live = buffer.as_ptr() == data.cast_const();
+    set_view_live(live);
+    Ok(live.then_some(buffer))
+}
+
+fn set_view_live(live: bool) {
     HELD.with(|held| {
         if let Some(h) = held.borrow_mut().as_mut() {
             h.view_live = live;
         }
     });
+}
+
+/// The word the core's fast path reads while the worker waits for a scheduler (kind 3 of
+/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, for a BigInt64 `Atomics.load`. Null when
+/// the worker does not wait, or when the runtime refuses external buffers (then JS asks the native
+/// side on every check while waiting).
+///
+/// The pointer is the core's own (`RawWorker::preempt_seq` while waiting, spec/SCB.md §6.1: "a wake
+/// sequence in the SDK's own memory"): the core's process-wide wake sequence, a static that lives as
+/// long as the process, so the buffer needs no owner and its finalizer frees nothing. JS takes it
+/// once per thread and keeps it.
+#[napi]
+pub fn wake_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'env>>, Code> {
+    let word = with_held(token, "wakeView", |h| {
+        if h.worker.is_attached() || !h.worker.is_waiting_for_scheduler() {
+            return Ok(None);
+        }
+        // SAFETY: this thread's worker state, read on its own thread.
+        Ok(Some(unsafe { (*h.worker.as_raw()).preempt_seq }.cast::<u8>().cast_mut()))
+    })?;
+    let Some(data) = word else { return Ok(None) };
+    // SAFETY: while the worker waits, `data` is the core's static wake sequence (8 bytes, aligned,
+    // never freed); JS only loads it.
+    let buffer = unsafe { ArrayBuffer::from_external(env, data, std::mem::size_of::<u64>(), (), |_, ()| {}) }
+        .map_err(|e| napi::Error::new(Code(morpheus::ErrorCode::Io.name()), e.reason.clone()))?;
+    let live = buffer.as_ptr() == data.cast_const();
     Ok(live.then_some(buffer))
+}
+
+/// How many times the worker registered again on its own after the scheduler restarted or came up
+/// (spec/SCB.md §6.1).
+#[napi]
+pub fn worker_reattachments(token: u32) -> Result<i64, Code> {
+    with_held(token, "reattachments", |h| Ok(h.worker.reattachments() as i64))
+}
+
+/// What exactly keeps the worker detached (a dead socket, a failed re-registration), or null.
+#[napi]
+pub fn worker_detach_detail(token: u32) -> Result<Option<String>, Code> {
+    with_held(token, "detachDetail", |h| Ok(h.worker.detach_detail().map(str::to_owned)))
+}
+
+/// Whether the worker waits for a scheduler to register with (lost, or detached by a stopped agent).
+#[napi]
+pub fn worker_waiting_for_scheduler(token: u32) -> Result<bool, Code> {
+    with_held(token, "waitingForScheduler", |h| Ok(h.worker.is_waiting_for_scheduler()))
 }
 
 // ------------------------------------------------------------------------------------------------

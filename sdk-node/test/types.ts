@@ -6,6 +6,7 @@ import {
   critical,
   errors,
   initWorker,
+  notices,
   MorpheusError,
   shouldYield,
   yieldRequested,
@@ -16,6 +17,15 @@ import {
 export async function handler(): Promise<number> {
   using worker: Worker = initWorker({ escapable: false, priority: -1 });
   const slot: number | null = worker.slot;
+  const reattached: number = worker.reattachments;
+  const detail: string | null = worker.detachDetail;
+  const waiting: boolean = worker.waitingForScheduler;
+  notices.on('notice', (notice) => {
+    const level: 'info' | 'warning' = notice.level;
+    const message: string = notice.message;
+    void level, message;
+  });
+  void reattached, detail, waiting;
   const tick = checkpointEvery(100);
   let n = 0;
   for (let i = 0; i < 1000; i++) {
