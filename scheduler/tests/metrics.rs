@@ -7,43 +7,27 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use scx_morpheus::openmetrics::CONTENT_TYPE;
 use scx_morpheus::snapshot::Metrics;
 use scx_morpheus::stats_socket::{self, Reader};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scx_morpheus");
-const PATIENCE: Duration = Duration::from_secs(120);
+mod common;
+use common::{SimAgent, BIN, PATIENCE};
 
+/// The agent with a reader of its stats socket, to compare the scrape's figures with.
 struct Agent {
-    child: Child,
-    _dir: tempfile::TempDir,
+    _agent: SimAgent,
     stats: Reader,
 }
 
 impl Agent {
     fn start(extra: &[&str]) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("sock");
-        let child = Command::new(BIN)
-            .args(["--backend", "sim", "--socket"])
-            .arg(&socket)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stats = Reader::connect_within(&stats_socket::path_for(&socket), PATIENCE).unwrap();
-        Agent { child, _dir: dir, stats }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let agent = SimAgent::start(extra, Stdio::null());
+        let stats = Reader::connect_within(&stats_socket::path_for(&agent.socket()), PATIENCE).unwrap();
+        Agent { _agent: agent, stats }
     }
 }
 

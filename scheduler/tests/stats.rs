@@ -11,58 +11,17 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use scx_morpheus::snapshot::Metrics;
 use scx_morpheus::stats_socket::{self, Reader};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scx_morpheus");
-const PATIENCE: Duration = Duration::from_secs(120);
+mod common;
+use common::{SimAgent as Agent, BIN, PATIENCE};
 
-struct Agent {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(extra: &[&str]) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(BIN)
-            .args(["--backend", "sim", "--socket"])
-            .arg(dir.path().join("sock"))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let agent = Agent { child, dir };
-        let deadline = Instant::now() + PATIENCE;
-        while UnixStream::connect(agent.socket()).is_err() {
-            assert!(Instant::now() < deadline, "scx_morpheus did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        agent
-    }
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("sock")
-    }
-    fn stats_path(&self) -> PathBuf {
-        stats_socket::path_for(&self.socket())
-    }
-    /// SIGTERM; the agent must exit 0 (its directory stays for checks until the Agent is dropped).
-    fn stop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "scx_morpheus exited with {status}");
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The stats socket of `agent` (next to its registration socket).
+fn stats_path(agent: &Agent) -> PathBuf {
+    stats_socket::path_for(&agent.socket())
 }
 
 /// `child`'s stdout, line by line, through a channel (reads never block the test past PATIENCE).
@@ -93,8 +52,8 @@ fn next_matching(lines: &mpsc::Receiver<String>, want: impl Fn(&str) -> bool) ->
 
 #[test]
 fn the_stats_socket_answers_structured_snapshots_to_the_agents_user_only() {
-    let mut agent = Agent::start(&["--mode", "enforced", "--policy", "hybrid", "--slice-us", "3000", "--grace-us", "1000"]);
-    let path = agent.stats_path();
+    let mut agent = Agent::start(&["--mode", "enforced", "--policy", "hybrid", "--slice-us", "3000", "--grace-us", "1000"], Stdio::null());
+    let path = stats_path(&agent);
     assert_eq!(path.file_name().unwrap(), "sock.stats");
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
@@ -145,7 +104,7 @@ fn the_stats_socket_answers_structured_snapshots_to_the_agents_user_only() {
 
 #[test]
 fn monitor_and_stats_print_reports_read_from_the_socket() {
-    let mut agent = Agent::start(&["--stats", "0.1"]);
+    let mut agent = Agent::start(&["--stats", "0.1"], Stdio::piped());
     // --stats: the agent's own reporter thread.
     let agent_lines = lines_of(&mut agent.child);
     let line = next_matching(&agent_lines, |l| l.starts_with("[scx_morpheus] SIM OBSERVER THREAD_KICK"));
@@ -200,10 +159,10 @@ fn another_user_is_refused_the_stats() {
         eprintln!("skipped: running the clients as another user needs root");
         return;
     }
-    let mut agent = Agent::start(&[]);
+    let mut agent = Agent::start(&[], Stdio::null());
     // The directory itself is open to everyone (as /run/morpheus is): only the socket's mode refuses.
     std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    Reader::connect_within(&agent.stats_path(), PATIENCE).unwrap();
+    Reader::connect_within(&stats_path(&agent), PATIENCE).unwrap();
     let nobody = 65534;
     let top = Path::new(env!("CARGO_BIN_EXE_morpheus"));
     for (program, args) in [(Path::new(BIN), vec!["--monitor", "0.1"]), (top, vec!["stats"]), (top, vec!["top", "--json"])] {

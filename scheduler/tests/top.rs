@@ -8,8 +8,8 @@
 //! tmux comes from tools/setup.sh. Every wait polls the screen with a generous deadline; no verdict
 //! depends on how fast anything happens.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use scx_morpheus::snapshot::Metrics;
 
-const AGENT: &str = env!("CARGO_BIN_EXE_scx_morpheus");
 const TOP: &str = env!("CARGO_BIN_EXE_morpheus");
-const PATIENCE: Duration = Duration::from_secs(120);
+mod common;
+use common::{SimAgent, PATIENCE};
 
 fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>, context: impl Fn() -> String) -> T {
     let deadline = Instant::now() + PATIENCE;
@@ -32,36 +32,12 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>, context: impl F
     }
 }
 
-struct Agent {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start() -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(AGENT)
-            .args(["--backend", "sim", "--max-workers", "8", "--mode", "enforced", "--policy", "kick"])
-            .args(["--slice-us", "2000", "--grace-us", "2000", "--throttle-max-ms", "60000", "--socket"])
-            .arg(dir.path().join("sock"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let agent = Agent { child, dir };
-        wait_for("the agent's socket", || std::os::unix::net::UnixStream::connect(agent.socket()).ok(), String::new);
-        agent
-    }
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("sock")
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The agent the view watches: enforced, policy kick, short slices so the spinner is escalated soon.
+fn start_agent() -> SimAgent {
+    SimAgent::start(
+        &["--max-workers", "8", "--mode", "enforced", "--policy", "kick", "--slice-us", "2000", "--grace-us", "2000", "--throttle-max-ms", "60000"],
+        Stdio::null(),
+    )
 }
 
 /// A registered worker thread named `name` that spins without a checkpoint until told to stop.
@@ -145,7 +121,7 @@ fn row(screen: &str, tid: u32) -> Option<std::collections::HashMap<&'static str,
 
 #[test]
 fn top_shows_the_workers_the_agent_watches_and_quits_on_q() {
-    let agent = Agent::start();
+    let agent = start_agent();
     let spinner = Spinner::start(&agent.socket(), "top-spinner", true, false);
     let critical = Spinner::start(&agent.socket(), "top-critical", true, true);
     let opted_out = Spinner::start(&agent.socket(), "top-optout", false, false);
