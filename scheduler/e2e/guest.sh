@@ -284,45 +284,41 @@ live() { # live SDK ROW DESCRIPTION COMMAND...
 }
 run_rust() { morpheus-e2e-worker --seconds "$WORKER_SECONDS" "$@"; }
 run_c() { morpheus-e2e-worker-c --seconds "$WORKER_SECONDS" "$@"; }
+# per_role TAG COMMAND ROLE...: COMMAND ROLE in one process per role, all at once; prints each one's
+# output in role order and fails if any failed.
+per_role() {
+	pr_tag=$1
+	pr_cmd=$2
+	shift 2
+	pr_pids=""
+	for role in "$@"; do
+		rm -f "/tmp/$pr_tag-$role.rc"
+		(
+			$pr_cmd "$role" >"/tmp/$pr_tag-$role.out" 2>&1
+			echo $? >"/tmp/$pr_tag-$role.rc"
+		) &
+		pr_pids="$pr_pids $!"
+	done
+	for p in $pr_pids; do wait "$p"; done
+	pr_rc=0
+	for role in "$@"; do
+		cat "/tmp/$pr_tag-$role.out"
+		[ "$(cat "/tmp/$pr_tag-$role.rc" 2>/dev/null)" = 0 ] || pr_rc=1
+	done
+	return $pr_rc
+}
+python_role() {
+	env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH=/morpheus/py PYTHONDONTWRITEBYTECODE=1 \
+		"$PY_BIN" /morpheus/py/worker_py.py --seconds "$WORKER_SECONDS" "$1"
+}
+node_role() { env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" /morpheus/node/worker_node.js --seconds "$WORKER_SECONDS" "$1"; }
 run_python() { # one process per role (threads of one interpreter would take turns on the GIL)
 	[ -n "${PY_BIN:-}" ] || { echo "no Python: /hostroot is not mounted"; return 1; }
-	py_pids=""
-	for role in "$@"; do
-		rm -f "/tmp/py-$role.rc"
-		(
-			env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH=/morpheus/py PYTHONDONTWRITEBYTECODE=1 \
-				"$PY_BIN" /morpheus/py/worker_py.py --seconds "$WORKER_SECONDS" "$role" >"/tmp/py-$role.out" 2>&1
-			echo $? >"/tmp/py-$role.rc"
-		) &
-		py_pids="$py_pids $!"
-	done
-	for p in $py_pids; do wait "$p"; done
-	py_rc=0
-	for role in "$@"; do
-		cat "/tmp/py-$role.out"
-		[ "$(cat "/tmp/py-$role.rc" 2>/dev/null)" = 0 ] || py_rc=1
-	done
-	return $py_rc
+	per_role py python_role "$@"
 }
 run_node() { # one process per role (a Node process runs its JavaScript on one thread)
 	[ -n "${NODE_BIN:-}" ] || { echo "no node: /hostroot is not mounted"; return 1; }
-	node_pids=""
-	for role in "$@"; do
-		rm -f "/tmp/node-$role.rc"
-		(
-			env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" /morpheus/node/worker_node.js --seconds "$WORKER_SECONDS" "$role" \
-				>"/tmp/node-$role.out" 2>&1
-			echo $? >"/tmp/node-$role.rc"
-		) &
-		node_pids="$node_pids $!"
-	done
-	for p in $node_pids; do wait "$p"; done
-	node_rc=0
-	for role in "$@"; do
-		cat "/tmp/node-$role.out"
-		[ "$(cat "/tmp/node-$role.rc" 2>/dev/null)" = 0 ] || node_rc=1
-	done
-	return $node_rc
+	per_role node node_role "$@"
 }
 run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
 	j_bin=$1
