@@ -65,19 +65,22 @@ def us(ns):
     return f"{ns / 1000:.0f}"
 
 
+def rows(cells, order):
+    """(cell, scheduler, its result, EEVDF's result in that cell or {}) for every scheduler that ran."""
+    for cell, by in cells.items():
+        base = by.get(BASELINE) or {}
+        for s in order:
+            if by.get(s):
+                yield cell, s, by[s], base
+
+
 def latency_table(cells, order):
     print("| cell | scheduler | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | ops/s ÷ EEVDF | p50 ÷ EEVDF | p99 ÷ EEVDF | p99.9 ÷ EEVDF |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for cell, by in cells.items():
-        base = by.get(BASELINE)
-        for s in order:
-            r = by.get(s)
-            if not r:
-                continue
-            b = base or {}
-            print(f"| {cell} | {s} | {r['ops_per_s']:.0f} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | "
-                  f"{ratio(r['ops_per_s'], b.get('ops_per_s'))} | {ratio(r['p50'], b.get('p50'))} | {ratio(r['p99'], b.get('p99'))} | "
-                  f"{ratio(r['p999'], b.get('p999'))} |")
+    for cell, s, r, b in rows(cells, order):
+        print(f"| {cell} | {s} | {r['ops_per_s']:.0f} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | "
+              f"{ratio(r['ops_per_s'], b.get('ops_per_s'))} | {ratio(r['p50'], b.get('p50'))} | {ratio(r['p99'], b.get('p99'))} | "
+              f"{ratio(r['p999'], b.get('p999'))} |")
 
 
 def checkpoint_cost(cells, order):
@@ -98,44 +101,29 @@ def checkpoint_cost(cells, order):
 def starvation_table(cells, order, config):
     print("| scheduler | samples | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | p50 ÷ EEVDF | p99 ÷ EEVDF | max ÷ EEVDF | p99 ÷ (slice+grace) | escalations (all cells) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for cell, by in cells.items():
-        base = by.get(BASELINE) or {}
-        for s in order:
-            r = by.get(s)
-            if not r:
-                continue
-            bound = r.get("slice_plus_grace_ns")
-            vs_bound = f"{r['p99'] / bound:.2f}" if bound and s.startswith("morpheus") else "—"
-            esc = r.get("escalations_all_cells", "—") if s.startswith("morpheus") else "—"
-            print(f"| {s} | {r['samples']} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | {us(r['max'])} | "
-                  f"{ratio(r['p50'], base.get('p50'))} | {ratio(r['p99'], base.get('p99'))} | {ratio(r['max'], base.get('max'))} | {vs_bound} | {esc} |")
+    for _, s, r, base in rows(cells, order):
+        bound = r.get("slice_plus_grace_ns")
+        vs_bound = f"{r['p99'] / bound:.2f}" if bound and s.startswith("morpheus") else "—"
+        esc = r.get("escalations_all_cells", "—") if s.startswith("morpheus") else "—"
+        print(f"| {s} | {r['samples']} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | {us(r['max'])} | "
+              f"{ratio(r['p50'], base.get('p50'))} | {ratio(r['p99'], base.get('p99'))} | {ratio(r['max'], base.get('max'))} | {vs_bound} | {esc} |")
 
 
 def liar_table(cells, order):
     print("| section | scheduler | sections | mean overhead % | p50 % | p99 % | max % | p99 ÷ EEVDF | escalations inside sections |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     pct = lambda ppm: f"{ppm / 1e4:.2f}"
-    for cell, by in cells.items():
-        base = by.get(BASELINE) or {}
-        for s in order:
-            r = by.get(s)
-            if not r:
-                continue
-            print(f"| {cell} | {s} | {r['samples']} | {pct(r['mean'])} | {pct(r['p50'])} | {pct(r['p99'])} | {pct(r['max'])} | "
-                  f"{ratio(r['p99'], base.get('p99'))} | {r.get('escalations_inside', 0)} |")
+    for cell, s, r, base in rows(cells, order):
+        print(f"| {cell} | {s} | {r['samples']} | {pct(r['mean'])} | {pct(r['p50'])} | {pct(r['p99'])} | {pct(r['max'])} | "
+              f"{ratio(r['p99'], base.get('p99'))} | {r.get('escalations_inside', 0)} |")
 
 
 def batch_table(cells, order):
     print("| threads | scheduler | runs | median ms | min ms | max ms | median ÷ EEVDF |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for cell, by in cells.items():
-        base = by.get(BASELINE) or {}
-        for s in order:
-            r = by.get(s)
-            if not r:
-                continue
-            ms = lambda ns: f"{ns / 1e6:.0f}"
-            print(f"| {cell} | {s} | {r['samples']} | {ms(r['p50'])} | {ms(r.get('min', r['p50']))} | {ms(r['max'])} | {ratio(r['p50'], base.get('p50'))} |")
+    ms = lambda ns: f"{ns / 1e6:.0f}"
+    for cell, s, r, base in rows(cells, order):
+        print(f"| {cell} | {s} | {r['samples']} | {ms(r['p50'])} | {ms(r.get('min', r['p50']))} | {ms(r['max'])} | {ratio(r['p50'], base.get('p50'))} |")
 
 
 def plot(table, cells, order, path, ylabel, scale):
