@@ -124,7 +124,10 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
     match Pin::new(&mut future).poll(&mut cx) {
         // During a yield's passes a CPU-bound task's first step ends at its first checkpoint (one
         // thread-local flag, read only here in the binding; the core's fast path is unchanged).
-        Poll::Ready(_) if PASSING.get() => step_aside(py),
+        Poll::Ready(_) if PASSING.get() => step_aside(py, false),
+        // A turn the rotation gave has lasted a slice of wall time without a request (§5.7's cap):
+        // one thread-local load while no turn is timed, a clock read while one is.
+        Poll::Ready(_) if turn_expired() => step_aside(py, true),
         Poll::Ready(_) => Ok(statics(py).ready.clone_ref(py).into_any()),
         Poll::Pending => take_turn(py, future),
     }
@@ -180,9 +183,48 @@ fn thread_cpu_ns() -> u64 {
 }
 
 thread_local! {
-    /// A clock the tests set and advance in place of the thread's CPU time (`_set_turn_clock`), so a
-    /// verdict that depends on which task is resumed never depends on how fast the machine ran.
+    /// A clock the tests set and advance in place of the thread's CPU time and of the wall clock
+    /// that times a turn (`_set_turn_clock`), so a verdict that depends on which task is resumed, or
+    /// on when a turn ends, never depends on how fast the machine ran.
     static TURN_CLOCK: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    /// When the running task's turn ends by the clock (CLOCK_MONOTONIC ns; 0: no turn is timed).
+    static TURN_DEADLINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Wall time (CLOCK_MONOTONIC) of the calling thread, or the tests' turn clock.
+fn wall_ns() -> u64 {
+    if let Some(ns) = TURN_CLOCK.get() {
+        return ns;
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Whether the running task's timed turn is over: a load of a thread-local when no turn is timed.
+#[inline(always)]
+fn turn_expired() -> bool {
+    let deadline = TURN_DEADLINE.get();
+    deadline != 0 && wall_ns() >= deadline
+}
+
+/// Time the turn that starts now: it ends at the first checkpoint one `slice_ns` (the scheduler's
+/// slice, from the region header) of wall time from now. Only while the thread's worker is attached:
+/// detached there is no slice, and nothing yields.
+fn time_turn() {
+    let slice = HELD.with(|held| {
+        let held = held.borrow();
+        let (_, worker) = held.as_ref()?;
+        if !worker.is_attached() {
+            return None;
+        }
+        worker.region().map(|region| region.slice_ns())
+    });
+    TURN_DEADLINE.set(match slice {
+        Some(slice) if slice > 0 => wall_ns().saturating_add(slice).max(1),
+        _ => 0,
+    });
 }
 
 /// Tests only: measure this thread's turns with a clock the caller sets (ns), or with the thread's
@@ -216,6 +258,7 @@ impl Rotation {
             None => floor.unwrap_or(0),
         };
         self.turn_started = None;
+        TURN_DEADLINE.set(0);
         self.waiting.push_back(Waiter { future, task, run_ns: base.saturating_add(ran) });
     }
 
@@ -302,7 +345,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         future = morpheus::checkpoint();
         let mut cx = Context::from_waker(Waker::noop());
         if Pin::new(&mut future).poll(&mut cx).is_ready() {
-            return if PASSING.get() { step_aside(py) } else { Ok(statics.ready.clone_ref(py).into_any()) };
+            return if PASSING.get() { step_aside(py, false) } else { Ok(statics.ready.clone_ref(py).into_any()) };
         }
     }
     let waiter = event_loop.call_method0("create_future")?;
@@ -326,11 +369,12 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
     Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: true })?.into_any())
 }
 
-/// A task computing during a yield's passes reached a checkpoint with nothing pending: its first
-/// step is over. It joins the queue like a yielder (without a request to acknowledge), so that the
-/// other tasks made ready take their first steps too before a CPU-bound one has a whole turn; it
-/// evaluates to None when its turn comes.
-fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
+/// A task reached a checkpoint with nothing pending, but its step is over: either it computes during
+/// a yield's passes (its first step is over), or its timed turn lasted a slice of wall time
+/// (`turn_over`: then this starts the passes, as a yield does). It joins the queue like a yielder
+/// (without a request to acknowledge), so that the tasks made ready take their first steps before a
+/// CPU-bound one has a whole turn; it evaluates to None when its turn comes.
+fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
     let statics = statics(py);
     let get_loop = statics
         .running_loop
@@ -342,17 +386,33 @@ fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
     let task = if event_loop.is_none() { event_loop.clone() } else { current_task.bind(py).call0()? };
     let same_loop = ROTATION.with(|r| r.borrow().event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop)));
     if task.is_none() || !same_loop {
-        PASSING.set(false); // another loop (or no task): the passes are not this code's
+        // Another loop (or no task): the passes and the timed turn are not this code's.
+        PASSING.set(false);
+        TURN_DEADLINE.set(0);
+        return Ok(statics.ready.clone_ref(py).into_any());
+    }
+    if turn_over && critical_depth() > 0 {
+        // A critical section holds every yield (§5.3), this one too: it ends at a checkpoint after.
         return Ok(statics.ready.clone_ref(py).into_any());
     }
     let waiter = event_loop.call_method0("create_future")?;
-    ROTATION.with(|r| {
+    let start_passes = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
         rotation.enqueue(waiter.clone().unbind(), task.as_ptr() as usize);
         rotation.turns += 1;
         // Whoever computes next starts its turn now.
         rotation.turn_started = Some(thread_cpu_ns());
+        if !turn_over {
+            return false;
+        }
+        rotation.passes_left = YIELD_PASSES;
+        PASSING.set(true);
+        !std::mem::replace(&mut rotation.passing, true)
     });
+    if start_passes {
+        let first_pass = callback(py, &statics.pass_callback, "_pass")?;
+        event_loop.call_method1("call_soon", (first_pass, &event_loop))?;
+    }
     Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: false })?.into_any())
 }
 
@@ -391,7 +451,10 @@ fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(event_loop));
             (if same_loop { rotation.take_least_run() } else { None }, rotation.turns)
         });
-        let Some(next) = next else { return Ok(()) };
+        let Some(next) = next else {
+            TURN_DEADLINE.set(0);
+            return Ok(());
+        };
         let future = next.future.bind(py);
         if future.call_method0("done")?.is_truthy()? {
             continue; // cancelled meanwhile
@@ -402,6 +465,7 @@ fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             rotation.running = Some((next.task, next.run_ns));
             rotation.turn_started = Some(thread_cpu_ns());
         });
+        time_turn();
         // Queued behind the resumed task's step, so it runs once that step gave control back.
         let keeper = callback(py, &statics(py).keeper_callback, "_keeper")?;
         event_loop.call_method1("call_soon", (keeper, event_loop, turns))?;

@@ -51,20 +51,24 @@ def turn_clock():
 
 class Scheduler:
     """Asks for a yield after every `units_per_slice` units of work, counted across all tasks; each
-    unit costs UNIT_NS on the turn clock."""
+    unit costs UNIT_NS on the turn clock, and the region's slice is that many units, as a scheduler
+    publishes it. (A turn the rotation gives also ends after one slice of the clock; with requests on
+    time, the request always comes first.) With `ask=False` it never asks: only the clock ends turns."""
 
     UNIT_NS = 1_000_000
 
-    def __init__(self, region, units_per_slice):
+    def __init__(self, region, units_per_slice, ask=True):
         self.region = region
         self.units_per_slice = units_per_slice
+        self.ask = ask
         self.units = 0
         self.requests = 0
+        region.put_header(abi.RegionHeader.SLICE_NS, units_per_slice * self.UNIT_NS)
 
     def unit_done(self):
         self.units += 1
         morpheus._morpheus._set_turn_clock(self.units * self.UNIT_NS)
-        if self.units % self.units_per_slice == 0:
+        if self.ask and self.units % self.units_per_slice == 0:
             self.region.bump(0)
             self.requests += 1
 
@@ -185,3 +189,47 @@ def test_a_cancelled_waiter_is_skipped(region, loop_factory):
     with morpheus.Worker(region=str(region.path), slot=0):
         assert _run(loop_factory, main()) == (True, True)
     assert errors == []
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop_factory):
+    # One request starts the rotation; after it the scheduler is silent (it measures CPU time, and a
+    # loaded machine stretches a slice of CPU into many slices of wall time). A turn the rotation gave
+    # still ends after one slice of the clock, and the task made ready meanwhile steps first.
+    sched = Scheduler(region, units_per_slice=10, ask=False)
+    order = []
+
+    async def light():
+        order.append("light")
+
+    async def cpu_bound(name, units):
+        for unit in range(units):
+            if name == "a" and unit == 35:
+                asyncio.get_running_loop().call_soon(asyncio.ensure_future, light())
+                order.append("spawned")
+            order.append(name)
+            sched.unit_done()
+            if name == "a" and unit == 0:
+                region.bump(0)  # the only request
+            await morpheus.checkpoint_async()
+
+    async def main():
+        await asyncio.gather(cpu_bound("a", 60), cpu_bound("b", 60))
+
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        _run(loop_factory, main())
+        assert w.yield_counts()["PREEMPT_REQUEST"] == 1
+    turns = []
+    for name in (n for n in order if n in ("a", "b")):
+        if not turns or turns[-1][0] != name:
+            turns.append([name, 0])
+        turns[-1][1] += 1
+    # a yields for the request after one unit, b takes its first step and steps aside, then each
+    # turn lasts one slice of the clock (10 units) until a task is done.
+    assert turns[:3] == [["a", 1], ["b", 1], ["a", 10]], turns
+    assert all(length == 10 for _, length in turns[2:-2]), turns
+    # The light task, made ready during a's turn, runs when that turn ends, before b's.
+    spawned = order.index("spawned")
+    ran = order.index("light")
+    assert set(order[spawned + 1:ran]) == {"a"}, order[spawned:ran + 1]
+    assert order[ran + 1] == "b", order[spawned:ran + 2]
