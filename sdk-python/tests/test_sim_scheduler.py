@@ -10,10 +10,12 @@ units of work, turns and requests; time only bounds how long the test waits for 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket as socketlib
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,7 +25,7 @@ import pytest
 
 import morpheus
 import morpheus.aio
-from conftest import abi
+from conftest import abi, run_in_thread
 
 PATIENCE = 120.0  # seconds: liveness bound only
 
@@ -227,3 +229,46 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
     firsts = [u for instance, u, after in turn_units if after]
     assert len(to_reattach) == 2 and len(firsts) == 2, (to_reattach, turn_units)
     assert max(to_reattach) <= max(steady), (to_reattach, steady, firsts)
+
+
+def _private_namespaces_available():
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True, timeout=PATIENCE).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_a_retired_region_at_the_default_path_after_a_clean_stop_is_detached_mode_everywhere(agent, tmp_path):
+    # The agent was there: a worker registers through the default socket (MORPHEUS_SOCKET, private).
+    env = dict(os.environ, MORPHEUS_SOCKET=str(agent.socket))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(abi.ENV_SOCKET, str(agent.socket))
+
+        def attached_once():
+            with morpheus.Worker() as w:
+                return w.attached
+
+        assert run_in_thread(attached_once) is True
+    agent.stop(signal.SIGTERM)  # a clean stop: the agent retires its regions and removes its socket
+    assert not agent.socket.exists()
+    if not _private_namespaces_available():
+        pytest.skip("unshare -Urm is not permitted here: no private /dev/shm for the default region path")
+    # A private mount namespace puts a retired region at the default path (what a stopped scheduler
+    # leaves there) where no other process of the machine can see it.
+    child = Path(__file__).with_name("retired_region_child.py")
+    done = subprocess.run(["unshare", "-Urm", sys.executable, str(child), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    region_path = abi.SIM_REGION_PATH
+    worker = out["worker"]
+    assert worker["attached"] is False and worker["reason"] == "NO_SCHEDULER", worker
+    assert "retired" in worker["detail"] and region_path in worker["detail"], worker
+    assert worker["waiting"] is True and worker["checkpoint"] is False, worker
+    assert any(level == "WARNING" and "retired" in message for level, message in out["worker_log"]), out["worker_log"]
+    assert out["aio_run"] == 42
+    run = out["morpheus_run"]
+    assert run["code"] == 0, run
+    assert run["stdout"] == "app ran, attached: False\n", run
+    assert "retired" in run["stderr"] and "Traceback" not in run["stderr"], run
+
