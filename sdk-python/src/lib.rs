@@ -234,6 +234,21 @@ fn _set_turn_clock(ns: Option<u64>) {
     TURN_CLOCK.set(ns);
 }
 
+/// Tests only: what the calling thread's next checkpoint compares, `(loaded, cached)`: the sequence
+/// its fast path loads (the SCB's `preempt_seq`, or the SDK's wake sequence while the worker waits for
+/// a scheduler, §6.1) and the value it compares it with. The checkpoint takes the slow path when they
+/// differ; a test orders its events by this, not by time.
+#[pyfunction]
+fn _fast_path_view() -> (u64, u64) {
+    // SAFETY: the calling thread's own state; preempt_seq points at a live u64 that others only
+    // change atomically (the SCB, the static detached SCB or the wake sequence).
+    unsafe {
+        let raw = morpheus::raw::current_raw();
+        let loaded = (*((*raw).preempt_seq as *const AtomicU64)).load(Ordering::Acquire);
+        (loaded, (*raw).cached_ack)
+    }
+}
+
 /// A task suspended at a checkpoint: the future its turn resolves, and its run time so far.
 struct Waiter {
     future: Py<PyAny>,
@@ -1207,6 +1222,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_pass, m)?)?;
     m.add_function(wrap_pyfunction!(_keeper, m)?)?;
     m.add_function(wrap_pyfunction!(_set_turn_clock, m)?)?;
+    m.add_function(wrap_pyfunction!(_fast_path_view, m)?)?;
     m.add("YIELD_PASSES", YIELD_PASSES)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     morpheus::set_notice_hook(Some(python_notice));

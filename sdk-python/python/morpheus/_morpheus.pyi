@@ -3,7 +3,7 @@
 # match what the module defines, error classes included.
 import enum
 import os
-from typing import Any, Dict, Generator, Literal, Optional, Union
+from typing import Any, Dict, Generator, Literal, Optional, Tuple, Union
 
 __version__: str
 ABI_MAJOR: int
@@ -70,6 +70,10 @@ YIELD_PASSES: int
 # the wall clock that times a turn; None goes back to those. Makes the rotation's choice (§5.7: least
 # run time) and the end of a timed turn independent of speed.
 def _set_turn_clock(ns: Optional[int]) -> None: ...
+
+# Tests only: (the sequence the calling thread's fast path loads, the value it compares it with); a
+# checkpoint takes the slow path when they differ. Orders a test's events without a clock.
+def _fast_path_view() -> Tuple[int, int]: ...
 
 class PendingCheckpoint:
     """A pending request: the task steps aside for its turn in the loop's rotation (spec/SCB.md §5.7:
