@@ -167,6 +167,9 @@ struct Rotation {
     passes_left: u32,
     /// Whether a `_pass` callback is queued.
     passing: bool,
+    /// asyncio's ready queue (`BaseEventLoop._ready`), where the loop exposes it: a pass that finds
+    /// it empty ends the passes (see `_pass`). None for other loops (uvloop): every pass is run.
+    ready_queue: Option<Py<PyAny>>,
 }
 
 /// CPU time of the calling (loop) thread: the measure of a turn. The scheduler's slices are CPU time
@@ -303,6 +306,7 @@ thread_local! {
             turns: 0,
             passes_left: 0,
             passing: false,
+            ready_queue: None,
         })
     };
 }
@@ -314,6 +318,16 @@ fn acknowledge_pending(rotation: &mut Rotation) {
         // Ready(true): acknowledged; Ready(false): a restart meanwhile, nothing to acknowledge.
         let _ = Pin::new(&mut yielder).poll(&mut cx);
     }
+}
+
+/// The ready queue of an asyncio loop (a `BaseEventLoop`, whose `_run_once` polls, queues the I/O and
+/// timer callbacks due, then runs the queue), or None for any other loop.
+fn asyncio_ready_queue(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+    let base = py.import("asyncio")?.getattr("BaseEventLoop")?;
+    if !event_loop.is_instance(&base)? {
+        return Ok(None);
+    }
+    Ok(event_loop.getattr("_ready").ok().map(Bound::unbind))
 }
 
 fn callback(py: Python<'_>, cell: &PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<Py<PyAny>> {
@@ -333,9 +347,10 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         // A coroutine driven by hand: yield a bare None once, acknowledge on resumption.
         return Ok(Py::new(py, PendingCheckpoint { future: Some(future), waiter: None, suspended: false, result: true })?.into_any());
     }
+    let same_loop = ROTATION.with(|r| r.borrow().event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop)));
+    let ready_queue = if same_loop { None } else { asyncio_ready_queue(py, &event_loop)? };
     let had_unacknowledged = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
-        let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop));
         if !same_loop {
             *rotation = Rotation {
                 event_loop: Some(event_loop.clone().unbind()),
@@ -347,6 +362,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
                 turns: rotation.turns,
                 passes_left: 0,
                 passing: false,
+                ready_queue,
             };
         }
         let had = rotation.unacknowledged.is_some();
@@ -437,6 +453,15 @@ fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
 /// the FIFO's head.
 #[pyfunction]
 fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+    // asyncio: this pass runs first in its iteration (it was queued in the previous one, before that
+    // iteration's poll). If nothing is queued behind it, the poll brought no I/O, no timer was due and
+    // no task was made ready: the loop is idle but for the rotation, and further passes would only
+    // poll it again (their cost, ~3 µs each, is what a yield on a loaded host spends most often).
+    let ready_queue = ROTATION.with(|r| r.borrow().ready_queue.as_ref().map(|q| q.clone_ref(py)));
+    let idle = match ready_queue {
+        Some(queue) => queue.bind(py).len()? == 0,
+        None => false,
+    };
     let more = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
         acknowledge_pending(&mut rotation);
@@ -444,7 +469,7 @@ fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             // Whoever computes next (a task made ready) starts its turn after this callback.
             rotation.turn_started = Some(thread_cpu_ns());
         }
-        rotation.passes_left = rotation.passes_left.saturating_sub(1);
+        rotation.passes_left = if idle { 0 } else { rotation.passes_left.saturating_sub(1) };
         rotation.passing = rotation.passes_left > 0;
         PASSING.set(rotation.passing);
         rotation.passing
