@@ -219,7 +219,9 @@ fn time_turn() {
     let slice = HELD.with(|held| {
         let held = held.borrow();
         let (_, worker) = held.as_ref()?;
-        if !worker.is_attached() {
+        // Registered and not waiting for a scheduler (read without looking for the scheduler's life,
+        // which `is_attached` would do, a poll per turn).
+        if worker.slot().is_none() || worker.is_waiting_for_scheduler() {
             return None;
         }
         worker.region().map(|region| region.slice_ns())
