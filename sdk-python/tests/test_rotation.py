@@ -191,16 +191,20 @@ def test_a_cancelled_waiter_is_skipped(region, loop_factory):
     assert errors == []
 
 
-@pytest.mark.parametrize("loop_factory", _loop_factories())
-def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop_factory):
-    # One request starts the rotation; after it the scheduler is silent (it measures CPU time, and a
-    # loaded machine stretches a slice of CPU into many slices of wall time). A turn the rotation gave
-    # still ends after one slice of the clock, and the task made ready meanwhile steps first.
+def _timed_turns(region, loop_factory, busy_loop):
+    """One request starts the rotation of a and b; after it the scheduler is silent (it measures CPU
+    time, and a loaded machine stretches a slice of CPU into many slices of wall time). A light task
+    is queued during a's turn; with `busy_loop`, another task is ready at every pass of the loop."""
     sched = Scheduler(region, units_per_slice=10, ask=False)
     order = []
+    done = []
 
     async def light():
         order.append("light")
+
+    async def ticker():
+        while len(done) < 2:
+            await asyncio.sleep(0)
 
     async def cpu_bound(name, units):
         for unit in range(units):
@@ -212,9 +216,10 @@ def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop
             if name == "a" and unit == 0:
                 region.bump(0)  # the only request
             await morpheus.checkpoint_async()
+        done.append(name)
 
     async def main():
-        await asyncio.gather(cpu_bound("a", 60), cpu_bound("b", 60))
+        await asyncio.gather(cpu_bound("a", 60), cpu_bound("b", 60), *([ticker()] if busy_loop else []))
 
     with morpheus.Worker(region=str(region.path), slot=0) as w:
         _run(loop_factory, main())
@@ -224,12 +229,29 @@ def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop
         if not turns or turns[-1][0] != name:
             turns.append([name, 0])
         turns[-1][1] += 1
+    spawned, ran = order.index("spawned"), order.index("light")
+    # The light task, made ready during a's turn, runs when that turn ends, before b's.
+    assert set(order[spawned + 1:ran]) == {"a"}, order[spawned:ran + 1]
+    assert order[ran + 1] == "b", order[spawned:ran + 2]
+    return turns
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop_factory):
+    turns = _timed_turns(region, loop_factory, busy_loop=True)
     # a yields for the request after one unit, b takes its first step and steps aside, then each
     # turn lasts one slice of the clock (10 units) until a task is done.
     assert turns[:3] == [["a", 1], ["b", 1], ["a", 10]], turns
     assert all(length == 10 for _, length in turns[2:-2]), turns
-    # The light task, made ready during a's turn, runs when that turn ends, before b's.
-    spawned = order.index("spawned")
-    ran = order.index("light")
-    assert set(order[spawned + 1:ran]) == {"a"}, order[spawned:ran + 1]
-    assert order[ran + 1] == "b", order[spawned:ran + 2]
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, loop_factory):
+    turns = _timed_turns(region, loop_factory, busy_loop=False)
+    if loop_factory is asyncio.new_event_loop:
+        # asyncio shows its queue, timers and poll: a's turn goes past the clock at units 10, 20 and
+        # 30 (nothing else to run), and ends at the first slice after the light task was queued (40).
+        assert turns[:3] == [["a", 1], ["b", 1], ["a", 40]], turns
+    else:
+        # uvloop shows none of them: its timed turns always end.
+        assert turns[:3] == [["a", 1], ["b", 1], ["a", 10]], turns
