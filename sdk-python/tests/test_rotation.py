@@ -8,6 +8,7 @@ advances per unit of work, see `turn_clock`)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 import pytest
@@ -236,22 +237,33 @@ def _timed_turns(region, loop_factory, busy_loop):
     return turns
 
 
+def _units_between_looks(loop_factory):
+    """A timed turn ends (uvloop) or looks for work (asyncio) this many units after it began."""
+    looks = morpheus._morpheus.LOOKS_PER_SLICE if loop_factory is asyncio.new_event_loop else 1
+    return math.ceil(10 / looks)  # the slice is 10 units (Scheduler above)
+
+
 @pytest.mark.parametrize("loop_factory", _loop_factories())
 def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop_factory):
     turns = _timed_turns(region, loop_factory, busy_loop=True)
     # a yields for the request after one unit, b takes its first step and steps aside, then each
-    # turn lasts one slice of the clock (10 units) until a task is done.
-    assert turns[:3] == [["a", 1], ["b", 1], ["a", 10]], turns
-    assert all(length == 10 for _, length in turns[2:-2]), turns
+    # turn lasts until the clock ends it: one slice (10 units) on uvloop; on asyncio, which looks
+    # for other work LOOKS_PER_SLICE times per slice, the first look (the ticker is always ready).
+    every = _units_between_looks(loop_factory)
+    assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns
+    assert all(length == every for _, length in turns[2:-2]), turns
 
 
 @pytest.mark.parametrize("loop_factory", _loop_factories())
 def test_a_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, loop_factory):
     turns = _timed_turns(region, loop_factory, busy_loop=False)
+    every = _units_between_looks(loop_factory)
     if loop_factory is asyncio.new_event_loop:
-        # asyncio shows its queue, timers and poll: a's turn goes past the clock at units 10, 20 and
-        # 30 (nothing else to run), and ends at the first slice after the light task was queued (40).
-        assert turns[:3] == [["a", 1], ["b", 1], ["a", 40]], turns
+        # asyncio shows its queue, timers and poll: a's turn goes past every look that finds
+        # nothing else to run, and ends at the first look after the light task was queued (unit 35
+        # of the turn).
+        assert turns[:2] == [["a", 1], ["b", 1]] and turns[2][0] == "a", turns
+        assert 35 <= turns[2][1] < 35 + every, turns
     else:
         # uvloop shows none of them: its timed turns always end.
-        assert turns[:3] == [["a", 1], ["b", 1], ["a", 10]], turns
+        assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns

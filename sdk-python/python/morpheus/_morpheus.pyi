@@ -66,6 +66,9 @@ class Checkpoint:
 # Passes of the event loop a yield lasts before the next CPU-bound task resumes (spec/SCB.md §5.7).
 YIELD_PASSES: int
 
+# How often per slice of wall time a timed turn on asyncio looks whether its loop has other work.
+LOOKS_PER_SLICE: int
+
 # Tests only: measure the calling thread's turns with this clock (ns) instead of its CPU time and of
 # the wall clock that times a turn; None goes back to those. Makes the rotation's choice (§5.7: least
 # run time) and the end of a timed turn independent of speed.
