@@ -118,7 +118,7 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
         "MORPHEUS_REQUIRE_SCHEDULER") else __import__("aiohttp")
     from aiohttp import web
 
-    state = {"port": None, "stop": False, "instance_up": 0}
+    state = {"port": None, "stop": False, "client_stop": False, "instance_up": 0}
     published = {}  # the loop thread's view of its worker, for the test thread
     turn_units = []  # (instance counter when the turn ended, units in the turn, started after a restart)
     ready = threading.Event()
@@ -189,7 +189,7 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
     outcomes = []
 
     def client():
-        while not state["stop"]:
+        while not state["client_stop"]:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{state['port']}/light", timeout=PATIENCE) as r:
                     outcomes.append(r.status)
@@ -218,8 +218,10 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
             yields = published["yields"]
             wait("yields under the new instance", lambda: published["yields"] >= yields + 3)
     finally:
-        state["stop"] = True
+        # The client stops first: a request sent while the service shuts down is not a lost one.
+        state["client_stop"] = True
         client_thread.join(PATIENCE)
+        state["stop"] = True
         thread.join(PATIENCE)
     assert result.get("value") == "served", result
     assert outcomes and all(o == 200 for o in outcomes), [o for o in outcomes if o != 200][:5]
