@@ -3,7 +3,7 @@
 //
 // The protocol is the Rust SDK's (through the addon). This file holds only what must be JavaScript:
 // the checkpoint's fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer
-// over the mapped slot with `Atomics.load` and calls the addon only when it differs from the
+// over the mapped slot (one load, no allocation) and calls the addon only when it differs from the
 // acknowledged value; the yield of an asynchronous checkpoint to the event loop (setImmediate, so the
 // I/O poll runs before the task resumes and acknowledges, spec/SCB.md §5.1); and the API around them.
 //
@@ -18,21 +18,41 @@ const { EventEmitter } = require('node:events');
 // ------------------------------------------------------------------------------------------------
 // The fast path's state (this thread's)
 
-// preempt_seq as one BigInt64 element (measured faster than two Int32 halves: bench/, BENCHMARKS.md).
-// Signed: the core's FORCE_SLOW_PATH (u64::MAX) reads as -1n.
-const SEQ = Scb.fields.preempt_seq.offset / BigInt64Array.BYTES_PER_ELEMENT;
+// preempt_seq is compared whole, as the 8 bytes of one Float64Array element, against the
+// acknowledged sequence's 8 bytes read the same way: one plain load and one comparison, no allocation
+// (a BigInt64 load allocates a BigInt on every check; V8 does not inline Atomics.load: BENCHMARKS.md).
+// Exact: two 64-bit patterns compare equal as doubles exactly when they are the same bits, except the
+// NaN patterns (equal to nothing, so the check goes to the addon: never a missed request) and the two
+// zeroes (0 and 2^63: a sequence 2^63 requests ahead of its acknowledgement, which no scheduler
+// reaches). The core's FORCE_SLOW_PATH (u64::MAX) and its retired view's sequence (u64::MAX - 1) are
+// NaNs. The load need not be an acquire: it only decides whether to call the addon, whose checkpoint
+// loads preempt_seq again with acquire before it uses anything the hint published (spec/SCB.md §3.1).
+// A stale or torn read (one half old) equals the ack only when the request is not seen yet, which the
+// next check corrects. Platforms are little-endian (spec/SCB.md §0.1): the low half comes first.
+const SEQ = Scb.fields.preempt_seq.offset / Float64Array.BYTES_PER_ELEMENT;
+const SEQ_LOW = Scb.fields.preempt_seq.offset / Int32Array.BYTES_PER_ELEMENT;
+
+/** The two views of a buffer whose first bytes hold a sequence word at preempt_seq's offset. */
+function sequenceWords(buffer) {
+  return { whole: new Float64Array(buffer), low: new Int32Array(buffer) };
+}
+
 // What a thread without a live view reads: a zeroed SCB, as the core's detached worker does (§7).
-const ZEROES = new BigInt64Array(new ArrayBuffer(Scb.size));
+const ZEROES = sequenceWords(new ArrayBuffer(Scb.size));
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
 const KIND_WAKE = 3;
-// A value preempt_seq cannot reach (the core's FORCE_SLOW_PATH, u64::MAX): every check reaches the addon.
-const FORCE_SLOW_PATH = -1n;
+// Compares unequal to every sequence (a NaN): every check reaches the addon.
+const FORCE_SLOW_PATH = NaN;
 
-let seq = ZEROES;
-// The acknowledged sequence the view is compared with (as a signed 64-bit BigInt).
-let ack = 0n;
+// The sequence word of the current view, whole (the asynchronous check) and its low half (the
+// synchronous check's Atomics.load).
+let seqWhole = ZEROES.whole;
+let seqLow = ZEROES.low;
+// The acknowledged sequence the view is compared with: its 8 bytes as a double, and its low half.
+let ack = 0;
+let ackLow = 0;
 // The SCB view of the current registration (kept while it is live, dropped at close or on a restart).
 let view = null;
 // Which registration the view belongs to (the core's re-registration count, §6.1); -1: none.
@@ -41,8 +61,23 @@ let viewRegistration = -1;
 // once per thread (process-wide memory of the core, never freed). null until needed.
 let wakeView = null;
 
-function toSigned64(low, high) {
-  return BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
+const halves = new Int32Array(2);
+const whole = new Float64Array(halves.buffer);
+
+/** Compare the sequence in `words` with the sequence `low`, `high` (its two 32-bit halves) from now on. */
+function compareWith(words, low, high) {
+  seqWhole = words.whole;
+  seqLow = words.low;
+  halves[0] = low;
+  halves[1] = high;
+  ack = whole[0];
+  ackLow = low;
+}
+
+/** Every check goes to the addon. */
+function alwaysSlow() {
+  compareWith(ZEROES, 0, 0);
+  ack = FORCE_SLOW_PATH;
 }
 
 function dropView() {
@@ -60,30 +95,27 @@ function refresh() {
     // Attached, and the view is of an earlier registration or was never taken (the worker started
     // detached): take the current registration's, then re-read what to compare it with.
     const buffer = native.scbView(native.currentToken());
-    view = buffer === null ? null : new BigInt64Array(buffer);
+    view = buffer === null ? null : sequenceWords(buffer);
     viewRegistration = registration;
     [low, high, kind, registration, notices] = native.fastState();
   }
   if (kind === KIND_VIEW && view !== null) {
-    seq = view;
-    ack = toSigned64(low, high);
+    compareWith(view, low, high);
   } else if (kind === KIND_WAKE) {
     // Waiting for a scheduler: compare the core's wake sequence with its ack, as its fast path does.
     if (wakeView === null) {
       const buffer = native.wakeView(native.currentToken());
-      if (buffer !== null) wakeView = new BigInt64Array(buffer);
+      if (buffer !== null) wakeView = sequenceWords(buffer);
     }
-    seq = wakeView ?? ZEROES;
-    ack = wakeView === null ? FORCE_SLOW_PATH : toSigned64(low, high);
+    if (wakeView === null) alwaysSlow();
+    else compareWith(wakeView, low, high);
     dropView();
   } else if (kind === KIND_ALWAYS_SLOW || kind === KIND_VIEW) {
-    seq = ZEROES;
-    ack = FORCE_SLOW_PATH;
+    alwaysSlow();
   } else {
     // No worker, or one that never registers again (detached on request or by the environment):
     // zeroes, never a yield (§7).
-    seq = ZEROES;
-    ack = 0n;
+    compareWith(ZEROES, 0, 0);
     dropView();
   }
   if (notices) emitNotices();
@@ -117,7 +149,7 @@ const NOT_YIELDED = Promise.resolve(false);
  * shared memory when nothing is pending.
  */
 function shouldYield() {
-  if (Atomics.load(seq, SEQ) === ack) return false;
+  if (!requested()) return false;
   return shouldYieldSlow();
 }
 
@@ -130,14 +162,24 @@ function shouldYield() {
  * the fast path; `checkpoint()` then decides.
  */
 function yieldRequested() {
-  return Atomics.load(seq, SEQ) !== ack;
+  return requested();
+}
+
+/**
+ * The synchronous checks' test: an Atomics.load of the low half, then the whole word compared. The
+ * Atomics.load is a builtin call V8 does not inline, so no compiler hoists the check out of a hot loop
+ * that has no other call (a plain load alone could be); the whole word makes the test exact without
+ * allocating. The asynchronous check needs only the plain load: an await precedes each repetition.
+ */
+function requested() {
+  return Atomics.load(seqLow, SEQ_LOW) !== ackLow || seqWhole[SEQ] !== ack;
 }
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
   if (unacknowledged !== null) {
     acknowledgePending();
-    if (Atomics.load(seq, SEQ) === ack) return false;
+    if (!requested()) return false;
   }
   const yielded = native.checkpointSync();
   refresh();
@@ -151,14 +193,14 @@ function shouldYieldSlow() {
  * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it.
  */
 function checkpoint() {
-  if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
+  if (seqWhole[SEQ] === ack) return NOT_YIELDED;
   return checkpointSlow();
 }
 
 function checkpointSlow() {
   if (unacknowledged !== null) {
     acknowledgePending();
-    if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
+    if (seqWhole[SEQ] === ack) return NOT_YIELDED;
   }
   const pending = native.checkpointBegin();
   refresh();

@@ -407,9 +407,9 @@ fn set_view_live(live: bool) {
 }
 
 /// The word the core's fast path reads while the worker waits for a scheduler (kind 3 of
-/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, for a BigInt64 `Atomics.load`. Null when
-/// the worker does not wait, or when the runtime refuses external buffers (then JS asks the native
-/// side on every check while waiting).
+/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, read by the JS fast path as it reads
+/// `preempt_seq`. Null when the worker does not wait, or when the runtime refuses external buffers
+/// (then JS asks the native side on every check while waiting).
 ///
 /// The pointer is the core's own (`RawWorker::preempt_seq` while waiting, spec/SCB.md §6.1: "a wake
 /// sequence in the SDK's own memory"): the core's process-wide wake sequence, a static that lives as

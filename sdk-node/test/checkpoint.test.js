@@ -220,3 +220,27 @@ test('yieldRequested(): one load that acknowledges nothing; checkpoint() then se
   assert.equal(morpheus.yieldRequested(), false);
   assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
 });
+
+test('the fast path compares all 64 bits of preempt_seq: a request that leaves either half unchanged is seen', async () => {
+  register();
+  const sequences = [
+    1n << 32n, // low half unchanged
+    (1n << 32n) + 1n, // high half unchanged
+    2n << 32n, // low half unchanged again, now from a nonzero high half
+    0x7ff0_0000_0000_0005n, // bits of a NaN: compares unequal to everything, the addon decides
+    0x7ff0_0000_0000_0006n,
+  ];
+  for (const [i, seq] of sequences.entries()) {
+    region.scb(SLOT, 'preempt_seq', seq);
+    if (i % 2 === 0) {
+      assert.equal(morpheus.yieldRequested(), true, `sync, sequence ${seq}`);
+      assert.equal(morpheus.shouldYield(), true, `sync, sequence ${seq}`);
+    } else {
+      assert.equal(await morpheus.checkpoint(), true, `async, sequence ${seq}`);
+    }
+    assert.equal(region.scb(SLOT, 'last_ack_seq'), seq);
+    assert.equal(morpheus.shouldYield(), false, `acknowledged ${seq}`);
+    assert.equal(await morpheus.checkpoint(), false, `acknowledged ${seq}`);
+  }
+  assert.equal(worker.yieldCounts().PREEMPT_REQUEST, sequences.length);
+});
