@@ -39,6 +39,9 @@ function sequenceWords(buffer) {
 
 // What a thread without a live view reads: a zeroed SCB, as the core's detached worker does (§7).
 const ZEROES = sequenceWords(new ArrayBuffer(Scb.size));
+// native.checkpointSync() outcomes (sdk-node/src/lib.rs).
+const NATIVE_NO_YIELD = 0;
+const NATIVE_YIELDED = 2;
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
@@ -181,9 +184,9 @@ function shouldYieldSlow() {
     acknowledgePending();
     if (!requested()) return false;
   }
-  const yielded = native.checkpointSync();
-  refresh();
-  return yielded;
+  const outcome = native.checkpointSync();
+  if (outcome !== NATIVE_NO_YIELD) refresh();
+  return outcome === NATIVE_YIELDED;
 }
 
 /**
@@ -203,8 +206,11 @@ function checkpointSlow() {
     if (seqWhole[SEQ] === ack) return NOT_YIELDED;
   }
   const pending = native.checkpointBegin();
+  // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
+  // mode every check comes here: the addon saves it the call); true: no yield, read it again.
+  if (pending === false) return NOT_YIELDED;
   refresh();
-  if (pending === null) return NOT_YIELDED;
+  if (pending === true) return NOT_YIELDED;
   return takeTurn(pending);
 }
 

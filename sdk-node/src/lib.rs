@@ -341,15 +341,25 @@ const WAKE: i32 = 3;
 ///
 /// Which kind is the core's answer, never a rule of this addon: attached or not, and waiting for a
 /// scheduler or not, are what the core reports (the same state its own fast path follows). Called at
-/// registration and after every slow path; may itself register the worker again (the core's
-/// `is_attached` does when a wake-up is pending, §6.1).
+/// registration and after every slow path, so it makes no system call: a pending wake-up registers
+/// the worker again in the core's slow path (§6.1), which the wake view sends the next check to.
 #[napi]
 pub fn fast_state() -> Vec<i32> {
+    fast_state_now().to_vec()
+}
+
+fn fast_state_now() -> [i32; 5] {
     let state = HELD.with(|held| match &*held.borrow() {
         None => [0, 0, ZEROES, 0],
         Some(h) => {
             let registration = h.worker.reattachments() as u32 as i32;
-            if !h.worker.is_attached() {
+            // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
+            // when detached). Not `Worker::is_attached`, which also asks the agent's process handle
+            // and socket (two system calls) and would cost every slow path that much; a gone agent
+            // reaches the fast path anyway, through the core's watcher (its retired view, §6.1).
+            // SAFETY: this thread's worker state, read on its own thread.
+            let attached = unsafe { !(*h.worker.as_raw()).in_critical.is_null() };
+            if !attached {
                 if h.worker.is_waiting_for_scheduler() {
                     // SAFETY: this thread's worker state, read on its own thread.
                     let ack = unsafe { (*h.worker.as_raw()).cached_ack };
@@ -365,7 +375,7 @@ pub fn fast_state() -> Vec<i32> {
             }
         }
     });
-    vec![state[0], state[1], state[2], state[3], i32::from(notices_pending())]
+    [state[0], state[1], state[2], state[3], i32::from(notices_pending())]
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -455,23 +465,41 @@ pub fn worker_waiting_for_scheduler(token: u32) -> Result<bool, Code> {
 // ------------------------------------------------------------------------------------------------
 // Checkpoints (slow paths; the JS fast path decides when to call them)
 
-/// The synchronous checkpoint: true = the scheduler asked, the request is acknowledged, yield now.
+/// [`checkpoint_sync`]'s answers when it did not yield: whether [`fast_state`] changed meanwhile
+/// (then JS reads it again; otherwise it keeps what it compares with and saves that call: outside
+/// the DETERMINISTIC mode every check comes here, spec/SCB.md §5.4).
+const NO_YIELD: u32 = 0;
+const NO_YIELD_STATE_CHANGED: u32 = 1;
+/// The scheduler asked: the request is acknowledged, yield now (the fast state changed: the ack).
+const YIELDED: u32 = 2;
+
+/// The synchronous checkpoint: YIELDED (2) when the scheduler asked (acknowledged: yield now),
+/// otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1).
 #[napi]
-pub fn checkpoint_sync() -> bool {
-    morpheus::checkpoint_sync()
+pub fn checkpoint_sync() -> u32 {
+    let before = fast_state_now();
+    if morpheus::checkpoint_sync() {
+        YIELDED
+    } else if fast_state_now() != before {
+        NO_YIELD_STATE_CHANGED
+    } else {
+        NO_YIELD
+    }
 }
 
-/// First half of the asynchronous checkpoint: polls the core's future once. Null when it need not
-/// yield (nothing pending, a critical section, a lost worker); otherwise the pending checkpoint,
-/// whose `finish()` the caller runs after the task has yielded to the event loop.
+/// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
+/// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
+/// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the
+/// caller runs after the task has yielded to the event loop.
 #[napi]
-pub fn checkpoint_begin() -> Option<PendingCheckpoint> {
+pub fn checkpoint_begin() -> Either<PendingCheckpoint, bool> {
+    let before = fast_state_now();
     let mut future = morpheus::checkpoint();
     // The JS side does the waking (setImmediate), so a no-op waker suffices.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
-        Poll::Ready(_) => None,
-        Poll::Pending => Some(PendingCheckpoint { future: Some(future) }),
+        Poll::Ready(_) => Either::B(fast_state_now() != before),
+        Poll::Pending => Either::A(PendingCheckpoint { future: Some(future) }),
     }
 }
 

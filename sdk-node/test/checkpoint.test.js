@@ -244,3 +244,36 @@ test('the fast path compares all 64 bits of preempt_seq: a request that leaves e
   }
   assert.equal(worker.yieldCounts().PREEMPT_REQUEST, sequences.length);
 });
+
+test('DEFENSIVE mode (§5.4): every check reaches the addon; a request is still served once, and the fast path comes back with DETERMINISTIC', async () => {
+  register();
+  // Lost hints, seen at the next yield's mode evaluation.
+  region.scb(SLOT, 'hints_dropped', 1);
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(worker.runtimeMode, 'DEFENSIVE');
+  const before = region.bytes();
+  assert.equal(morpheus.yieldRequested(), true, 'the fast path is disabled: every check goes to the addon');
+  assert.deepEqual(region.bytes(), before, 'yieldRequested() writes nothing');
+  // A request while DEFENSIVE: served by one async yield; no lost hint since, so DETERMINISTIC again.
+  region.bump(SLOT);
+  assert.equal(await morpheus.checkpoint(), true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 2n);
+  assert.equal(worker.runtimeMode, 'DETERMINISTIC');
+  assert.equal(morpheus.yieldRequested(), false, 'the fast path is back');
+  assert.equal(await morpheus.checkpoint(), false);
+});
+
+test('a slow path that changes the state without yielding (the worker lost to a restart) moves the fast path to zeroes', async () => {
+  for (const check of [() => morpheus.shouldYield(), () => morpheus.checkpoint()]) {
+    register();
+    region.header('generation', 7n);
+    region.bump(SLOT);
+    assert.equal(await check(), false, 'lost: no yield');
+    // No other call in between: the check itself must have re-read what the fast path compares.
+    assert.equal(morpheus.yieldRequested(), false, 'a lost worker reads zeroes: nothing is ever requested');
+    worker.close();
+    region.close();
+    region = new TestRegion();
+  }
+});
