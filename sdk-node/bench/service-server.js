@@ -9,8 +9,8 @@
 // GET /stats reports since GET /stats/reset: monitorEventLoopDelay's p99, the yields by reason, the
 // CPU time of each completed /heavy request (process.cpuUsage around the handler: process-wide, so
 // with two heavy requests interleaved it counts both), and the runs: how long the heavy route kept
-// the loop each time, from its start or a pause's end to its next pause or its end (wall ms: the
-// time a light request that arrived meanwhile waited for the loop), and the process's CPU time.
+// the loop each time, from its start or the end of a pause that yielded to the next pause that
+// yields or its end (wall ms: the time a light request that arrived meanwhile waited for the loop), and the process's CPU time.
 'use strict';
 const { monitorEventLoopDelay } = require('node:perf_hooks');
 const morpheus = require('..');
@@ -45,10 +45,16 @@ const endRun = () => {
   if (runStart !== null) runsMs.push(performance.now() - runStart);
   runStart = null;
 };
+// A pause that did not yield (it resolved false: nothing was asked, or another task stepped aside
+// for the request) never gave the loop up: the run goes on.
 const timed = (pause) => () => {
-  endRun();
+  const paused = performance.now();
+  const started = runStart;
   return pause().then((yielded) => {
-    runStart = performance.now();
+    if (yielded) {
+      if (started !== null) runsMs.push(paused - started);
+      runStart = performance.now();
+    }
     return yielded;
   });
 };

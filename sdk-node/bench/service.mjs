@@ -13,7 +13,7 @@
 //    request's CPU time (measured in the server around the handler, so the machine's other load does
 //    not stretch it), Morpheus against the plain loop, rounds alternating the order.
 //
-// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 3] [--slice-us 1000]
+// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 3] [--slice-us 1000] [--tick-us 1000]
 //        [--modes none,immediate:1,...,morpheus] [--out FILE]
 // (--modes picks the light-latency cells, e.g. to profile one; `none` is always run, the baseline.)
 import { spawn } from 'node:child_process';
@@ -32,6 +32,7 @@ const { values: args } = parseArgs({
     seconds: { type: 'string', default: '6' },
     rounds: { type: 'string', default: '3' },
     'slice-us': { type: 'string', default: '1000' },
+    'tick-us': { type: 'string', default: '1000' },
     modes: { type: 'string' },
     out: { type: 'string' },
   },
@@ -40,7 +41,9 @@ if (!args.scheduler) throw new Error('usage: node bench/service.mjs --scheduler 
 const SECONDS = Number(args.seconds);
 const ROUNDS = Number(args.rounds);
 const SLICE_US = Number(args['slice-us']);
-for (const [name, value] of [['seconds', SECONDS], ['rounds', ROUNDS], ['slice-us', SLICE_US]]) {
+// The sim backend's sampling period (its own default is 1000 µs): a turn overruns the slice by up to one tick.
+const TICK_US = Number(args['tick-us']);
+for (const [name, value] of [['seconds', SECONDS], ['rounds', ROUNDS], ['slice-us', SLICE_US], ['tick-us', TICK_US]]) {
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name}: expected a positive number, got ${args[name]}`);
 }
 const ALL_MODES = ['none', 'immediate:1', 'immediate:10', 'immediate:100', 'morpheus'];
@@ -58,7 +61,7 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-service-'));
 /** A sim scheduler with its own socket; resolves once it listens. */
 async function startScheduler(name, sliceUs, started) {
   const socket = path.join(dir, `${name}.sock`);
-  const child = spawn(args.scheduler, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--slice-us', String(sliceUs), '--max-workers', '4'], {
+  const child = spawn(args.scheduler, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--slice-us', String(sliceUs), '--tick-us', String(TICK_US), '--max-workers', '4'], {
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   started.push(child);
@@ -206,9 +209,9 @@ const loadAfter = os.loadavg();
 const lines = [];
 const out = (s = '') => lines.push(s);
 out(`node ${process.version}; ${os.cpus().length} CPUs; load average (1 min) ${loadBefore[0].toFixed(1)} before, ${loadAfter[0].toFixed(1)} after; ${SECONDS} s x ${ROUNDS} rounds per cell, medians of the rounds`);
-out(`command: node bench/service.mjs --scheduler ${path.basename(args.scheduler)} --seconds ${SECONDS} --rounds ${ROUNDS} --slice-us ${SLICE_US}`);
+out(`command: node bench/service.mjs --scheduler ${path.basename(args.scheduler)} --seconds ${SECONDS} --rounds ${ROUNDS} --slice-us ${SLICE_US} --tick-us ${TICK_US}`);
 out();
-out(`Light latency under heavy load (scx_morpheus --backend sim --mode observer --slice-us ${SLICE_US}):`);
+out(`Light latency under heavy load (scx_morpheus --backend sim --mode observer --slice-us ${SLICE_US} --tick-us ${TICK_US}):`);
 out();
 out('| heavy loop yields | light p50 ms | light p99 ms | event-loop delay p99 ms | heavy run p50 ms | heavy run p99 ms | heavy req/s vs none | heavy CPU ms per request | server CPU ms per heavy request | yields per cell |');
 out('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');

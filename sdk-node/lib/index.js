@@ -53,7 +53,10 @@ const FORCE_SLOW_PATH = NaN;
 // synchronous check's Atomics.load).
 let seqWhole = ZEROES.whole;
 let seqLow = ZEROES.low;
-// The acknowledged sequence the view is compared with: its 8 bytes as a double, and its low half.
+// The acknowledged sequence the view is compared with: its 8 bytes as a double (settledAck), and its
+// low half. The fast path compares with ack: settledAck, except during a yield's passes (§5.7), when
+// it is FORCE_SLOW_PATH so that an asynchronous check reaches checkpointSlow and steps aside.
+let settledAck = 0;
 let ack = 0;
 let ackLow = 0;
 // The SCB view of the current registration (kept while it is live, dropped at close or on a restart).
@@ -73,14 +76,24 @@ function compareWith(words, low, high) {
   seqLow = words.low;
   halves[0] = low;
   halves[1] = high;
-  ack = whole[0];
   ackLow = low;
+  settle(whole[0]);
 }
 
 /** Every check goes to the addon. */
 function alwaysSlow() {
   compareWith(ZEROES, 0, 0);
-  ack = FORCE_SLOW_PATH;
+  settle(FORCE_SLOW_PATH);
+}
+
+function settle(value) {
+  settledAck = value;
+  ack = passing ? FORCE_SLOW_PATH : settledAck;
+}
+
+/** Whether a request is pending (or the mode sends every check to the addon), passes aside. */
+function pendingRequest() {
+  return seqWhole[SEQ] !== settledAck;
 }
 
 function dropView() {
@@ -161,8 +174,9 @@ function shouldYield() {
  * acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
  * its async caller to `await checkpoint()` when this is true: V8 compiles work inlined into an async
  * function that awaits markedly slower (BENCHMARKS.md), and this shape keeps the loop out of it.
- * True also while a critical section defers a request, and on every call in the modes that disable
- * the fast path; `checkpoint()` then decides.
+ * True also while a critical section defers a request, on every call in the modes that disable the
+ * fast path, and during another task's yield (its passes, §5.7: a task computing then steps aside at
+ * its first `checkpoint()`); `checkpoint()` then decides.
  */
 function yieldRequested() {
   return requested();
@@ -180,10 +194,9 @@ function requested() {
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) {
-    acknowledgePending();
-    if (!requested()) return false;
-  }
+  if (unacknowledged !== null) acknowledgePending();
+  // Here also during a yield's passes, which a synchronous check is outside of (§5.7).
+  if (!pendingRequest()) return false;
   const outcome = native.checkpointSync();
   if (outcome !== NATIVE_NO_YIELD) refresh();
   return outcome === NATIVE_YIELDED;
@@ -193,7 +206,9 @@ function shouldYieldSlow() {
  * The asynchronous checkpoint: `await checkpoint()`. When nothing is pending it returns an already
  * resolved promise (false). When the scheduler asked, this task steps aside for its turn in the
  * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
- * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it.
+ * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it. A task that
+ * reaches it during another's yield (a task made ready then, taking its first step) steps aside into
+ * the rotation too, resolving false at its turn.
  */
 function checkpoint() {
   if (seqWhole[SEQ] === ack) return NOT_YIELDED;
@@ -201,16 +216,17 @@ function checkpoint() {
 }
 
 function checkpointSlow() {
-  if (unacknowledged !== null) {
-    acknowledgePending();
-    if (seqWhole[SEQ] === ack) return NOT_YIELDED;
-  }
+  // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
+  if (unacknowledged !== null) acknowledgePending();
+  if (!pendingRequest()) return passing ? stepAside() : NOT_YIELDED;
   const pending = native.checkpointBegin();
   // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
   // mode every check comes here: the addon saves it the call); true: no yield, read it again.
-  if (pending === false) return NOT_YIELDED;
+  if (pending === false || pending === true) {
+    if (pending) refresh();
+    return passing ? stepAside() : NOT_YIELDED;
+  }
   refresh();
-  if (pending === true) return NOT_YIELDED;
   return takeTurn(pending);
 }
 
@@ -229,7 +245,7 @@ function checkpointSlow() {
  */
 const YIELD_PASSES = 4;
 
-// Settles (with true) the promises of tasks suspended at a checkpoint, oldest first.
+// Resume the tasks suspended at a checkpoint (settle their promises), oldest first.
 const waiting = [];
 // The last yielder's pending checkpoint until the request is acknowledged (its finish()).
 let unacknowledged = null;
@@ -255,12 +271,30 @@ function takeTurn(pending) {
   unacknowledged = pending;
   turns++;
   passesLeft = YIELD_PASSES;
-  const turn = new Promise((resolve) => waiting.push(resolve));
+  const turn = new Promise((resolve) => waiting.push(() => resolve(true)));
   if (!passing) {
-    passing = true;
+    setPassing(true);
     setImmediate(pass);
   }
   return turn;
+}
+
+/**
+ * A task computing during a yield's passes reached an asynchronous checkpoint with nothing pending:
+ * its first step is over (§5.7). It joins the back of the FIFO like a yielder, with no request to
+ * acknowledge, and resumes (false: no request was served) at its turn, so that the other tasks made
+ * ready take their first steps before a CPU-bound one has a whole turn. Never inside a critical
+ * section, which no checkpoint yields in (§5.3).
+ */
+function stepAside() {
+  if (native.criticalDepth() > 0) return NOT_YIELDED;
+  turns++;
+  return new Promise((resolve) => waiting.push(() => resolve(false)));
+}
+
+function setPassing(value) {
+  passing = value;
+  ack = passing ? FORCE_SLOW_PATH : settledAck;
 }
 
 function pass() {
@@ -269,7 +303,7 @@ function pass() {
     setImmediate(pass);
     return;
   }
-  passing = false;
+  setPassing(false);
   resumeHead();
 }
 
@@ -277,7 +311,7 @@ function pass() {
 function resumeHead() {
   const head = waiting.shift();
   if (head === undefined) return;
-  head(true);
+  head();
   // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
   setImmediate(keeper, turns);
 }

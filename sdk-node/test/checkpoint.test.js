@@ -277,3 +277,44 @@ test('a slow path that changes the state without yielding (the worker lost to a 
     region = new TestRegion();
   }
 });
+
+test('a task computing during a yield\'s passes steps aside at its first checkpoint and resumes after the yielder (§5.7)', async () => {
+  register();
+  region.bump(SLOT);
+  const order = [];
+  const yielder = (async () => {
+    order.push('A yields');
+    order.push(`A resumed ${await morpheus.checkpoint()}`);
+  })();
+  // Made ready during A's yield (queued behind its first pass): a newcomer's first step.
+  const newcomer = new Promise((resolve) => {
+    setImmediate(async () => {
+      order.push('B starts');
+      assert.equal(morpheus.yieldRequested(), true, 'during the passes a hot loop is sent to checkpoint()');
+      order.push(`B resumed ${await morpheus.checkpoint()}`);
+      resolve();
+    });
+  });
+  await Promise.all([yielder, newcomer]);
+  assert.deepEqual(order, ['A yields', 'B starts', 'A resumed true', 'B resumed false']);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n, 'stepping aside serves no request and writes nothing');
+  // After the passes the fast path is back; and a synchronous check during passes never steps aside.
+  assert.equal(morpheus.yieldRequested(), false);
+  assert.equal(await morpheus.checkpoint(), false);
+  region.bump(SLOT);
+  const again = morpheus.checkpoint();
+  assert.equal(morpheus.shouldYield(), false, 'sync, during the passes: no request pending, no yield');
+  assert.equal(await again, true);
+});
+
+test('inside a critical section a task computing during a yield\'s passes does not step aside', async () => {
+  register();
+  region.bump(SLOT);
+  const order = [];
+  const yielder = morpheus.checkpoint().then((yielded) => order.push(`A resumed ${yielded}`));
+  const inside = new Promise((resolve) => {
+    setImmediate(() => resolve(morpheus.critical(() => morpheus.checkpoint())));
+  }).then((yielded) => order.push(`B in a critical section went on: ${yielded}`));
+  await Promise.all([yielder, inside]);
+  assert.deepEqual(order, ['B in a critical section went on: false', 'A resumed true']);
+});
