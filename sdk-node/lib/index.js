@@ -170,16 +170,25 @@ function shouldYield() {
 }
 
 /**
- * Whether the scheduler's request is pending for this thread: one atomic load, and nothing else (it
- * acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
+ * Whether the scheduler's request is pending for this thread: in the DETERMINISTIC mode one load, and
+ * nothing else (it acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
  * its async caller to `await checkpoint()` when this is true: V8 compiles work inlined into an async
  * function that awaits markedly slower (BENCHMARKS.md), and this shape keeps the loop out of it.
- * True also while a critical section defers a request, on every call in the modes that disable the
- * fast path, and during another task's yield (its passes, §5.7: a task computing then steps aside at
- * its first `checkpoint()`); `checkpoint()` then decides.
+ * True also while a critical section defers a request, and during another task's yield (its passes,
+ * §5.7: a task computing then steps aside at its first `checkpoint()`); `checkpoint()` then decides.
+ * In the modes that disable the fast path (PRESSURED, DEFENSIVE: §5.4) it asks the addon whether a
+ * checkpoint would yield now (a native call that decides and writes nothing).
  */
 function yieldRequested() {
-  return requested();
+  if (!requested()) return false;
+  // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
+  // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
+  if (settledAck !== settledAck && !passing && unacknowledged === null) {
+    const outcome = native.checkpointWouldYield();
+    if (outcome !== NATIVE_NO_YIELD) refresh();
+    return outcome === NATIVE_YIELDED;
+  }
+  return true;
 }
 
 /**

@@ -487,6 +487,27 @@ pub fn checkpoint_sync() -> u32 {
     }
 }
 
+/// Whether a checkpoint would yield now, deciding nothing and acknowledging nothing: the core's
+/// decision, its future dropped unpolled again (it writes nothing before its second poll). WOULD_YIELD
+/// (2), otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1). For `yieldRequested()` outside the
+/// DETERMINISTIC mode (spec/SCB.md §5.4), where every check reaches the addon: a hot loop then leaves
+/// only for a yield, not at every check.
+#[napi]
+pub fn checkpoint_would_yield() -> u32 {
+    let before = fast_state_now();
+    let mut future = morpheus::checkpoint();
+    let mut cx = Context::from_waker(Waker::noop());
+    let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
+    drop(future);
+    if would_yield {
+        YIELDED
+    } else if fast_state_now() != before {
+        NO_YIELD_STATE_CHANGED
+    } else {
+        NO_YIELD
+    }
+}
+
 /// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
 /// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
 /// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the

@@ -245,7 +245,9 @@ test('the fast path compares all 64 bits of preempt_seq: a request that leaves e
   assert.equal(worker.yieldCounts().PREEMPT_REQUEST, sequences.length);
 });
 
-test('DEFENSIVE mode (§5.4): every check reaches the addon; a request is still served once, and the fast path comes back with DETERMINISTIC', async () => {
+test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still served once, and the fast path comes back with DETERMINISTIC', async () => {
+  // A slice (1 s) no step of this test lasts: the SDK's own clock never asks for a DEFENSIVE yield.
+  region.header('slice_ns', 1_000_000_000n);
   register();
   // Lost hints, seen at the next yield's mode evaluation.
   region.scb(SLOT, 'hints_dropped', 1);
@@ -253,7 +255,11 @@ test('DEFENSIVE mode (§5.4): every check reaches the addon; a request is still 
   assert.equal(morpheus.shouldYield(), true);
   assert.equal(worker.runtimeMode, 'DEFENSIVE');
   const before = region.bytes();
-  assert.equal(morpheus.yieldRequested(), true, 'the fast path is disabled: every check goes to the addon');
+  assert.equal(morpheus.yieldRequested(), false, 'nothing pending, within the slice: the core says no yield');
+  region.bump(SLOT);
+  assert.equal(morpheus.yieldRequested(), true, 'a request is pending');
+  assert.equal(morpheus.yieldRequested(), true, 'still pending: the question acknowledged nothing');
+  region.scb(SLOT, 'preempt_seq', 1n);
   assert.deepEqual(region.bytes(), before, 'yieldRequested() writes nothing');
   // A request while DEFENSIVE: served by one async yield; no lost hint since, so DETERMINISTIC again.
   region.bump(SLOT);
