@@ -8,7 +8,9 @@
 //!
 //! The runtime's side is the SDK's own code (`morpheus::protocol`, which the real fast and slow paths
 //! call); the scheduler's and registrars' sides are written here as spec/SCB.md §2.1, §3.1 and §4
-//! describe them. Each test names the property it protects.
+//! describe them. Each test names the property it protects. `tests/loom_mutations.sh`
+//! (`bazel run //sdk-rust:loom_mutations`) weakens each documented order, one at a time, in a scratch
+//! copy and checks that the test protecting it fails.
 #![cfg(loom)]
 
 use loom::{
@@ -123,6 +125,41 @@ fn the_scheduler_that_sees_an_acknowledgement_sees_the_yield_before_it() {
     });
 }
 
+/// (a'') The acknowledgement's acquire half: a checkpoint whose acknowledgement finds that another
+/// path of the runtime already acknowledged a later request (by its first load or by a failed CAS)
+/// caches that value, and its next load of `preempt_seq` is never below it: a cache ahead of what
+/// the thread can see would make its next checkpoint yield for nothing (review B, "cached_ack := seq").
+#[test]
+fn a_checkpoint_that_takes_another_paths_acknowledgement_never_sees_preempt_seq_below_it() {
+    model(|| {
+        let scb = Arc::new(Scb::default());
+        let scheduler = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                scheduler_request(&scb, 100);
+                scheduler_request(&scb, 200);
+            })
+        };
+        let other_path = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                let seq = protocol::load_request(&scb.preempt_seq);
+                if seq != 0 {
+                    protocol::acknowledge(&scb.last_ack_seq, seq);
+                }
+            })
+        };
+        let seq = protocol::load_request(&scb.preempt_seq);
+        if seq != 0 {
+            let cached = protocol::acknowledge(&scb.last_ack_seq, seq);
+            let next = protocol::load_request(&scb.preempt_seq);
+            assert!(next >= cached, "cached_ack {cached} but the next checkpoint loads preempt_seq {next}");
+        }
+        scheduler.join().unwrap();
+        other_path.join().unwrap();
+    });
+}
+
 /// (b) Critical enter against the gate (Dekker, §3.1 and §5.6): the scheduler stores its decision
 /// (here `escalated := 1`), issues a full barrier and loads `in_critical`; the runtime stores
 /// `in_critical := 1`, issues the seq_cst fence, and its section loads the scheduler's line. Either
@@ -168,6 +205,28 @@ fn a_gate_that_sees_the_section_end_sees_its_work() {
         let second = scb.in_critical.load(Acquire);
         if first == 1 && second == 0 {
             assert_eq!(work.load(Relaxed), 1, "saw the section end before its work");
+        }
+        runtime.join().unwrap();
+    });
+}
+
+/// (b'') REGISTERED -> RUNNING (§4, §5.3): a thread that registers inside an open critical section
+/// stores `in_critical := 1` before its release store of RUNNING; a gate that acquire-loads RUNNING
+/// sees it, so it never judges a RUNNING worker "not critical" while the SDK's depth is 1.
+#[test]
+fn a_gate_that_sees_running_sees_the_fields_published_before_it() {
+    model(|| {
+        let scb = Arc::new(Scb::default());
+        scb.worker_state.store(WorkerState::Registered.raw(), Relaxed);
+        let runtime = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                scb.in_critical.store(1, Relaxed); // the thread's depth is 1 (§4, the RUNNING row)
+                protocol::publish_state(&scb.worker_state, WorkerState::Running);
+            })
+        };
+        if scb.worker_state.load(Acquire) == WorkerState::Running.raw() {
+            assert_eq!(scb.in_critical.load(Acquire), 1, "the gate saw RUNNING with a stale in_critical");
         }
         runtime.join().unwrap();
     });
