@@ -242,8 +242,9 @@ function checkpointSlow() {
 // ------------------------------------------------------------------------------------------------
 // The rotation (spec/SCB.md §5.7): the event loop's thread is one worker shared by every task on it,
 // so one task steps aside per request, the request is acknowledged as soon as the loop has control,
-// the yielder joins the back of a FIFO, and each yield resumes the FIFO's head after YIELD_PASSES
-// passes of the loop, so that what became ready during the yield takes its first steps first.
+// the yielder joins the back of a queue with the CPU time it has run in its turns, and each yield
+// resumes, after YIELD_PASSES passes of the loop (so that what became ready during the yield takes
+// its first steps first), the oldest waiting task within half a turn of the least run time.
 
 /**
  * Passes of the event loop (chained setImmediate callbacks, each behind one poll for I/O and the
@@ -254,8 +255,20 @@ function checkpointSlow() {
  */
 const YIELD_PASSES = 4;
 
-// Resume the tasks suspended at a checkpoint (settle their promises), oldest first.
+// The tasks suspended at a checkpoint, oldest first: { resume, runNs } (resume() settles its promise;
+// runNs: the loop thread's CPU time it has run in its turns, §5.7).
 const waiting = [];
+// The measure of a turn: this thread's CPU time in ns (the scheduler's slices are CPU time too), read
+// once per yield and resume. The tests put a clock they advance in its place (_setTurnClock).
+let turnClock = native.threadCpuNs;
+// The run time (before its turn) of the task resumed last, while it has the turn: from its
+// resumption until it yields again or gives control back (the keeper); null otherwise. Node has no
+// current task: a yield in that window is taken to be that task's.
+let runningRunNs = null;
+// When the turn of the task computing now began (turnClock), or null.
+let turnStartedNs = null;
+// The length of the last turn measured: the tolerance of the choice of the next task.
+let lastTurnNs = 0;
 // The last yielder's pending checkpoint until the request is acknowledged (its finish()).
 let unacknowledged = null;
 // Yields so far: the keeper compares it to know whether the resumed task yielded again.
@@ -280,7 +293,7 @@ function takeTurn(pending) {
   unacknowledged = pending;
   turns++;
   passesLeft = YIELD_PASSES;
-  const turn = new Promise((resolve) => waiting.push(() => resolve(true)));
+  const turn = new Promise((resolve) => enqueue(() => resolve(true)));
   if (!passing) {
     setPassing(true);
     setImmediate(pass);
@@ -298,7 +311,44 @@ function takeTurn(pending) {
 function stepAside() {
   if (native.criticalDepth() > 0) return NOT_YIELDED;
   turns++;
-  return new Promise((resolve) => waiting.push(() => resolve(false)));
+  return new Promise((resolve) => enqueue(() => resolve(false)));
+}
+
+/**
+ * Account the turn that just ended and queue its task: its run time grows by the turn (the loop
+ * thread's CPU time), so a turn cut short (a mode's wall clock, a repeated request) is made up at the
+ * next choice. A task that was not waiting joins at the least run time of the queue, so it neither
+ * jumps the queue for ever nor starts behind.
+ */
+function enqueue(resume) {
+  const ran = turnStartedNs === null ? 0 : Math.max(0, turnClock() - turnStartedNs);
+  if (ran > 0) lastTurnNs = ran;
+  const base = runningRunNs ?? leastRunNs() ?? 0;
+  runningRunNs = null;
+  turnStartedNs = null;
+  waiting.push({ resume, runNs: base + ran });
+}
+
+function leastRunNs() {
+  let least = null;
+  for (const { runNs } of waiting) if (least === null || runNs < least) least = runNs;
+  return least;
+}
+
+/** Take the task to resume: the oldest among those within half a turn of the least run time. */
+function takeNext() {
+  const least = leastRunNs();
+  if (least === null) return undefined;
+  const index = waiting.findIndex(({ runNs }) => runNs <= least + lastTurnNs / 2);
+  return waiting.splice(index, 1)[0];
+}
+
+/**
+ * Tests only: measure turns with `clock()` (ns) instead of this thread's CPU time, so that which task
+ * resumes never depends on how fast the machine ran; no argument restores the CPU clock.
+ */
+function setTurnClock(clock = native.threadCpuNs) {
+  turnClock = clock;
 }
 
 function setPassing(value) {
@@ -308,6 +358,8 @@ function setPassing(value) {
 
 function pass() {
   acknowledgePending();
+  // Whoever computes next (a task made ready) starts its turn after this callback.
+  if (runningRunNs === null) turnStartedNs = turnClock();
   if (--passesLeft > 0) {
     setImmediate(pass);
     return;
@@ -316,17 +368,24 @@ function pass() {
   resumeHead();
 }
 
-/** Resume the oldest waiting task; once it gave control back, resume the next if it did not yield again. */
+/** Resume the next waiting task (takeNext); once it gave control back, resume the next if it did not yield again. */
 function resumeHead() {
-  const head = waiting.shift();
-  if (head === undefined) return;
-  head();
+  const next = takeNext();
+  if (next === undefined) return;
+  runningRunNs = next.runNs;
+  turnStartedNs = turnClock();
+  next.resume();
   // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
   setImmediate(keeper, turns);
 }
 
 function keeper(turnsAtResume) {
-  if (turns === turnsAtResume && !passing) resumeHead();
+  if (turns === turnsAtResume && !passing) {
+    // The resumed task gave control back without yielding (it awaits I/O, or ended): its turn is over.
+    runningRunNs = null;
+    turnStartedNs = null;
+    resumeHead();
+  }
 }
 
 /**
@@ -740,6 +799,8 @@ module.exports = {
   setPriority,
   shouldYield,
   yieldRequested,
+  // Tests only (not part of the API): see setTurnClock.
+  _setTurnClock: setTurnClock,
 };
 // Each error class by name too (require('@morpheus-sched/node').NotInCriticalError).
 Object.assign(module.exports, errors);

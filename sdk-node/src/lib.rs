@@ -508,6 +508,17 @@ pub fn checkpoint_would_yield() -> u32 {
     }
 }
 
+/// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
+/// in the event loop's rotation (spec/SCB.md §5.7; the scheduler's slices are CPU time too). Read once
+/// per yield and resume, never on the fast path.
+#[napi]
+pub fn thread_cpu_ns() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+}
+
 /// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
 /// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
 /// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the
