@@ -307,6 +307,9 @@ unsafe fn install(raw: *mut RawWorker, inner: &Inner) {
 /// Register the calling thread; the worker stays with the thread until [`unregister_current_thread`]
 /// or the thread exits. Returns the thread's [`RawWorker`].
 pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
+    // The refusals in spec/SCB.md §4's order: the SDK's own arguments (INVALID_ARGUMENT), then a
+    // thread that holds a worker (ALREADY_REGISTERED), then the slot (direct_assign) or the agent.
+    let priority = validate_priority(config.priority.into())?;
     let raw = current_raw();
     // SAFETY: our own thread's state.
     if let Some(existing) = unsafe { inner(raw) } {
@@ -314,7 +317,6 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
     }
     let epoch = next_epoch();
     let escapable = config.escapable.unwrap_or_else(|| escapable_default(config.runtime_kind));
-    let priority = validate_priority(config.priority.into())?;
     let mut inner = Box::new(Inner {
         region: None,
         scb: std::ptr::null_mut(),
