@@ -15,7 +15,7 @@
 
 use loom::{
     sync::{
-        atomic::{fence, AtomicU32, AtomicU64},
+        atomic::{fence, AtomicI32, AtomicU32, AtomicU64},
         Arc,
     },
     thread,
@@ -46,8 +46,39 @@ struct Scb {
     worker_state: AtomicU32,
     in_critical: AtomicU32,
     tid: AtomicU32,
+    pid: AtomicU32,
     slot_generation: AtomicU32,
     escapable: AtomicU32,
+    priority: AtomicI32,
+}
+
+impl Scb {
+    /// The fields a registrar writes while CLAIMED, for `protocol::assign_claimed`.
+    fn slot_fields(&self) -> protocol::SlotFields<'_, AtomicU32, AtomicI32, AtomicU64> {
+        protocol::SlotFields {
+            worker_state: &self.worker_state,
+            tid: &self.tid,
+            pid: &self.pid,
+            slot_generation: &self.slot_generation,
+            escapable: &self.escapable,
+            priority: &self.priority,
+            preempt_seq: &self.preempt_seq,
+            last_ack_seq: &self.last_ack_seq,
+            budget_remaining_ns: &self.budget_remaining_ns,
+            escalated: &self.escalated,
+        }
+    }
+}
+
+/// What registrar `tid` assigns: the agent (odd tids here) as the scheduler also starts the budget.
+fn assignee(tid: u32) -> protocol::Assignee {
+    protocol::Assignee {
+        tid,
+        pid: 1,
+        escapable: tid % 2 == 1,
+        priority: 0,
+        scheduler_slice_ns: (tid % 2 == 1).then_some(1_000),
+    }
 }
 
 /// The scheduler's request (§3.1 row 1): the hint's fields first, then the release increment.
@@ -232,17 +263,13 @@ fn a_gate_that_sees_running_sees_the_fields_published_before_it() {
     });
 }
 
-/// A registrar's assignment (§4): claim INIT, the slot's data, REGISTERED with release.
+/// A registrar's assignment (§4), the code the agent and the SDK's direct registration run: claim
+/// INIT, then `protocol::assign_claimed` (the slot's data, REGISTERED with release).
 fn register(scb: &Scb, tid: u32) -> bool {
     if protocol::claim(&scb.worker_state, WorkerState::Init).is_err() {
         return false;
     }
-    scb.tid.store(tid, Relaxed);
-    let generation = protocol::next_slot_generation(scb.slot_generation.load(Relaxed));
-    scb.slot_generation.store(generation, Relaxed);
-    scb.escapable.store(tid % 2, Relaxed);
-    scb.last_ack_seq.store(scb.preempt_seq.load(Acquire), Relaxed);
-    protocol::publish_state(&scb.worker_state, WorkerState::Registered);
+    protocol::assign_claimed(&scb.slot_fields(), &assignee(tid));
     true
 }
 
@@ -288,14 +315,12 @@ fn a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner() {
         let reclaimer = {
             let scb = scb.clone();
             thread::spawn(move || {
-                let claimed = protocol::claim(&scb.worker_state, WorkerState::Dead).is_ok();
-                if claimed {
-                    // The reclaim clear (generated from abi.toml), as relaxed stores while CLAIMED.
+                // The reclaim clear (generated from abi.toml), modelled as relaxed stores while CLAIMED.
+                let clear = || {
                     scb.tid.store(0, Relaxed);
                     scb.escapable.store(0, Relaxed);
-                    protocol::publish_state(&scb.worker_state, WorkerState::Init);
-                }
-                claimed
+                };
+                protocol::reclaim(&scb.worker_state, WorkerState::Dead.raw(), clear).is_ok()
             })
         };
         let registrar = {
@@ -306,11 +331,8 @@ fn a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner() {
                     return false;
                 }
                 assert_eq!(scb.tid.load(Relaxed), 0, "the claim won INIT but the clear was not visible");
-                scb.tid.store(8, Relaxed);
-                scb.escapable.store(1, Relaxed); // from its request
-                let generation = protocol::next_slot_generation(scb.slot_generation.load(Relaxed));
-                scb.slot_generation.store(generation, Relaxed);
-                protocol::publish_state(&scb.worker_state, WorkerState::Registered);
+                let who = protocol::Assignee { escapable: true, ..assignee(8) }; // escapable from its request
+                protocol::assign_claimed(&scb.slot_fields(), &who);
                 true
             })
         };
