@@ -464,8 +464,9 @@ fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
         TURN_DEADLINE.set(0);
         return Ok(statics.ready.clone_ref(py).into_any());
     }
-    if turn_over && critical_depth() > 0 {
-        // A critical section holds every yield (§5.3), this one too: it ends at a checkpoint after.
+    if critical_depth() > 0 {
+        // A critical section holds every yield (§5.3), a step aside too, whether the turn is over or
+        // another task's yield is passing: it happens at the first checkpoint after the section.
         return Ok(statics.ready.clone_ref(py).into_any());
     }
     if turn_over && !loop_has_work(py, &event_loop) {

@@ -267,3 +267,39 @@ def test_a_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, 
     else:
         # uvloop shows none of them: its timed turns always end.
         assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_task_inside_a_critical_section_does_not_step_aside_during_a_yield(region, loop_factory):
+    # A critical section holds every yield (§5.3), a step aside during another task's yield too: b's
+    # first five units each end at a checkpoint inside a section, so its first step lasts until the
+    # checkpoint after the sections, six units, instead of ending at its first checkpoint.
+    sched = Scheduler(region, units_per_slice=40)
+    runs = []
+
+    async def unit(name):
+        runs.append(name)
+        sched.unit_done()
+        await morpheus.checkpoint_async()
+
+    async def cpu_bound(name, section_units):
+        done = 0
+        while sched.requests < 3:
+            if done < section_units:
+                with morpheus.critical():
+                    await unit(name)
+            else:
+                await unit(name)
+            done += 1
+
+    async def main():
+        await asyncio.gather(cpu_bound("a", 0), cpu_bound("b", 5))
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        _run(loop_factory, main())
+    turns = []
+    for name in runs:
+        if not turns or turns[-1][0] != name:
+            turns.append([name, 0])
+        turns[-1][1] += 1
+    assert turns[:2] == [["a", 40], ["b", 6]], turns[:4]
