@@ -106,6 +106,10 @@ async function checkpointAsync(id) {
   setImmediate(probe);
   const yielded = await morpheus.checkpoint();
   finished = true;
+  // The checkpointing task ends here and gives control back to the loop, as the Python agent's does
+  // (run_until_complete): the rotation then sees its turn over (SCB.md §5.7). Without this the next
+  // request's checkpoint would continue the same turn, a slice of wall time later, and step aside.
+  await new Promise((resolve) => setImmediate(resolve));
   return yielded;
 }
 
