@@ -54,8 +54,10 @@ const FORCE_SLOW_PATH = NaN;
 let seqWhole = ZEROES.whole;
 let seqLow = ZEROES.low;
 // The acknowledged sequence the view is compared with: its 8 bytes as a double (settledAck), and its
-// low half. The fast path compares with ack: settledAck, except during a yield's passes (§5.7), when
-// it is FORCE_SLOW_PATH so that an asynchronous check reaches checkpointSlow and steps aside.
+// low half. The fast path compares with ack: settledAck, except during a yield's passes or a timed
+// turn (§5.7), when it is FORCE_SLOW_PATH so that an asynchronous check reaches checkpointSlow, which
+// steps aside (passes) or reads the clock (a timed turn). So the fast path stays one load and one
+// comparison whether or not a turn is timed.
 let settledAck = 0;
 let ack = 0;
 let ackLow = 0;
@@ -88,7 +90,12 @@ function alwaysSlow() {
 
 function settle(value) {
   settledAck = value;
-  ack = passing ? FORCE_SLOW_PATH : settledAck;
+  updateAck();
+}
+
+/** What the fast path compares with: the acknowledged sequence, unless the rotation needs every check. */
+function updateAck() {
+  ack = passing || turnDeadline !== 0 ? FORCE_SLOW_PATH : settledAck;
 }
 
 /** Whether a request is pending (or the mode sends every check to the addon), passes aside. */
@@ -174,21 +181,24 @@ function shouldYield() {
  * nothing else (it acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
  * its async caller to `await checkpoint()` when this is true: V8 compiles work inlined into an async
  * function that awaits markedly slower (BENCHMARKS.md), and this shape keeps the loop out of it.
- * True also while a critical section defers a request, and during another task's yield (its passes,
- * §5.7: a task computing then steps aside at its first `checkpoint()`); `checkpoint()` then decides.
+ * True also while a critical section defers a request, during another task's yield (its passes,
+ * §5.7: a task computing then steps aside at its first `checkpoint()`), and once a timed turn has
+ * lasted its slice (§5.7); `checkpoint()` then decides.
  * In the modes that disable the fast path (PRESSURED, DEFENSIVE: §5.4) it asks the addon whether a
  * checkpoint would yield now (a native call that decides and writes nothing).
  */
 function yieldRequested() {
   if (!requested()) return false;
+  if (passing || unacknowledged !== null || turnExpired()) return true;
   // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
   // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
-  if (settledAck !== settledAck && !passing && unacknowledged === null) {
+  if (settledAck !== settledAck) {
     const outcome = native.checkpointWouldYield();
     if (outcome !== NATIVE_NO_YIELD) refresh();
     return outcome === NATIVE_YIELDED;
   }
-  return true;
+  // Here also for every check of a timed turn (ack is FORCE_SLOW_PATH): only a request counts.
+  return pendingRequest();
 }
 
 /**
@@ -217,7 +227,8 @@ function shouldYieldSlow() {
  * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
  * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it. A task that
  * reaches it during another's yield (a task made ready then, taking its first step) steps aside into
- * the rotation too, resolving false at its turn.
+ * the rotation too, resolving false at its turn, and so does a task whose turn (given by the rotation)
+ * has lasted one slice of wall time without a request (§5.7).
  */
 function checkpoint() {
   if (seqWhole[SEQ] === ack) return NOT_YIELDED;
@@ -227,16 +238,23 @@ function checkpoint() {
 function checkpointSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
   if (unacknowledged !== null) acknowledgePending();
-  if (!pendingRequest()) return passing ? stepAside() : NOT_YIELDED;
+  if (!pendingRequest()) return stepAsideIfOver();
   const pending = native.checkpointBegin();
   // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
   // mode every check comes here: the addon saves it the call); true: no yield, read it again.
   if (pending === false || pending === true) {
     if (pending) refresh();
-    return passing ? stepAside() : NOT_YIELDED;
+    return stepAsideIfOver();
   }
   refresh();
   return takeTurn(pending);
+}
+
+/** No request to serve: the task steps aside only if its step (passes) or its timed turn is over. */
+function stepAsideIfOver() {
+  if (passing) return stepAside();
+  if (turnExpired()) return stepAside(true);
+  return NOT_YIELDED;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -254,6 +272,43 @@ function checkpointSlow() {
  * before any new poll. Four cover that with one to spare; each costs one non-blocking poll.
  */
 const YIELD_PASSES = 4;
+
+// A turn lasts one slice of wall time at most (§5.7): the slice is CPU time, and a loop thread with a
+// fraction of a core would otherwise poll nothing for many slices of wall time while light requests
+// wait. A turn the rotation gives (resumeHead) ends at the task's first checkpoint one slice_ns of
+// CLOCK_MONOTONIC after it began, even without a request. Node shows no cheap way to see whether its
+// loop has anything else to run (no ready queue to look at), so a timed turn simply ends once per
+// slice, never carried on.
+
+/** Wall time in ns: CLOCK_MONOTONIC (libuv's hrtime, which performance.now() reads), no allocation. */
+function monotonicNs() {
+  return performance.now() * 1e6;
+}
+
+// When the running task's timed turn ends (wallClock, ns); 0: no turn is timed.
+let turnDeadline = 0;
+// The measure of a timed turn; the tests' clock replaces it with turnClock (setTurnClock).
+let wallClock = monotonicNs;
+
+/** Whether the running task's timed turn is over (a clock read; only while a turn is timed). */
+function turnExpired() {
+  return turnDeadline !== 0 && wallClock() >= turnDeadline;
+}
+
+/**
+ * Time the turn that starts now: it ends at the first checkpoint one slice_ns (the scheduler's slice,
+ * read from the region header now) of wall time from now. Only while the worker is attached: detached
+ * there is no slice, and nothing is timed.
+ */
+function timeTurn() {
+  const slice = native.turnSliceNs();
+  setTurnDeadline(slice > 0 ? Math.max(1, wallClock() + slice) : 0);
+}
+
+function setTurnDeadline(deadline) {
+  turnDeadline = deadline;
+  updateAck();
+}
 
 // The tasks suspended at a checkpoint, oldest first: { resume, runNs } (resume() settles its promise;
 // runNs: the loop thread's CPU time it has run in its turns, §5.7).
@@ -302,16 +357,28 @@ function takeTurn(pending) {
 }
 
 /**
- * A task computing during a yield's passes reached an asynchronous checkpoint with nothing pending:
- * its first step is over (§5.7). It joins the back of the FIFO like a yielder, with no request to
- * acknowledge, and resumes (false: no request was served) at its turn, so that the other tasks made
- * ready take their first steps before a CPU-bound one has a whole turn. Never inside a critical
- * section, which no checkpoint yields in (§5.3).
+ * A task reached an asynchronous checkpoint with nothing pending, but its step is over: either it
+ * computes during a yield's passes (its first step is over), or its timed turn lasted a slice of wall
+ * time (`turnOver`: then this starts the passes, as a yield does, but writes nothing to the SCB and
+ * counts no yield). It joins the back of the FIFO like a yielder, with no request to acknowledge,
+ * and resumes (false: no request was served) at its turn, so that the other tasks made ready take
+ * their first steps before a CPU-bound one has a whole turn. Never inside a critical section, which
+ * holds every yield and so every step aside (§5.3): it happens at the first checkpoint after it.
  */
-function stepAside() {
+function stepAside(turnOver = false) {
   if (native.criticalDepth() > 0) return NOT_YIELDED;
   turns++;
-  return new Promise((resolve) => enqueue(() => resolve(false)));
+  const turn = new Promise((resolve) => enqueue(() => resolve(false)));
+  if (turnOver) {
+    // Whoever computes next starts its turn now.
+    turnStartedNs = turnClock();
+    passesLeft = YIELD_PASSES;
+    if (!passing) {
+      setPassing(true);
+      setImmediate(pass);
+    }
+  }
+  return turn;
 }
 
 /**
@@ -326,6 +393,7 @@ function enqueue(resume) {
   const base = runningRunNs ?? leastRunNs() ?? 0;
   runningRunNs = null;
   turnStartedNs = null;
+  setTurnDeadline(0);
   waiting.push({ resume, runNs: base + ran });
 }
 
@@ -344,16 +412,18 @@ function takeNext() {
 }
 
 /**
- * Tests only: measure turns with `clock()` (ns) instead of this thread's CPU time, so that which task
- * resumes never depends on how fast the machine ran; no argument restores the CPU clock.
+ * Tests only: measure turns with `clock()` (ns) instead of this thread's CPU time and of the wall
+ * clock that times a turn, so that which task resumes, and when a turn ends, never depend on how
+ * fast the machine ran; no argument restores both clocks.
  */
-function setTurnClock(clock = native.threadCpuNs) {
-  turnClock = clock;
+function setTurnClock(clock) {
+  turnClock = clock ?? native.threadCpuNs;
+  wallClock = clock ?? monotonicNs;
 }
 
 function setPassing(value) {
   passing = value;
-  ack = passing ? FORCE_SLOW_PATH : settledAck;
+  updateAck();
 }
 
 function pass() {
@@ -371,9 +441,13 @@ function pass() {
 /** Resume the next waiting task (takeNext); once it gave control back, resume the next if it did not yield again. */
 function resumeHead() {
   const next = takeNext();
-  if (next === undefined) return;
+  if (next === undefined) {
+    setTurnDeadline(0);
+    return;
+  }
   runningRunNs = next.runNs;
   turnStartedNs = turnClock();
+  timeTurn();
   next.resume();
   // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
   setImmediate(keeper, turns);
@@ -698,6 +772,8 @@ class Worker {
   /** Shut the worker down and free its slot. Idempotent. */
   close() {
     if (current === this) current = null;
+    // A turn timed by this worker's slice is no longer timed (the next worker's turns are).
+    setTurnDeadline(0);
     let released;
     try {
       released = native.unregister(this.#token);

@@ -519,6 +519,22 @@ pub fn thread_cpu_ns() -> f64 {
     ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
+/// The scheduler's slice (ns, from the region header, read now: the scheduler may change it) for the
+/// calling thread's worker: the most wall time a turn of the event loop's rotation lasts (spec/SCB.md
+/// §5.7). 0 without a worker, detached, or waiting for a scheduler: then no turn is timed. Read once
+/// per turn, never on the fast path.
+#[napi]
+pub fn turn_slice_ns() -> f64 {
+    HELD.with(|held| match &*held.borrow() {
+        // Registered and not waiting for a scheduler (read without `is_attached`, which would also ask
+        // the agent's process handle: two system calls per turn).
+        Some(h) if h.worker.slot().is_some() && !h.worker.is_waiting_for_scheduler() => {
+            h.worker.region().map_or(0.0, |region| region.slice_ns() as f64)
+        }
+        _ => 0.0,
+    })
+}
+
 /// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
 /// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
 /// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the

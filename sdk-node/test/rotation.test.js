@@ -186,3 +186,137 @@ test('a connection made before the yield is accepted, read and answered before t
     server.close();
   }
 });
+
+// A turn lasts one slice of wall time at most (§5.7). The slice is ten steps of the tests' clock,
+// which times the turn in place of CLOCK_MONOTONIC (spin() advances it by one step).
+const STEPS_PER_SLICE = 10;
+
+function sliceOfSteps() {
+  region.header('slice_ns', BigInt(STEPS_PER_SLICE * 1000));
+}
+
+/** Consecutive runs of one name, as [name, count] pairs. */
+function turnsOf(runs) {
+  const turns = [];
+  for (const name of runs) {
+    if (turns.length === 0 || turns[turns.length - 1][0] !== name) turns.push([name, 0]);
+    turns[turns.length - 1][1]++;
+  }
+  return turns;
+}
+
+function shown(turns) {
+  return turns.map(([name, n]) => `${name}${n}`).join(' ');
+}
+
+test('a turn ends after one slice of the clock without a request, writing nothing and counting no yield', async () => {
+  sliceOfSteps();
+  const runs = [];
+  const outcomes = [];
+  let requested = false;
+  // Two CPU-bound tasks; the scheduler asks once, at the very first step, and never again.
+  const task = async (name) => {
+    while (runs.length < 80) {
+      spin();
+      runs.push(name);
+      if (!requested) {
+        region.bump(SLOT);
+        requested = true;
+      }
+      outcomes.push(await morpheus.checkpoint());
+    }
+  };
+  await Promise.all([task('A'), task('B')]);
+  const turns = turnsOf(runs);
+  // A yields for the request after one step, B takes its first step during the passes and steps
+  // aside, then each turn the rotation gives lasts until the clock ends it: one slice.
+  assert.deepEqual(turns.slice(0, 3), [['A', 1], ['B', 1], ['A', STEPS_PER_SLICE]], shown(turns));
+  for (const [, n] of turns.slice(2, -1)) assert.equal(n, STEPS_PER_SLICE, shown(turns));
+  assert.ok(turns.length >= 8, `turns alternate without requests: ${shown(turns)}`);
+  // Only the request's yield is one: the ends of timed turns resolve false, write nothing to the SCB
+  // and count no yield.
+  assert.equal(outcomes.filter((outcome) => outcome === true).length, 1);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
+  assert.equal(Object.values(worker.yieldCounts()).reduce((a, b) => a + b, 0), 1);
+});
+
+test('a critical section holds the end of a timed turn until the first checkpoint after it', async () => {
+  sliceOfSteps();
+  const runs = [];
+  let requested = false;
+  // A's steps 2 to 25 (its timed turn's first 24) each end at a checkpoint inside a section.
+  const SECTION_STEPS = 24;
+  const task = async (name) => {
+    let done = 0;
+    while (runs.length < 80) {
+      const inSection = name === 'A' && done >= 1 && done <= SECTION_STEPS;
+      if (inSection) morpheus.criticalEnter();
+      spin();
+      runs.push(name);
+      done++;
+      if (!requested) {
+        region.bump(SLOT);
+        requested = true;
+      }
+      try {
+        await morpheus.checkpoint();
+      } finally {
+        if (inSection) morpheus.criticalExit();
+      }
+    }
+  };
+  await Promise.all([task('A'), task('B')]);
+  const turns = turnsOf(runs);
+  // A's turn goes past its slice while the sections hold it, and ends at the checkpoint of the first
+  // step after them. Every later turn lasts one slice (B, behind in run time, has two in a row once:
+  // a run of consecutive steps is a whole number of slices).
+  assert.deepEqual(turns.slice(0, 3), [['A', 1], ['B', 1], ['A', SECTION_STEPS + 1]], shown(turns));
+  for (const [, n] of turns.slice(3, -1)) assert.equal(n % STEPS_PER_SLICE, 0, shown(turns));
+  assert.equal(morpheus.criticalDepth(), 0);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+});
+
+test('a task that never reaches a checkpoint is unaffected; the turn ends at its holder\'s first checkpoint after the slice', async () => {
+  sliceOfSteps();
+  const runs = [];
+  let untimed = null;
+  // C never reaches a checkpoint: it computes between plain awaits.
+  const noCheckpoint = async () => {
+    for (let i = 0; i < 20; i++) {
+      spin();
+      runs.push('C');
+      await null;
+    }
+  };
+  const a = async () => {
+    spin();
+    runs.push('A');
+    region.bump(SLOT);
+    assert.equal(await morpheus.checkpoint(), true);
+    // A's timed turn: three slices of steps (and C's, started here) with no checkpoint, then one.
+    for (let i = 0; i < 3 * STEPS_PER_SLICE; i++) {
+      spin();
+      runs.push('A');
+      if (i === 4) untimed = noCheckpoint();
+      await null;
+    }
+    assert.equal(await morpheus.checkpoint(), false, 'the end of a timed turn is no yield');
+    runs.push('A resumed');
+  };
+  const b = async () => {
+    for (let i = 0; i < 3; i++) {
+      spin();
+      runs.push('B');
+      await morpheus.checkpoint();
+    }
+  };
+  await Promise.all([a(), b()]);
+  await untimed;
+  const turns = turnsOf(runs.map((name) => (name === 'C' ? 'A' : name)));
+  // Nothing stepped aside before A's checkpoint: C ran all its steps inside A's turn, which lasted
+  // past its slice until that checkpoint; then B had its turn, and A resumed after.
+  assert.equal(runs.filter((name) => name === 'C').length, 20);
+  assert.deepEqual(turns, [['A', 1], ['B', 1], ['A', 3 * STEPS_PER_SLICE + 20], ['B', 2], ['A resumed', 1]], shown(turnsOf(runs)));
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+});
