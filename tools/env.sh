@@ -8,3 +8,11 @@
 # A tool that reads it should default to this same path when it is unset (as
 # under a plain `bazel test`).
 export MORPHEUS_CACHE="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"
+
+# CI builds once from a clean clone, so cargo's incremental caches and full debug info are only disk:
+# on a fresh run they were 0.7 GB and about half of target/debug's 3.7 GB, and a CI run once died on a
+# full disk. Line tables keep panics' backtraces readable.
+if [[ "${CI:-}" == "true" ]]; then
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+  export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+fi

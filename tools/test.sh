@@ -29,6 +29,13 @@ done
 config=()
 [[ "${CI:-}" == "true" ]] && config=(--config=ci)
 
+# A clean run writes about 8 GB (cargo builds, VM images, the JDK and npm caches); say so up front
+# rather than let bazel die midway on a full disk.
+free_gb=$(df -P -BG "$root" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+if ((free_gb < 10)); then
+  echo "test.sh: warning: only ${free_gb} GB free on $(df -P "$root" | awk 'NR == 2 { print $6 }'); a clean run needs about 8 GB"
+fi
+
 work="$(mktemp -d "${TMPDIR:-/tmp}/morpheus-test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 events="$work/events.json"
@@ -56,7 +63,10 @@ try:
             elif kind == "targetCompleted" and not event.get("completed", {}).get("success", False):
                 built_not.add(label)
             elif kind == "testSummary":
-                results[label] = event["testSummary"].get("overallStatus", "NO_STATUS")
+                # A build that dies midway (e.g. the disk fills) reports "aborted" in place of a summary.
+                aborted = event.get("aborted", {})
+                results[label] = event.get("testSummary", {}).get(
+                    "overallStatus", "ABORTED (" + aborted.get("reason", "no reason given") + ")" if aborted else "NO_STATUS")
 except FileNotFoundError:
     pass
 for label in tests - results.keys():

@@ -22,7 +22,9 @@
 #      which drained its records), and the kernel returns to its default scheduler;
 #   8. every SDK's own workers (Rust, C, Python, Node, Java on FFM and on JNI) through the observer and enforced (kick) phases: each
 #      check is a row of that SDK's live-kernel column (`e2e-live:` lines, judged in e2e/run.sh);
-#   9. first of all, with no scheduler attached: the BPF program's escalation gate answers the
+#   9. a restart the kernel asks for (CPU 1 taken offline, then back): the agent restarts each time and
+#      a worker running across both re-registers on its own;
+#  10. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
 #      each, judged on the host into the matrix's "kernel" column.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
@@ -42,7 +44,7 @@ field() { awk -v role="role=$1" -v key="$2" '$1 == role { for (i = 1; i <= NF; i
 state() { cat /sys/kernel/sched_ext/state; }
 SOCK=/run/morpheus/agent.sock
 # agent_stat POINTER: a field of the running agent's stats, read from its stats socket (morpheus stats)
-agent_stat() { morpheus stats --socket "$SOCK" --get "$1"; }
+agent_stat() { timeout 30 morpheus stats --socket "$SOCK" --get "$1"; }
 WORKER_SECONDS=${WORKER_SECONDS:-3}
 
 agent_pid=""
@@ -267,6 +269,55 @@ if [ -d "$CG" ] && start_agent /tmp/stress.log --mode enforced --policy hybrid; 
 else
 	bad "scx_morpheus (stress) did not start, or $CG is missing"
 fi
+
+# --- a restart the kernel asks for ---------------------------------------------------------------
+# Taking a CPU offline or online ends a sched_ext scheduler that has no cpu_offline/cpu_online
+# callbacks with scx's restart code; the agent then sets up a new instance (a new generation), and a
+# worker running across it re-registers on its own at a checkpoint (SCB.md §6.1). Each wait is for a
+# state, bounded generously; the verdicts are counts and states, never how long something took.
+# wait_until SECONDS COMMAND...: true once COMMAND succeeds, false once SECONDS of the guest's uptime
+# have passed (time, not tries: one try may itself take seconds under TCG)
+uptime_s() { cut -d. -f1 /proc/uptime; }
+wait_until() {
+	deadline=$(($(uptime_s) + $1))
+	shift
+	until "$@"; do
+		[ "$(uptime_s)" -lt "$deadline" ] || return 1
+		sleep 0.2
+	done
+}
+restarts() { grep -c "asked to be restarted; restarting" /tmp/restart.log; }
+restarted() { [ "$(restarts)" -ge "$1" ]; } # restarted N: the agent has restarted N times or more
+serving_generation() { # serving_generation N: the agent serves generation >= N with a worker registered
+	[ "$(state)" = enabled ] && [ "$(agent_stat /generation 2>/dev/null || echo 0)" -ge "$1" ] &&
+		[ "$(agent_stat /nr_workers 2>/dev/null || echo 0)" -ge 1 ]
+}
+CPU1=/sys/devices/system/cpu/cpu1/online
+if [ ! -w "$CPU1" ]; then
+	bad "cannot take CPU 1 offline in this guest ($CPU1 is not writable), so the restart is untested"
+elif start_agent /tmp/restart.log --mode observer; then
+	rm -f /tmp/restart.ready /tmp/restart.stop
+	morpheus-e2e-worker --ready /tmp/restart.ready --until /tmp/restart.stop cooperative >/tmp/restart.out 2>&1 &
+	restart_worker=$!
+	check "the worker registered with the first instance" wait_until 60 test -s /tmp/restart.ready
+	generation0=$(agent_stat /generation)
+	echo 0 >"$CPU1"
+	check "taking CPU 1 offline made the agent restart ($(restarts) restarts)" wait_until 60 restarted 1
+	check "the new instance serves, and the worker re-registered with it" wait_until 60 serving_generation $((generation0 + 1))
+	echo 1 >"$CPU1"
+	check "bringing CPU 1 back made it restart again ($(restarts) restarts)" wait_until 60 restarted 2
+	check "the third instance serves, and the worker re-registered again" wait_until 60 serving_generation $((generation0 + 2))
+	ops=$(cat /sys/kernel/sched_ext/root/ops)
+	case "$ops" in morpheus*) ok "root/ops after the restarts is '$ops'" ;; *) bad "root/ops after the restarts is '$ops', expected morpheus..." ;; esac
+	touch /tmp/restart.stop
+	wait "$restart_worker"
+	check "the worker across the restarts exited 0 ($?)" test $? -eq 0
+	cat /tmp/restart.out
+	reattached=$(field cooperative reattachments /tmp/restart.out)
+	check "the worker re-registered on its own at least twice (reattachments=$reattached)" test "${reattached:-0}" -ge 2
+	stop_agent /tmp/restart.log
+fi
+[ -w "$CPU1" ] && [ "$(cat "$CPU1")" = 0 ] && echo 1 >"$CPU1"
 
 # --- every SDK's own workers, live ----------------------------------------------------------------
 # The observer and enforced (kick) phases once per SDK, with that SDK's own worker: Rust

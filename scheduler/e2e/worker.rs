@@ -189,16 +189,19 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
     };
     let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
     let mut sections = 0u64;
+    let work_piece = || {
+        burn(20_000);
+        // checkpoint_sync acknowledges as it returns true; returning true is the yield point.
+        if role == Role::Cooperative && worker.checkpoint_sync() {
+            // SAFETY: no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    };
     match &until {
         Until::Seconds(seconds) => {
             let deadline = Instant::now() + Duration::from_secs_f64(*seconds);
             while Instant::now() < deadline {
-                burn(20_000);
-                // checkpoint_sync acknowledges as it returns true; returning true is the yield point.
-                if role == Role::Cooperative && worker.checkpoint_sync() {
-                    // SAFETY: no preconditions.
-                    unsafe { libc::sched_yield() };
-                }
+                work_piece();
             }
         }
         Until::Sections(count, _) if role == Role::Racer => {
@@ -219,7 +222,7 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
         }
         Until::File(path) => {
             while !std::path::Path::new(path).exists() {
-                burn(20_000);
+                work_piece();
             }
         }
     }
@@ -228,8 +231,10 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
     }
     // Read while still inside the critical section: once it ends, this worker (escapable, far past
     // slice + grace, never acknowledging) may rightly be escalated before it shuts down.
+    // A scheduler restart moves the worker to the new instance's region (SCB.md §6.1): read that one.
+    let scb = if worker.reattachments() > 0 { ScbView::of(&worker)? } else { scb };
     let mut line = format!(
-        "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={} header_mode={}",
+        "role={} slot={} tid={} cpu_ms={:.0} sections={sections} preempt_seq_start={} preempt_seq={} last_ack_seq={} yields={} escalations={} escalated={} hints_dropped={} budget_remaining_ns={} header_mode={} reattachments={}",
         role.name(),
         worker.slot().unwrap_or(u32::MAX),
         gettid(),
@@ -243,6 +248,7 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
         load!(scb, hints_dropped, AtomicU32, Ordering::Relaxed),
         load!(scb, budget_remaining_ns, AtomicU64, Ordering::Relaxed),
         worker.region().map_or(u32::MAX, |r| r.scheduler_mode().map_or_else(|raw| raw, |m| m.raw())),
+        worker.reattachments(),
     );
     if let Some((report, _)) = &attack {
         line = format!("{line} {report}");

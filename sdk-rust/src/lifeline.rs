@@ -174,17 +174,20 @@ pub(crate) fn await_instance(socket: &Path, old_id: Option<SocketId>, delay: Dur
     });
 }
 
-fn inotify_watch(inotify: &Option<OwnedFd>, dirs: &mut Vec<PathBuf>, socket: &Path) {
-    let (Some(fd), Some(dir)) = (inotify, socket.parent()) else { return };
+/// Watches the directory of `socket` (once per directory). False if it is not watched.
+fn inotify_watch(inotify: &Option<OwnedFd>, dirs: &mut Vec<PathBuf>, socket: &Path) -> bool {
+    let (Some(fd), Some(dir)) = (inotify, socket.parent()) else { return false };
     if dirs.iter().any(|d| d == dir) {
-        return;
+        return true;
     }
-    let Ok(cdir) = CString::new(dir.as_os_str().as_bytes()) else { return };
-    let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ATTRIB | libc::IN_DELETE;
+    let Ok(cdir) = CString::new(dir.as_os_str().as_bytes()) else { return false };
+    let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_MOVED_FROM | libc::IN_ATTRIB | libc::IN_DELETE;
     // SAFETY: valid inotify descriptor and NUL-terminated path.
     if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) } >= 0 {
         dirs.push(dir.to_path_buf());
+        return true;
     }
+    false
 }
 
 fn drain(fd: RawFd) {
@@ -204,22 +207,25 @@ fn watch_loop() {
     let mut watched_dirs = Vec::new();
     let mut timeout: Option<Duration> = None;
     loop {
-        let Some((mut fds, instances)) = with_watch_quiet(|watch| {
+        let Some((mut fds, needs_polling)) = with_watch_quiet(|watch| {
             let mut fds = vec![libc::pollfd { fd: watch.kick.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             if let Some(fd) = &inotify {
                 fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
+            // An agent that restarts inside its own process (scx's restart) keeps its pid: its socket
+            // being removed or replaced is the only sign, so the socket's directory is watched too.
+            let mut unwatched = false;
             for instance in &watch.instances {
                 if let Some(pidfd) = &instance.pidfd {
                     fds.push(libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
                 }
+                unwatched |= !inotify_watch(&inotify, &mut watched_dirs, &instance.socket);
             }
-            (fds, watch.instances.len())
+            (fds, unwatched)
         }) else {
             return;
         };
-        // An instance without a pidfd is only told by its socket path: look at it now and then.
-        let needs_polling = instances > fds.len() - 1 - inotify.is_some() as usize;
+        // An instance whose socket's directory cannot be watched is told only by looking at the path.
         let wait = match (timeout, needs_polling) {
             (Some(t), _) => t.as_millis() as i32,
             (None, true) => FALLBACK_POLL.as_millis() as i32,

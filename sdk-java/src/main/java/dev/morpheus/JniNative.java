@@ -12,7 +12,10 @@ final class JniNative {
     private JniNative() {}
 
     static {
-        System.load(NativeLibrary.extract("libmorpheus_jni.so").toString());
+        NativeLibrary.load("libmorpheus_jni.so", path -> {
+            System.load(path.toString());
+            return null;
+        });
     }
 
     /** region: null discovers, empty is detached; socket: null for the default; directSlot &lt; 0: the agent. */

@@ -8,8 +8,13 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.Locale;
+import java.util.function.Function;
 
-/** Extracts a native library packaged in the jar to a temporary file (a library must be a file to load). */
+/**
+ * Loads a native library packaged in the jar. A library must be a file to load, so it is copied to a fresh
+ * temporary directory, loaded, and unlinked at once: the mapping outlives the name on Linux, and nothing is
+ * left behind however the JVM ends (deleteOnExit never runs on a kill or a halt, and leaked one copy per JVM).
+ */
 final class NativeLibrary {
     private NativeLibrary() {}
 
@@ -24,22 +29,34 @@ final class NativeLibrary {
                 + "carries natives for), found " + os + " on " + arch);
     }
 
-    /** Extract {@code name} (e.g. libmorpheus_jni.so) and return its path. */
-    static Path extract(String name) {
+    /**
+     * Copy {@code name} (e.g. libmorpheus_jni.so) out of the jar, hand its path to {@code load}, then remove
+     * the copy and its directory whether or not loading succeeded. Returns what {@code load} returned.
+     */
+    static <T> T load(String name, Function<Path, T> load) {
         String resource = "native/" + platform() + "/" + name;
+        Path dir;
+        Path file;
         try (InputStream in = NativeLibrary.class.getResourceAsStream(resource)) {
             if (in == null) {
                 throw MorpheusException.of(ErrorCode.IO, "expected the native library dev/morpheus/" + resource
                         + " in the jar, found none (was the jar built without cargo?)");
             }
-            Path dir = Files.createTempDirectory("morpheus-");
-            Path file = dir.resolve(name);
+            dir = Files.createTempDirectory("morpheus-");
+            file = dir.resolve(name);
             Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
-            file.toFile().deleteOnExit();
-            dir.toFile().deleteOnExit();
-            return file;
         } catch (IOException e) {
             throw MorpheusException.of(ErrorCode.IO, "extracting dev/morpheus/" + resource + ": " + e);
+        }
+        try {
+            return load.apply(file);
+        } finally {
+            try {
+                Files.deleteIfExists(file);
+                Files.deleteIfExists(dir);
+            } catch (IOException e) {
+                // Loaded or not, a copy we cannot remove is not a reason to fail the caller.
+            }
         }
     }
 }

@@ -24,7 +24,7 @@ final class FfmLibmorpheus {
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final SymbolLookup LIB =
-            SymbolLookup.libraryLookup(NativeLibrary.extract("libmorpheus_c.so"), Arena.global());
+            NativeLibrary.load("libmorpheus_c.so", path -> SymbolLookup.libraryLookup(path, Arena.global()));
     /** For calls that neither block nor call back: no thread-state transition. */
     private static final Linker.Option CRITICAL = Linker.Option.critical(false);
 
