@@ -563,8 +563,8 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
 	}
 
-	/* The gate is for workers past their slice; an open episode is looked at for its lifts. */
-	if (w->esc.open || (cpu >= 0 && runtime > slice))
+	/* Not in the decision that made the request; an open episode is looked at for its lifts. */
+	if (morpheus_gate_due(w->esc.open, hint, runtime, slice) && (w->esc.open || cpu >= 0))
 		run_escalation(scb, w, slot, cpu, runtime, now);
 }
 
