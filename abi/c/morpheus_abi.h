@@ -215,7 +215,7 @@ struct morpheus_region_header {
 	morpheus_u16 abi_major; /* @8 plain, scheduler: written before generation is published. ABI major version of the layout. */
 	morpheus_u16 abi_minor; /* @10 plain, scheduler: written before generation is published. ABI minor version of the layout. */
 	morpheus_u32 header_size; /* @12 plain, scheduler: written before generation is published. Size of this header in bytes; a multiple of CACHE_LINE_SIZE and >= 128. */
-	morpheus_u32 scb_stride; /* @16 plain, scheduler: written before generation is published. Distance between two SCBs; a multiple of CACHE_LINE_SIZE and >= the SCB size a reader knows. */
+	morpheus_u32 scb_stride; /* @16 plain, scheduler: written before generation is published. Distance between two SCBs: a multiple of CACHE_LINE_SIZE and at least 128 (the 1.0 SCB); a reader reads the prefix it knows (SCB.md §9). */
 	morpheus_u32 scb_count; /* @20 plain, scheduler: written before generation is published. Number of SCB slots. */
 	morpheus_u64 generation; /* @24 atomic, scheduler: release store last at start-up; acquire load by readers; 0 while not ready. Changes every time a scheduler instance (re)creates the region; never 0 once ready. */
 	morpheus_u64 required_features; /* @32 plain, scheduler: written before generation is published. feature bits a reader must understand. */

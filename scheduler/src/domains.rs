@@ -30,18 +30,26 @@ pub struct Domain {
     pub pin: Option<PathBuf>,
 }
 
-/// A region freshly created for a domain: zeroed, not yet published.
+/// A region freshly created for a domain: zeroed, not yet published, reachable by no name.
 pub struct NewRegion {
     pub region: Region,
     pub fd: OwnedFd,
-    pub pin: Option<PathBuf>,
 }
 
 /// Creates the memory of a new trust domain (a backend whose scheduler must reach every domain's
 /// region itself: the kernel backend's BPF maps).
 pub trait RegionMaker: Send + Sync {
-    /// The region of domain `index`, for `uid`, with `scb_count` SCBs.
+    /// The region of domain `index`, for `uid`, with `scb_count` SCBs. It MUST NOT be reachable by
+    /// any name yet: its header is still zero, which a reader would refuse as BAD_MAGIC.
     fn create(&self, uid: u32, index: u32, scb_count: u32) -> Result<NewRegion>;
+
+    /// Gives a region a name readers can find (the kernel backend's pin), returning it. Called only
+    /// once its header is published, generation last, so whoever finds the name sees the whole
+    /// header (spec/SCB.md §1.3). None: the region has no name (a memfd is reached only through
+    /// the socket).
+    fn name(&self, _uid: u32, _new: &NewRegion) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
 }
 
 /// The sim backend's regions: a sealed, preallocated memfd per uid.
@@ -50,7 +58,7 @@ struct MemfdRegions;
 impl RegionMaker for MemfdRegions {
     fn create(&self, uid: u32, _index: u32, scb_count: u32) -> Result<NewRegion> {
         let (region, fd) = Region::create_memfd(&format!("morpheus-region-uid{uid}"), scb_count)?;
-        Ok(NewRegion { region, fd, pin: None })
+        Ok(NewRegion { region, fd })
     }
 }
 
@@ -124,7 +132,9 @@ impl Domains {
             .with_context(|| format!("cannot create the region of uid {uid}"))?;
         new.region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
         new.region.publish(&self.params, self.generation);
-        let domain = Arc::new(Domain { index, region: Arc::new(new.region), fd: new.fd, pin: new.pin });
+        // Named only now, after the header's release of generation (never a zeroed header by name).
+        let pin = self.maker.name(uid, &new).with_context(|| format!("cannot name the region of uid {uid}"))?;
+        let domain = Arc::new(Domain { index, region: Arc::new(new.region), fd: new.fd, pin });
         by_uid.insert(uid, Arc::clone(&domain));
         log::debug!("created the region of uid {uid} (domain {index}, {} slots)", self.params.scb_count);
         Ok(domain)

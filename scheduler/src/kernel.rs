@@ -9,9 +9,9 @@
 //!   element created here at the uid's first registration ([`BpfRegions`]), inserted into the
 //!   program's `regions` array of maps at the domain's index, mmapped and wrapped in a [`Region`] (so
 //!   the header is written exactly like the simulation backend's), and handed only to that uid's
-//!   clients. Each is pinned in the root-only PIN_DIR (the agent's own uid's at PINNED_REGION_PATH,
-//!   the others' at `region-uid<uid>`) so that the next instance can retire them after a crash, and
-//!   unpinned on exit. The BPF side decides with its own copy of the configuration (load-time data
+//!   clients. Each is pinned in the root-only PIN_DIR, only once its header is published (spec/SCB.md
+//!   §1.3; the agent's own uid's at PINNED_REGION_PATH, the others' at `region-uid<uid>`) so that the
+//!   next instance can retire them after a crash, and unpinned on exit. The BPF side decides with its own copy of the configuration (load-time data
 //!   set here) and the pressure level [`Backend::tick`] stores in its .bss: it never reads a header,
 //!   which runtimes can write (S4).
 //! * The hint ring has one consumer, this agent (spec/SCB.md §8): it is not pinned, so no runtime can
@@ -140,14 +140,15 @@ fn create_region_map(index: u32) -> Result<MapHandle> {
         .with_context(|| format!("cannot create the region map of domain {index}"))
 }
 
-/// Where a domain's region is pinned: the agent's own uid's at PINNED_REGION_PATH (1.2 clients of
-/// that uid, and checks that map a region without registering), every other uid's beside it.
-fn pin_path(uid: u32) -> PathBuf {
+/// Where a domain's region is pinned in `dir` (PIN_DIR for the live scheduler): the agent's own
+/// uid's at PINNED_REGION_PATH (1.2 clients of that uid, and checks that map a region without
+/// registering), every other uid's beside it.
+fn pin_path(dir: &Path, uid: u32) -> PathBuf {
     // SAFETY: no preconditions.
     if uid == unsafe { libc::geteuid() } {
-        PathBuf::from(abi::PINNED_REGION_PATH)
+        dir.join(Path::new(abi::PINNED_REGION_PATH).file_name().expect("PINNED_REGION_PATH names a file"))
     } else {
-        Path::new(abi::PIN_DIR).join(format!("region-uid{uid}"))
+        dir.join(format!("region-uid{uid}"))
     }
 }
 
@@ -159,8 +160,8 @@ fn is_region_pin(name: &str) -> bool {
 /// The regions of the trust domains: each a map of its own in the program's `regions` array of maps.
 pub struct BpfRegions {
     outer: MapHandle,
-    /// Pin each region (the live scheduler); the conformance replay pins nothing.
-    pin: bool,
+    /// Where each region is pinned (the live scheduler: PIN_DIR); the conformance replay pins nothing.
+    pin_dir: Option<PathBuf>,
     /// Paths pinned so far, unpinned at shutdown.
     pinned: Arc<Mutex<Vec<PathBuf>>>,
 }
@@ -170,25 +171,47 @@ impl RegionMaker for BpfRegions {
         if index >= self.outer.max_entries() {
             bail!("the scheduler holds at most {} trust domains (uids) and all are in use", self.outer.max_entries());
         }
-        let mut map = create_region_map(index)?;
-        let pin = self.pin.then(|| pin_path(uid));
-        if let Some(path) = &pin {
-            unpin_stale(path)?;
-            map.pin(path).with_context(|| format!("cannot pin the region of uid {uid} at {}", path.display()))?;
-            self.pinned.lock().unwrap_or_else(|p| p.into_inner()).push(path.clone());
-        }
+        let map = create_region_map(index)?;
         let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate a region map fd")?;
-        let what = pin.clone().unwrap_or_else(|| PathBuf::from(format!("bpf-map:region_{index}")));
+        let what = match &self.pin_dir {
+            Some(dir) => pin_path(dir, uid),
+            None => PathBuf::from(format!("bpf-map:region_{index}")),
+        };
         let region = map_region(fd, REGION_VALUE_SIZE, what, scb_count)?;
         // Reachable by the BPF program only from here on (the header is published by the caller,
-        // before any worker of the domain exists; the program never reads it).
+        // before any worker of the domain exists; the program never reads it). Not pinned yet: a
+        // runtime that found the pin now would map a zeroed header (`name` pins it once published).
         let raw_fd = map.as_fd().as_raw_fd() as u32;
         self.outer
             .update(&index.to_ne_bytes(), &raw_fd.to_ne_bytes(), MapFlags::ANY)
             .with_context(|| format!("cannot insert the region of uid {uid} into the BPF regions map at {index}"))?;
         let fd = map.as_fd().try_clone_to_owned().context("cannot duplicate a region map fd")?;
-        Ok(NewRegion { region, fd, pin })
+        Ok(NewRegion { region, fd })
     }
+
+    /// Pins the published region where its uid's runtimes look for it (a stale pin of a killed
+    /// instance is removed first; a runtime looking in between finds no region, not a zeroed one).
+    fn name(&self, uid: u32, new: &NewRegion) -> Result<Option<PathBuf>> {
+        let Some(dir) = &self.pin_dir else { return Ok(None) };
+        let path = pin_path(dir, uid);
+        unpin_stale(&path)?;
+        pin_fd(new.fd.as_fd(), &path).with_context(|| format!("cannot pin the region of uid {uid} at {}", path.display()))?;
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).push(path.clone());
+        Ok(Some(path))
+    }
+}
+
+/// Pins the BPF object `fd` at `path` (BPF_OBJ_PIN).
+fn pin_fd(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a pin path holds a NUL byte"))?;
+    // SAFETY: a valid fd and a NUL-terminated path that outlive the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), cpath.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
 }
 
 /// Stores generation 0 in a region left pinned by an instance that was killed, so runtimes still
@@ -272,7 +295,7 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     }
     let maker = BpfRegions {
         outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
-        pin: false,
+        pin_dir: None,
         pinned: Arc::default(),
     };
     // The program reaches the replay domain exactly as a live trust domain's region.
@@ -610,7 +633,7 @@ impl KernelBackend {
         let pinned = Arc::new(Mutex::new(Vec::new()));
         let regions = Arc::new(BpfRegions {
             outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
-            pin: true,
+            pin_dir: Some(PathBuf::from(abi::PIN_DIR)),
             pinned: Arc::clone(&pinned),
         });
         log::info!(
@@ -883,5 +906,85 @@ impl Drop for KernelBackend {
         if let Err(e) = self.shutdown() {
             log::warn!("kernel backend clean-up: {e:#}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domains::Domains;
+    use crate::region::RegionParams;
+    use morpheus::testing::BpfMount;
+
+    const NEEDS: &str = "needs root and bpf(2) (bpffs mount, map creation)";
+
+    /// What a runtime that finds the pin gets: no file, or the SDK's verdict on the region.
+    fn what_a_reader_finds(path: &Path) -> std::result::Result<(), String> {
+        if !path.exists() {
+            return Ok(());
+        }
+        match morpheus::Region::open(path) {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == abi::ErrorCode::NotReady => Ok(()),
+            Err(e) => Err(format!("{:?}: {e}", e.code())),
+        }
+    }
+
+    /// Wraps the real maker and, between `create` and the header's publication, looks at the pin
+    /// path as a runtime discovering PINNED_REGION_PATH would (spec/SCB.md §1.3, review A7).
+    struct Observed {
+        inner: BpfRegions,
+        pin: PathBuf,
+        seen_before_publish: Mutex<Option<std::result::Result<(), String>>>,
+    }
+
+    impl RegionMaker for Observed {
+        fn create(&self, uid: u32, index: u32, scb_count: u32) -> Result<NewRegion> {
+            let new = self.inner.create(uid, index, scb_count)?;
+            *self.seen_before_publish.lock().unwrap() = Some(what_a_reader_finds(&self.pin));
+            Ok(new)
+        }
+        fn name(&self, uid: u32, new: &NewRegion) -> Result<Option<PathBuf>> {
+            self.inner.name(uid, new)
+        }
+    }
+
+    #[test]
+    #[ignore = "needs root and bpf(2): run with --ignored (//scheduler:region_pin_test does)"]
+    fn a_region_map_is_pinned_only_after_its_header_is_published() {
+        let mount = BpfMount::new().expect(NEEDS);
+        let template = create_region_map(0).expect(NEEDS);
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            inner_map_fd: template.as_fd().as_raw_fd() as u32,
+            ..Default::default()
+        };
+        let outer = MapHandle::create(MapType::ArrayOfMaps, Some("regions"), 4, 4, 2, &opts).expect(NEEDS);
+        // SAFETY: no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let pin = pin_path(&mount.dir, uid);
+        let maker = Arc::new(Observed {
+            inner: BpfRegions { outer, pin_dir: Some(mount.dir.clone()), pinned: Arc::default() },
+            pin: pin.clone(),
+            seen_before_publish: Mutex::new(None),
+        });
+        let params = RegionParams {
+            scb_count: 4,
+            mode: abi::SchedulerMode::Enforced,
+            policy: abi::EscalationPolicy::ThreadKick,
+            slice_ns: abi::DEFAULT_SLICE_NS,
+            grace_ns: abi::DEFAULT_GRACE_NS,
+            hint_min_interval_ns: abi::DEFAULT_HINT_MIN_INTERVAL_NS,
+            backend: abi::Backend::Kernel,
+            optional_features: 0,
+        };
+        let domains = Domains::new(params, 7, Some(Arc::clone(&maker) as Arc<dyn RegionMaker>));
+        let domain = domains.for_uid(uid).unwrap();
+
+        let before = maker.seen_before_publish.lock().unwrap().take().expect("create ran");
+        assert_eq!(before, Ok(()), "a reader that found the pin before the header was published was refused");
+        assert_eq!(domain.pin.as_deref(), Some(pin.as_path()));
+        let region = morpheus::Region::open(&pin).expect("the pinned region validates once named");
+        assert_eq!(region.attached_generation(), 7);
     }
 }

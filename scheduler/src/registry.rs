@@ -16,7 +16,7 @@ use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,7 +28,8 @@ use morpheus_abi::{RegReply, RegRequest, RegStatus, WorkerState};
 use crate::backend::SlotObserver;
 use crate::domains::{Assigned, Domain, Domains, Workers};
 use crate::journal::Journal;
-use crate::region::{self, Region};
+use crate::region::{self, Region, ScbRef};
+use morpheus::protocol;
 use crate::rundir::RuntimeDir;
 
 /// Connections served at once, and by one uid; more are closed at once (a flood cannot exhaust
@@ -512,48 +513,43 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         workers.iter().flatten().filter(|w| Arc::ptr_eq(&w.domain, &domain)).map(|w| w.local).collect();
     let region = &domain.region;
     // INIT -> CLAIMED by CAS (§4): a slot a direct registrant of this domain took is skipped.
-    let claim = |l: u32| {
-        region
-            .scb(l)
-            .worker_state()
-            .compare_exchange(WorkerState::Init.raw(), WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    };
+    let claim = |l: u32| protocol::claim(region.scb(l).worker_state(), WorkerState::Init).is_ok();
     let Some(local) = (0..region.scb_count()).find(|&l| !used_local.contains(&l) && claim(l)) else {
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots of its region are in use", domain.region.scb_count());
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     let Some(global) = (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) else {
-        region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+        protocol::abandon_claim(region.scb(local).worker_state());
         log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", workers.len());
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     if let Some(journal) = &shared.journal {
         if let Err(e) = journal.client(pid) {
             log::error!("registration of tid {tid} (pid {pid}): {e:#}");
-            region.scb(local).worker_state().store(WorkerState::Init.raw(), Ordering::Release);
+            protocol::abandon_claim(region.scb(local).worker_state());
             return (refusal(RegStatus::Internal), None);
         }
     }
-    let scb = region.scb(local);
-    // CLAIMED -> REGISTERED (§4): everything the runtime reads is written first, including the
-    // escapable flag and priority it asked for, so it is right before the worker exists.
+    // CLAIMED -> REGISTERED (§4), the one implementation the SDK's direct registration also uses:
+    // everything the runtime reads is written first, including the escapable flag and priority it
+    // asked for, so it is right before the worker exists; as the scheduler, the agent also starts
+    // the budget at the slice and closes any episode.
     let kind = abi::RuntimeKind::try_from(request.fields.runtime_kind).ok();
     let escapable = match request.escapable {
         abi::RegEscapable::Default => kind.is_some_and(abi::escapable_default),
         abi::RegEscapable::No => false,
         abi::RegEscapable::Yes => true,
     };
-    scb.escapable().store(escapable as u32, Ordering::Relaxed);
-    scb.priority().store(request.fields.priority, Ordering::Relaxed);
-    scb.tid().store(client_tid, Ordering::Relaxed);
-    scb.pid().store(pid, Ordering::Relaxed);
-    let slot_generation = next_slot_generation(scb.slot_generation().load(Ordering::Relaxed));
-    scb.slot_generation().store(slot_generation, Ordering::Release);
-    scb.last_ack_seq().store(scb.preempt_seq().load(Ordering::Acquire), Ordering::Release);
-    scb.budget_remaining_ns().store(shared.limits.slice_ns, Ordering::Relaxed);
-    scb.escalated().store(0, Ordering::Relaxed);
-    scb.worker_state().store(WorkerState::Registered.raw(), Ordering::Release);
+    let slot_generation = protocol::assign_claimed(
+        &slot_fields(&region.scb(local)),
+        &protocol::Assignee {
+            tid: client_tid,
+            pid,
+            escapable,
+            priority: request.fields.priority,
+            scheduler_slice_ns: Some(shared.limits.slice_ns),
+        },
+    );
     let assigned = Assigned { tid, pid, uid: caller.uid, domain: Arc::clone(&domain), local };
     if let Some(observer) = &shared.observer {
         if let Err(e) = observer.assigned(global, &assigned) {
@@ -578,9 +574,20 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
     (reply, Some(domain))
 }
 
-/// slot_generation + 1, never 0 and never wrapping through a panic (S11): after u32::MAX comes 1.
-pub fn next_slot_generation(current: u32) -> u32 {
-    current.checked_add(1).unwrap_or(1)
+/// The fields of `scb` the registrar writes while the slot is CLAIMED (spec/SCB.md §4).
+fn slot_fields<'a>(scb: &ScbRef<'a>) -> protocol::SlotFields<'a, AtomicU32, AtomicI32, AtomicU64> {
+    protocol::SlotFields {
+        worker_state: scb.worker_state(),
+        tid: scb.tid(),
+        pid: scb.pid(),
+        slot_generation: scb.slot_generation(),
+        escapable: scb.escapable(),
+        priority: scb.priority(),
+        preempt_seq: scb.preempt_seq(),
+        last_ack_seq: scb.last_ack_seq(),
+        budget_remaining_ns: scb.budget_remaining_ns(),
+        escalated: scb.escalated(),
+    }
 }
 
 fn unregister(shared: &Shared, caller: Caller, slot: u32) -> RegReply {
@@ -623,12 +630,8 @@ fn clear_slot(region: &Region, slot: u32, seen: u32) {
         if observed == WorkerState::Claimed.raw() && observed != seen {
             break; // another registrar (a direct registration of this domain) holds the hand-off
         }
-        match state.compare_exchange(observed, WorkerState::Claimed.raw(), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                scb.clear_for_reuse();
-                state.store(WorkerState::Init.raw(), Ordering::Release);
-                return;
-            }
+        match protocol::reclaim(state, observed, || scb.clear_for_reuse()) {
+            Ok(()) => return,
             Err(now) => observed = now,
         }
     }
@@ -652,11 +655,29 @@ fn reclaim_dead(shared: &Shared) {
 mod tests {
     use super::*;
 
+    /// Review F ("registration written twice"): the registrar's steps on shared memory (the claim
+    /// CAS, the data written while CLAIMED, the publish, the reclaim, slot_generation's increment)
+    /// are morpheus::protocol's, the code loom checks and the SDK's direct registration runs. This
+    /// file (outside its tests) must not carry a second copy of any of them.
     #[test]
-    fn slot_generation_never_wraps_to_zero() {
-        assert_eq!(next_slot_generation(0), 1);
-        assert_eq!(next_slot_generation(41), 42);
-        assert_eq!(next_slot_generation(u32::MAX), 1);
+    fn the_agents_registrar_is_the_sdks_protocol_not_a_copy() {
+        let source = include_str!("registry.rs");
+        let code = &source[..source.find("#[cfg(test)]").expect("this test module")];
+        let copies: Vec<&str> = [
+            "compare_exchange(",
+            "worker_state().store(",
+            "tid().store(",
+            "pid().store(",
+            "slot_generation().store(",
+            "last_ack_seq().store(",
+            "escapable().store(",
+            "priority().store(",
+            "fn next_slot_generation",
+        ]
+        .into_iter()
+        .filter(|step| code.contains(step))
+        .collect();
+        assert!(copies.is_empty(), "registry.rs does these registrar steps itself, not through morpheus::protocol: {copies:?}");
     }
 
     #[test]

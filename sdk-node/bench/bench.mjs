@@ -30,9 +30,10 @@ const worker = morpheus.initWorker({ region: region.path, slot: 0 });
 if (!worker.attached) throw new Error('bench: the worker did not attach');
 
 // The mapped slot's scheduler-written line, read directly (the design alternatives the fast path
-// was chosen from: two Int32 halves, or one BigInt64).
+// was chosen from: two Int32 halves, one BigInt64, or the 8 bytes as one Float64 element).
 const slot32 = new Int32Array(native.scbView(native.currentToken()));
 const slot64 = new BigInt64Array(slot32.buffer);
+const slotF64 = new Float64Array(slot32.buffer);
 const sab32 = new Int32Array(new SharedArrayBuffer(64));
 const sab64 = new BigInt64Array(new SharedArrayBuffer(64));
 const object = { seq: 0 };
@@ -68,6 +69,11 @@ const sync = {
     for (let i = 0; i < INNER; i++) if (Atomics.load(slot64, 0) === 0n) n++;
     return n;
   },
+  'one Float64 plain read over the mapped slot, compared': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (slotF64[0] === 0) n++;
+    return n;
+  },
   'napi call returning a number (criticalDepth)': () => {
     let n = 0;
     for (let i = 0; i < INNER; i++) n += native.criticalDepth();
@@ -76,6 +82,11 @@ const sync = {
   'shouldYield(), nothing pending (attached)': () => {
     let n = 0;
     for (let i = 0; i < INNER; i++) if (morpheus.shouldYield()) n++;
+    return n;
+  },
+  'yieldRequested(), nothing pending (attached)': () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) if (morpheus.yieldRequested()) n++;
     return n;
   },
   'native checkpoint (napi call into the core; not the fast path)': () => {
@@ -90,6 +101,14 @@ const asynchronous = {
     let n = 0;
     for (let i = 0; i < INNER; i++) {
       await null;
+      n++;
+    }
+    return n;
+  },
+  'await undefined': async () => {
+    let n = 0;
+    for (let i = 0; i < INNER; i++) {
+      await undefined;
       n++;
     }
     return n;
@@ -142,12 +161,16 @@ const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'awai
 const resolvedRatio = ratio('await of an already resolved promise', 'await null');
 const nonPromiseRatio = ratio('await of a non-promise (false)', 'await null');
 const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
+const requested32 = ratio('yieldRequested(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+const undefinedRatio = ratio('await undefined', 'await null');
 console.log('\n| ratio | value | target |');
 console.log('|---|---:|---|');
 console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
-console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | <= 2 |`);
+console.log(`| yieldRequested() / Atomics.load Int32 | ${requested32.toFixed(2)} | <= 2 |`);
+console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | (the earlier design's load) |`);
 console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
 console.log(`| await of an already resolved promise / await null | ${resolvedRatio.toFixed(2)} | (the floor of any await) |`);
 console.log(`| await false / await null | ${nonPromiseRatio.toFixed(2)} | (returning a non-promise) |`);
+console.log(`| await undefined / await null | ${undefinedRatio.toFixed(2)} | (returning undefined) |`);
 console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
-console.log(JSON.stringify({ sync32, sync64, asyncRatio, resolvedRatio, nonPromiseRatio, halves, results }));
+console.log(JSON.stringify({ sync32, requested32, sync64, asyncRatio, undefinedRatio, resolvedRatio, nonPromiseRatio, halves, results }));

@@ -13,7 +13,9 @@
 //    request's CPU time (measured in the server around the handler, so the machine's other load does
 //    not stretch it), Morpheus against the plain loop, rounds alternating the order.
 //
-// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 3] [--slice-us 1000] [--out FILE]
+// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 3] [--slice-us 1000] [--tick-us 1000]
+//        [--modes none,immediate:1,...,morpheus] [--out FILE]
+// (--modes picks the light-latency cells, e.g. to profile one; `none` is always run, the baseline.)
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
@@ -30,6 +32,8 @@ const { values: args } = parseArgs({
     seconds: { type: 'string', default: '6' },
     rounds: { type: 'string', default: '3' },
     'slice-us': { type: 'string', default: '1000' },
+    'tick-us': { type: 'string', default: '1000' },
+    modes: { type: 'string' },
     out: { type: 'string' },
   },
 });
@@ -37,10 +41,16 @@ if (!args.scheduler) throw new Error('usage: node bench/service.mjs --scheduler 
 const SECONDS = Number(args.seconds);
 const ROUNDS = Number(args.rounds);
 const SLICE_US = Number(args['slice-us']);
-for (const [name, value] of [['seconds', SECONDS], ['rounds', ROUNDS], ['slice-us', SLICE_US]]) {
+// The sim backend's sampling period (its own default is 1000 µs): a turn overruns the slice by up to one tick.
+const TICK_US = Number(args['tick-us']);
+for (const [name, value] of [['seconds', SECONDS], ['rounds', ROUNDS], ['slice-us', SLICE_US], ['tick-us', TICK_US]]) {
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name}: expected a positive number, got ${args[name]}`);
 }
-const MODES = ['none', 'immediate:1', 'immediate:10', 'immediate:100', 'morpheus'];
+const ALL_MODES = ['none', 'immediate:1', 'immediate:10', 'immediate:100', 'morpheus'];
+const MODES = args.modes === undefined ? ALL_MODES : ['none', ...args.modes.split(',').filter((m) => m !== 'none')];
+for (const mode of MODES) {
+  if (!ALL_MODES.includes(mode) && !/^immediate:[1-9][0-9]*$/.test(mode)) throw new Error(`--modes: unknown mode ${mode} (none, immediate:N, morpheus)`);
+}
 const LIGHT_PER_SECOND = 50;
 const LIGHT_SOCKETS = 16;
 // The longest slice scx_morpheus accepts (10 s): far beyond one heavy request (~0.2 s of CPU).
@@ -51,7 +61,7 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-service-'));
 /** A sim scheduler with its own socket; resolves once it listens. */
 async function startScheduler(name, sliceUs, started) {
   const socket = path.join(dir, `${name}.sock`);
-  const child = spawn(args.scheduler, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--slice-us', String(sliceUs), '--max-workers', '4'], {
+  const child = spawn(args.scheduler, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--slice-us', String(sliceUs), '--tick-us', String(TICK_US), '--max-workers', '4'], {
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   started.push(child);
@@ -79,7 +89,9 @@ const percentile = (xs, p) => {
 const median = (xs) => percentile(xs, 50);
 
 async function startServer(mode, socket) {
-  const server = spawn(process.execPath, [path.join(here, 'service-server.js')], {
+  // BENCH_SERVER_NODE_ARGS: extra node flags for the servers, e.g. --cpu-prof --cpu-prof-dir=DIR.
+  const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const server = spawn(process.execPath, [...nodeArgs, path.join(here, 'service-server.js')], {
     env: { ...process.env, BENCH_MODE: mode, BENCH_SOCKET: socket },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -142,6 +154,10 @@ async function loadedCell(mode, socket) {
     delayP99: stats.delayP99Ms,
     yields: stats.yields,
     heavyCpuMs: median(stats.heavyCpuUs) / 1000,
+    serverCpuMsPerHeavy: stats.cpuUs / 1000 / heavyDone,
+    runP50: percentile(stats.runsMs, 50),
+    runP99: percentile(stats.runsMs, 99),
+    runs: stats.runsMs.length,
     clientCpuShare: (cpu.user + cpu.system) / 1e6 / wall,
   };
 }
@@ -193,17 +209,17 @@ const loadAfter = os.loadavg();
 const lines = [];
 const out = (s = '') => lines.push(s);
 out(`node ${process.version}; ${os.cpus().length} CPUs; load average (1 min) ${loadBefore[0].toFixed(1)} before, ${loadAfter[0].toFixed(1)} after; ${SECONDS} s x ${ROUNDS} rounds per cell, medians of the rounds`);
-out(`command: node bench/service.mjs --scheduler ${path.basename(args.scheduler)} --seconds ${SECONDS} --rounds ${ROUNDS} --slice-us ${SLICE_US}`);
+out(`command: node bench/service.mjs --scheduler ${path.basename(args.scheduler)} --seconds ${SECONDS} --rounds ${ROUNDS} --slice-us ${SLICE_US} --tick-us ${TICK_US}`);
 out();
-out(`Light latency under heavy load (scx_morpheus --backend sim --mode observer --slice-us ${SLICE_US}):`);
+out(`Light latency under heavy load (scx_morpheus --backend sim --mode observer --slice-us ${SLICE_US} --tick-us ${TICK_US}):`);
 out();
-out('| heavy loop yields | light p50 ms | light p99 ms | event-loop delay p99 ms | heavy req/s vs none | heavy CPU ms per request | yields per cell |');
-out('|---|---:|---:|---:|---:|---:|---:|');
+out('| heavy loop yields | light p50 ms | light p99 ms | event-loop delay p99 ms | heavy run p50 ms | heavy run p99 ms | heavy req/s vs none | heavy CPU ms per request | server CPU ms per heavy request | yields per cell |');
+out('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 const base = median(rows.none.map((r) => r.heavyPerSecond));
 for (const mode of MODES) {
   const r = rows[mode];
   const yields = r.map((x) => (x.yields ? Object.values(x.yields).reduce((a, b) => a + b, 0) : '-'));
-  out(`| ${mode} | ${median(r.map((x) => x.p50)).toFixed(2)} | ${median(r.map((x) => x.p99)).toFixed(2)} | ${median(r.map((x) => x.delayP99)).toFixed(2)} | ${(median(r.map((x) => x.heavyPerSecond)) / base).toFixed(3)} | ${median(r.map((x) => x.heavyCpuMs)).toFixed(1)} | ${yields.join(', ')} |`);
+  out(`| ${mode} | ${median(r.map((x) => x.p50)).toFixed(2)} | ${median(r.map((x) => x.p99)).toFixed(2)} | ${median(r.map((x) => x.delayP99)).toFixed(2)} | ${median(r.map((x) => x.runP50)).toFixed(2)} | ${median(r.map((x) => x.runP99)).toFixed(2)} | ${(median(r.map((x) => x.heavyPerSecond)) / base).toFixed(3)} | ${median(r.map((x) => x.heavyCpuMs)).toFixed(1)} | ${median(r.map((x) => x.serverCpuMsPerHeavy)).toFixed(1)} | ${yields.join(', ')} |`);
 }
 out();
 out(`Heavy route when nothing is asked (one client; scheduler slice ${QUIET_SLICE_US / 1e6} s; CPU time per request, median of the cell):`);

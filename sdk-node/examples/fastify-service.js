@@ -78,4 +78,4 @@ async function main() {
 }
 
 if (require.main === module) main();
-module.exports = { build, unit };
+module.exports = { build, unit, MORPHEUS };

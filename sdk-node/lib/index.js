@@ -3,7 +3,7 @@
 //
 // The protocol is the Rust SDK's (through the addon). This file holds only what must be JavaScript:
 // the checkpoint's fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer
-// over the mapped slot with `Atomics.load` and calls the addon only when it differs from the
+// over the mapped slot (one load, no allocation) and calls the addon only when it differs from the
 // acknowledged value; the yield of an asynchronous checkpoint to the event loop (setImmediate, so the
 // I/O poll runs before the task resumes and acknowledges, spec/SCB.md §5.1); and the API around them.
 //
@@ -18,21 +18,47 @@ const { EventEmitter } = require('node:events');
 // ------------------------------------------------------------------------------------------------
 // The fast path's state (this thread's)
 
-// preempt_seq as one BigInt64 element (measured faster than two Int32 halves: bench/, BENCHMARKS.md).
-// Signed: the core's FORCE_SLOW_PATH (u64::MAX) reads as -1n.
-const SEQ = Scb.fields.preempt_seq.offset / BigInt64Array.BYTES_PER_ELEMENT;
+// preempt_seq is compared whole, as the 8 bytes of one Float64Array element, against the
+// acknowledged sequence's 8 bytes read the same way: one plain load and one comparison, no allocation
+// (a BigInt64 load allocates a BigInt on every check; V8 does not inline Atomics.load: BENCHMARKS.md).
+// Exact: two 64-bit patterns compare equal as doubles exactly when they are the same bits, except the
+// NaN patterns (equal to nothing, so the check goes to the addon: never a missed request) and the two
+// zeroes (0 and 2^63: a sequence 2^63 requests ahead of its acknowledgement, which no scheduler
+// reaches). The core's FORCE_SLOW_PATH (u64::MAX) and its retired view's sequence (u64::MAX - 1) are
+// NaNs. The load need not be an acquire: it only decides whether to call the addon, whose checkpoint
+// loads preempt_seq again with acquire before it uses anything the hint published (spec/SCB.md §3.1).
+// A stale or torn read (one half old) equals the ack only when the request is not seen yet, which the
+// next check corrects. Platforms are little-endian (spec/SCB.md §0.1): the low half comes first.
+const SEQ = Scb.fields.preempt_seq.offset / Float64Array.BYTES_PER_ELEMENT;
+const SEQ_LOW = Scb.fields.preempt_seq.offset / Int32Array.BYTES_PER_ELEMENT;
+
+/** The two views of a buffer whose first bytes hold a sequence word at preempt_seq's offset. */
+function sequenceWords(buffer) {
+  return { whole: new Float64Array(buffer), low: new Int32Array(buffer) };
+}
+
 // What a thread without a live view reads: a zeroed SCB, as the core's detached worker does (§7).
-const ZEROES = new BigInt64Array(new ArrayBuffer(Scb.size));
+const ZEROES = sequenceWords(new ArrayBuffer(Scb.size));
+// native.checkpointSync() outcomes (sdk-node/src/lib.rs).
+const NATIVE_NO_YIELD = 0;
+const NATIVE_YIELDED = 2;
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
 const KIND_WAKE = 3;
-// A value preempt_seq cannot reach (the core's FORCE_SLOW_PATH, u64::MAX): every check reaches the addon.
-const FORCE_SLOW_PATH = -1n;
+// Compares unequal to every sequence (a NaN): every check reaches the addon.
+const FORCE_SLOW_PATH = NaN;
 
-let seq = ZEROES;
-// The acknowledged sequence the view is compared with (as a signed 64-bit BigInt).
-let ack = 0n;
+// The sequence word of the current view, whole (the asynchronous check) and its low half (the
+// synchronous check's Atomics.load).
+let seqWhole = ZEROES.whole;
+let seqLow = ZEROES.low;
+// The acknowledged sequence the view is compared with: its 8 bytes as a double (settledAck), and its
+// low half. The fast path compares with ack: settledAck, except during a yield's passes (§5.7), when
+// it is FORCE_SLOW_PATH so that an asynchronous check reaches checkpointSlow and steps aside.
+let settledAck = 0;
+let ack = 0;
+let ackLow = 0;
 // The SCB view of the current registration (kept while it is live, dropped at close or on a restart).
 let view = null;
 // Which registration the view belongs to (the core's re-registration count, §6.1); -1: none.
@@ -41,8 +67,33 @@ let viewRegistration = -1;
 // once per thread (process-wide memory of the core, never freed). null until needed.
 let wakeView = null;
 
-function toSigned64(low, high) {
-  return BigInt.asIntN(64, (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0));
+const halves = new Int32Array(2);
+const whole = new Float64Array(halves.buffer);
+
+/** Compare the sequence in `words` with the sequence `low`, `high` (its two 32-bit halves) from now on. */
+function compareWith(words, low, high) {
+  seqWhole = words.whole;
+  seqLow = words.low;
+  halves[0] = low;
+  halves[1] = high;
+  ackLow = low;
+  settle(whole[0]);
+}
+
+/** Every check goes to the addon. */
+function alwaysSlow() {
+  compareWith(ZEROES, 0, 0);
+  settle(FORCE_SLOW_PATH);
+}
+
+function settle(value) {
+  settledAck = value;
+  ack = passing ? FORCE_SLOW_PATH : settledAck;
+}
+
+/** Whether a request is pending (or the mode sends every check to the addon), passes aside. */
+function pendingRequest() {
+  return seqWhole[SEQ] !== settledAck;
 }
 
 function dropView() {
@@ -60,30 +111,27 @@ function refresh() {
     // Attached, and the view is of an earlier registration or was never taken (the worker started
     // detached): take the current registration's, then re-read what to compare it with.
     const buffer = native.scbView(native.currentToken());
-    view = buffer === null ? null : new BigInt64Array(buffer);
+    view = buffer === null ? null : sequenceWords(buffer);
     viewRegistration = registration;
     [low, high, kind, registration, notices] = native.fastState();
   }
   if (kind === KIND_VIEW && view !== null) {
-    seq = view;
-    ack = toSigned64(low, high);
+    compareWith(view, low, high);
   } else if (kind === KIND_WAKE) {
     // Waiting for a scheduler: compare the core's wake sequence with its ack, as its fast path does.
     if (wakeView === null) {
       const buffer = native.wakeView(native.currentToken());
-      if (buffer !== null) wakeView = new BigInt64Array(buffer);
+      if (buffer !== null) wakeView = sequenceWords(buffer);
     }
-    seq = wakeView ?? ZEROES;
-    ack = wakeView === null ? FORCE_SLOW_PATH : toSigned64(low, high);
+    if (wakeView === null) alwaysSlow();
+    else compareWith(wakeView, low, high);
     dropView();
   } else if (kind === KIND_ALWAYS_SLOW || kind === KIND_VIEW) {
-    seq = ZEROES;
-    ack = FORCE_SLOW_PATH;
+    alwaysSlow();
   } else {
     // No worker, or one that never registers again (detached on request or by the environment):
     // zeroes, never a yield (§7).
-    seq = ZEROES;
-    ack = 0n;
+    compareWith(ZEROES, 0, 0);
     dropView();
   }
   if (notices) emitNotices();
@@ -117,60 +165,86 @@ const NOT_YIELDED = Promise.resolve(false);
  * shared memory when nothing is pending.
  */
 function shouldYield() {
-  if (Atomics.load(seq, SEQ) === ack) return false;
+  if (!requested()) return false;
   return shouldYieldSlow();
 }
 
 /**
- * Whether the scheduler's request is pending for this thread: one atomic load, and nothing else (it
- * acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
+ * Whether the scheduler's request is pending for this thread: in the DETERMINISTIC mode one load, and
+ * nothing else (it acknowledges nothing and never yields). For a hot loop kept in a plain function, which returns to
  * its async caller to `await checkpoint()` when this is true: V8 compiles work inlined into an async
  * function that awaits markedly slower (BENCHMARKS.md), and this shape keeps the loop out of it.
- * True also while a critical section defers a request, and on every call in the modes that disable
- * the fast path; `checkpoint()` then decides.
+ * True also while a critical section defers a request, and during another task's yield (its passes,
+ * §5.7: a task computing then steps aside at its first `checkpoint()`); `checkpoint()` then decides.
+ * In the modes that disable the fast path (PRESSURED, DEFENSIVE: §5.4) it asks the addon whether a
+ * checkpoint would yield now (a native call that decides and writes nothing).
  */
 function yieldRequested() {
-  return Atomics.load(seq, SEQ) !== ack;
+  if (!requested()) return false;
+  // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
+  // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
+  if (settledAck !== settledAck && !passing && unacknowledged === null) {
+    const outcome = native.checkpointWouldYield();
+    if (outcome !== NATIVE_NO_YIELD) refresh();
+    return outcome === NATIVE_YIELDED;
+  }
+  return true;
+}
+
+/**
+ * The synchronous checks' test: an Atomics.load of the low half, then the whole word compared. The
+ * Atomics.load is a builtin call V8 does not inline, so no compiler hoists the check out of a hot loop
+ * that has no other call (a plain load alone could be); the whole word makes the test exact without
+ * allocating. The asynchronous check needs only the plain load: an await precedes each repetition.
+ */
+function requested() {
+  return Atomics.load(seqLow, SEQ_LOW) !== ackLow || seqWhole[SEQ] !== ack;
 }
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) {
-    acknowledgePending();
-    if (Atomics.load(seq, SEQ) === ack) return false;
-  }
-  const yielded = native.checkpointSync();
-  refresh();
-  return yielded;
+  if (unacknowledged !== null) acknowledgePending();
+  // Here also during a yield's passes, which a synchronous check is outside of (§5.7).
+  if (!pendingRequest()) return false;
+  const outcome = native.checkpointSync();
+  if (outcome !== NATIVE_NO_YIELD) refresh();
+  return outcome === NATIVE_YIELDED;
 }
 
 /**
  * The asynchronous checkpoint: `await checkpoint()`. When nothing is pending it returns an already
  * resolved promise (false). When the scheduler asked, this task steps aside for its turn in the
  * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
- * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it.
+ * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it. A task that
+ * reaches it during another's yield (a task made ready then, taking its first step) steps aside into
+ * the rotation too, resolving false at its turn.
  */
 function checkpoint() {
-  if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
+  if (seqWhole[SEQ] === ack) return NOT_YIELDED;
   return checkpointSlow();
 }
 
 function checkpointSlow() {
-  if (unacknowledged !== null) {
-    acknowledgePending();
-    if (Atomics.load(seq, SEQ) === ack) return NOT_YIELDED;
-  }
+  // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
+  if (unacknowledged !== null) acknowledgePending();
+  if (!pendingRequest()) return passing ? stepAside() : NOT_YIELDED;
   const pending = native.checkpointBegin();
+  // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
+  // mode every check comes here: the addon saves it the call); true: no yield, read it again.
+  if (pending === false || pending === true) {
+    if (pending) refresh();
+    return passing ? stepAside() : NOT_YIELDED;
+  }
   refresh();
-  if (pending === null) return NOT_YIELDED;
   return takeTurn(pending);
 }
 
 // ------------------------------------------------------------------------------------------------
 // The rotation (spec/SCB.md §5.7): the event loop's thread is one worker shared by every task on it,
 // so one task steps aside per request, the request is acknowledged as soon as the loop has control,
-// the yielder joins the back of a FIFO, and each yield resumes the FIFO's head after YIELD_PASSES
-// passes of the loop, so that what became ready during the yield takes its first steps first.
+// the yielder joins the back of a queue with the CPU time it has run in its turns, and each yield
+// resumes, after YIELD_PASSES passes of the loop (so that what became ready during the yield takes
+// its first steps first), the oldest waiting task within half a turn of the least run time.
 
 /**
  * Passes of the event loop (chained setImmediate callbacks, each behind one poll for I/O and the
@@ -181,8 +255,20 @@ function checkpointSlow() {
  */
 const YIELD_PASSES = 4;
 
-// Settles (with true) the promises of tasks suspended at a checkpoint, oldest first.
+// The tasks suspended at a checkpoint, oldest first: { resume, runNs } (resume() settles its promise;
+// runNs: the loop thread's CPU time it has run in its turns, §5.7).
 const waiting = [];
+// The measure of a turn: this thread's CPU time in ns (the scheduler's slices are CPU time too), read
+// once per yield and resume. The tests put a clock they advance in its place (_setTurnClock).
+let turnClock = native.threadCpuNs;
+// The run time (before its turn) of the task resumed last, while it has the turn: from its
+// resumption until it yields again or gives control back (the keeper); null otherwise. Node has no
+// current task: a yield in that window is taken to be that task's.
+let runningRunNs = null;
+// When the turn of the task computing now began (turnClock), or null.
+let turnStartedNs = null;
+// The length of the last turn measured: the tolerance of the choice of the next task.
+let lastTurnNs = 0;
 // The last yielder's pending checkpoint until the request is acknowledged (its finish()).
 let unacknowledged = null;
 // Yields so far: the keeper compares it to know whether the resumed task yielded again.
@@ -207,35 +293,99 @@ function takeTurn(pending) {
   unacknowledged = pending;
   turns++;
   passesLeft = YIELD_PASSES;
-  const turn = new Promise((resolve) => waiting.push(resolve));
+  const turn = new Promise((resolve) => enqueue(() => resolve(true)));
   if (!passing) {
-    passing = true;
+    setPassing(true);
     setImmediate(pass);
   }
   return turn;
 }
 
+/**
+ * A task computing during a yield's passes reached an asynchronous checkpoint with nothing pending:
+ * its first step is over (§5.7). It joins the back of the FIFO like a yielder, with no request to
+ * acknowledge, and resumes (false: no request was served) at its turn, so that the other tasks made
+ * ready take their first steps before a CPU-bound one has a whole turn. Never inside a critical
+ * section, which no checkpoint yields in (§5.3).
+ */
+function stepAside() {
+  if (native.criticalDepth() > 0) return NOT_YIELDED;
+  turns++;
+  return new Promise((resolve) => enqueue(() => resolve(false)));
+}
+
+/**
+ * Account the turn that just ended and queue its task: its run time grows by the turn (the loop
+ * thread's CPU time), so a turn cut short (a mode's wall clock, a repeated request) is made up at the
+ * next choice. A task that was not waiting joins at the least run time of the queue, so it neither
+ * jumps the queue for ever nor starts behind.
+ */
+function enqueue(resume) {
+  const ran = turnStartedNs === null ? 0 : Math.max(0, turnClock() - turnStartedNs);
+  if (ran > 0) lastTurnNs = ran;
+  const base = runningRunNs ?? leastRunNs() ?? 0;
+  runningRunNs = null;
+  turnStartedNs = null;
+  waiting.push({ resume, runNs: base + ran });
+}
+
+function leastRunNs() {
+  let least = null;
+  for (const { runNs } of waiting) if (least === null || runNs < least) least = runNs;
+  return least;
+}
+
+/** Take the task to resume: the oldest among those within half a turn of the least run time. */
+function takeNext() {
+  const least = leastRunNs();
+  if (least === null) return undefined;
+  const index = waiting.findIndex(({ runNs }) => runNs <= least + lastTurnNs / 2);
+  return waiting.splice(index, 1)[0];
+}
+
+/**
+ * Tests only: measure turns with `clock()` (ns) instead of this thread's CPU time, so that which task
+ * resumes never depends on how fast the machine ran; no argument restores the CPU clock.
+ */
+function setTurnClock(clock = native.threadCpuNs) {
+  turnClock = clock;
+}
+
+function setPassing(value) {
+  passing = value;
+  ack = passing ? FORCE_SLOW_PATH : settledAck;
+}
+
 function pass() {
   acknowledgePending();
+  // Whoever computes next (a task made ready) starts its turn after this callback.
+  if (runningRunNs === null) turnStartedNs = turnClock();
   if (--passesLeft > 0) {
     setImmediate(pass);
     return;
   }
-  passing = false;
+  setPassing(false);
   resumeHead();
 }
 
-/** Resume the oldest waiting task; once it gave control back, resume the next if it did not yield again. */
+/** Resume the next waiting task (takeNext); once it gave control back, resume the next if it did not yield again. */
 function resumeHead() {
-  const head = waiting.shift();
-  if (head === undefined) return;
-  head(true);
+  const next = takeNext();
+  if (next === undefined) return;
+  runningRunNs = next.runNs;
+  turnStartedNs = turnClock();
+  next.resume();
   // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
   setImmediate(keeper, turns);
 }
 
 function keeper(turnsAtResume) {
-  if (turns === turnsAtResume && !passing) resumeHead();
+  if (turns === turnsAtResume && !passing) {
+    // The resumed task gave control back without yielding (it awaits I/O, or ended): its turn is over.
+    runningRunNs = null;
+    turnStartedNs = null;
+    resumeHead();
+  }
 }
 
 /**
@@ -649,6 +799,8 @@ module.exports = {
   setPriority,
   shouldYield,
   yieldRequested,
+  // Tests only (not part of the API): see setTurnClock.
+  _setTurnClock: setTurnClock,
 };
 // Each error class by name too (require('@morpheus-sched/node').NotInCriticalError).
 Object.assign(module.exports, errors);

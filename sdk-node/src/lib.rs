@@ -341,15 +341,25 @@ const WAKE: i32 = 3;
 ///
 /// Which kind is the core's answer, never a rule of this addon: attached or not, and waiting for a
 /// scheduler or not, are what the core reports (the same state its own fast path follows). Called at
-/// registration and after every slow path; may itself register the worker again (the core's
-/// `is_attached` does when a wake-up is pending, §6.1).
+/// registration and after every slow path, so it makes no system call: a pending wake-up registers
+/// the worker again in the core's slow path (§6.1), which the wake view sends the next check to.
 #[napi]
 pub fn fast_state() -> Vec<i32> {
+    fast_state_now().to_vec()
+}
+
+fn fast_state_now() -> [i32; 5] {
     let state = HELD.with(|held| match &*held.borrow() {
         None => [0, 0, ZEROES, 0],
         Some(h) => {
             let registration = h.worker.reattachments() as u32 as i32;
-            if !h.worker.is_attached() {
+            // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
+            // when detached). Not `Worker::is_attached`, which also asks the agent's process handle
+            // and socket (two system calls) and would cost every slow path that much; a gone agent
+            // reaches the fast path anyway, through the core's watcher (its retired view, §6.1).
+            // SAFETY: this thread's worker state, read on its own thread.
+            let attached = unsafe { !(*h.worker.as_raw()).in_critical.is_null() };
+            if !attached {
                 if h.worker.is_waiting_for_scheduler() {
                     // SAFETY: this thread's worker state, read on its own thread.
                     let ack = unsafe { (*h.worker.as_raw()).cached_ack };
@@ -365,7 +375,7 @@ pub fn fast_state() -> Vec<i32> {
             }
         }
     });
-    vec![state[0], state[1], state[2], state[3], i32::from(notices_pending())]
+    [state[0], state[1], state[2], state[3], i32::from(notices_pending())]
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -407,9 +417,9 @@ fn set_view_live(live: bool) {
 }
 
 /// The word the core's fast path reads while the worker waits for a scheduler (kind 3 of
-/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, for a BigInt64 `Atomics.load`. Null when
-/// the worker does not wait, or when the runtime refuses external buffers (then JS asks the native
-/// side on every check while waiting).
+/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, read by the JS fast path as it reads
+/// `preempt_seq`. Null when the worker does not wait, or when the runtime refuses external buffers
+/// (then JS asks the native side on every check while waiting).
 ///
 /// The pointer is the core's own (`RawWorker::preempt_seq` while waiting, spec/SCB.md §6.1: "a wake
 /// sequence in the SDK's own memory"): the core's process-wide wake sequence, a static that lives as
@@ -455,23 +465,73 @@ pub fn worker_waiting_for_scheduler(token: u32) -> Result<bool, Code> {
 // ------------------------------------------------------------------------------------------------
 // Checkpoints (slow paths; the JS fast path decides when to call them)
 
-/// The synchronous checkpoint: true = the scheduler asked, the request is acknowledged, yield now.
+/// [`checkpoint_sync`]'s answers when it did not yield: whether [`fast_state`] changed meanwhile
+/// (then JS reads it again; otherwise it keeps what it compares with and saves that call: outside
+/// the DETERMINISTIC mode every check comes here, spec/SCB.md §5.4).
+const NO_YIELD: u32 = 0;
+const NO_YIELD_STATE_CHANGED: u32 = 1;
+/// The scheduler asked: the request is acknowledged, yield now (the fast state changed: the ack).
+const YIELDED: u32 = 2;
+
+/// The synchronous checkpoint: YIELDED (2) when the scheduler asked (acknowledged: yield now),
+/// otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1).
 #[napi]
-pub fn checkpoint_sync() -> bool {
-    morpheus::checkpoint_sync()
+pub fn checkpoint_sync() -> u32 {
+    let before = fast_state_now();
+    if morpheus::checkpoint_sync() {
+        YIELDED
+    } else if fast_state_now() != before {
+        NO_YIELD_STATE_CHANGED
+    } else {
+        NO_YIELD
+    }
 }
 
-/// First half of the asynchronous checkpoint: polls the core's future once. Null when it need not
-/// yield (nothing pending, a critical section, a lost worker); otherwise the pending checkpoint,
-/// whose `finish()` the caller runs after the task has yielded to the event loop.
+/// Whether a checkpoint would yield now, deciding nothing and acknowledging nothing: the core's
+/// decision, its future dropped unpolled again (it writes nothing before its second poll). WOULD_YIELD
+/// (2), otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1). For `yieldRequested()` outside the
+/// DETERMINISTIC mode (spec/SCB.md §5.4), where every check reaches the addon: a hot loop then leaves
+/// only for a yield, not at every check.
 #[napi]
-pub fn checkpoint_begin() -> Option<PendingCheckpoint> {
+pub fn checkpoint_would_yield() -> u32 {
+    let before = fast_state_now();
+    let mut future = morpheus::checkpoint();
+    let mut cx = Context::from_waker(Waker::noop());
+    let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
+    drop(future);
+    if would_yield {
+        YIELDED
+    } else if fast_state_now() != before {
+        NO_YIELD_STATE_CHANGED
+    } else {
+        NO_YIELD
+    }
+}
+
+/// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
+/// in the event loop's rotation (spec/SCB.md §5.7; the scheduler's slices are CPU time too). Read once
+/// per yield and resume, never on the fast path.
+#[napi]
+pub fn thread_cpu_ns() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+}
+
+/// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
+/// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
+/// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the
+/// caller runs after the task has yielded to the event loop.
+#[napi]
+pub fn checkpoint_begin() -> Either<PendingCheckpoint, bool> {
+    let before = fast_state_now();
     let mut future = morpheus::checkpoint();
     // The JS side does the waking (setImmediate), so a no-op waker suffices.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
-        Poll::Ready(_) => None,
-        Poll::Pending => Some(PendingCheckpoint { future: Some(future) }),
+        Poll::Ready(_) => Either::B(fast_state_now() != before),
+        Poll::Pending => Either::A(PendingCheckpoint { future: Some(future) }),
     }
 }
 

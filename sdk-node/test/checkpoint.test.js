@@ -220,3 +220,107 @@ test('yieldRequested(): one load that acknowledges nothing; checkpoint() then se
   assert.equal(morpheus.yieldRequested(), false);
   assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
 });
+
+test('the fast path compares all 64 bits of preempt_seq: a request that leaves either half unchanged is seen', async () => {
+  register();
+  const sequences = [
+    1n << 32n, // low half unchanged
+    (1n << 32n) + 1n, // high half unchanged
+    2n << 32n, // low half unchanged again, now from a nonzero high half
+    0x7ff0_0000_0000_0005n, // bits of a NaN: compares unequal to everything, the addon decides
+    0x7ff0_0000_0000_0006n,
+  ];
+  for (const [i, seq] of sequences.entries()) {
+    region.scb(SLOT, 'preempt_seq', seq);
+    if (i % 2 === 0) {
+      assert.equal(morpheus.yieldRequested(), true, `sync, sequence ${seq}`);
+      assert.equal(morpheus.shouldYield(), true, `sync, sequence ${seq}`);
+    } else {
+      assert.equal(await morpheus.checkpoint(), true, `async, sequence ${seq}`);
+    }
+    assert.equal(region.scb(SLOT, 'last_ack_seq'), seq);
+    assert.equal(morpheus.shouldYield(), false, `acknowledged ${seq}`);
+    assert.equal(await morpheus.checkpoint(), false, `acknowledged ${seq}`);
+  }
+  assert.equal(worker.yieldCounts().PREEMPT_REQUEST, sequences.length);
+});
+
+test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still served once, and the fast path comes back with DETERMINISTIC', async () => {
+  // A slice (1 s) no step of this test lasts: the SDK's own clock never asks for a DEFENSIVE yield.
+  region.header('slice_ns', 1_000_000_000n);
+  register();
+  // Lost hints, seen at the next yield's mode evaluation.
+  region.scb(SLOT, 'hints_dropped', 1);
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(worker.runtimeMode, 'DEFENSIVE');
+  const before = region.bytes();
+  assert.equal(morpheus.yieldRequested(), false, 'nothing pending, within the slice: the core says no yield');
+  region.bump(SLOT);
+  assert.equal(morpheus.yieldRequested(), true, 'a request is pending');
+  assert.equal(morpheus.yieldRequested(), true, 'still pending: the question acknowledged nothing');
+  region.scb(SLOT, 'preempt_seq', 1n);
+  assert.deepEqual(region.bytes(), before, 'yieldRequested() writes nothing');
+  // A request while DEFENSIVE: served by one async yield; no lost hint since, so DETERMINISTIC again.
+  region.bump(SLOT);
+  assert.equal(await morpheus.checkpoint(), true);
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 2n);
+  assert.equal(worker.runtimeMode, 'DETERMINISTIC');
+  assert.equal(morpheus.yieldRequested(), false, 'the fast path is back');
+  assert.equal(await morpheus.checkpoint(), false);
+});
+
+test('a slow path that changes the state without yielding (the worker lost to a restart) moves the fast path to zeroes', async () => {
+  for (const check of [() => morpheus.shouldYield(), () => morpheus.checkpoint()]) {
+    register();
+    region.header('generation', 7n);
+    region.bump(SLOT);
+    assert.equal(await check(), false, 'lost: no yield');
+    // No other call in between: the check itself must have re-read what the fast path compares.
+    assert.equal(morpheus.yieldRequested(), false, 'a lost worker reads zeroes: nothing is ever requested');
+    worker.close();
+    region.close();
+    region = new TestRegion();
+  }
+});
+
+test('a task computing during a yield\'s passes steps aside at its first checkpoint and resumes after the yielder (§5.7)', async () => {
+  register();
+  region.bump(SLOT);
+  const order = [];
+  const yielder = (async () => {
+    order.push('A yields');
+    order.push(`A resumed ${await morpheus.checkpoint()}`);
+  })();
+  // Made ready during A's yield (queued behind its first pass): a newcomer's first step.
+  const newcomer = new Promise((resolve) => {
+    setImmediate(async () => {
+      order.push('B starts');
+      assert.equal(morpheus.yieldRequested(), true, 'during the passes a hot loop is sent to checkpoint()');
+      order.push(`B resumed ${await morpheus.checkpoint()}`);
+      resolve();
+    });
+  });
+  await Promise.all([yielder, newcomer]);
+  assert.deepEqual(order, ['A yields', 'B starts', 'A resumed true', 'B resumed false']);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n, 'stepping aside serves no request and writes nothing');
+  // After the passes the fast path is back; and a synchronous check during passes never steps aside.
+  assert.equal(morpheus.yieldRequested(), false);
+  assert.equal(await morpheus.checkpoint(), false);
+  region.bump(SLOT);
+  const again = morpheus.checkpoint();
+  assert.equal(morpheus.shouldYield(), false, 'sync, during the passes: no request pending, no yield');
+  assert.equal(await again, true);
+});
+
+test('inside a critical section a task computing during a yield\'s passes does not step aside', async () => {
+  register();
+  region.bump(SLOT);
+  const order = [];
+  const yielder = morpheus.checkpoint().then((yielded) => order.push(`A resumed ${yielded}`));
+  const inside = new Promise((resolve) => {
+    setImmediate(() => resolve(morpheus.critical(() => morpheus.checkpoint())));
+  }).then((yielded) => order.push(`B in a critical section went on: ${yielded}`));
+  await Promise.all([yielder, inside]);
+  assert.deepEqual(order, ['B in a critical section went on: false', 'A resumed true']);
+});

@@ -26,9 +26,16 @@ test.beforeEach(() => {
 test.afterEach(() => {
   worker.close();
   region.close();
+  morpheus._setTurnClock();
 });
 
+// Turns are measured with a clock each step of work advances (the CPU time of a step, made exact), so
+// which task resumes never depends on how fast the machine ran.
+let clock = 0;
+test.beforeEach(() => morpheus._setTurnClock(() => clock));
+
 function spin() {
+  clock += 1000;
   let h = 1;
   for (let i = 0; i < 2000; i++) h = Math.imul(h ^ (h >>> 13), 0x5bd1e995) + i;
   return h;
@@ -39,10 +46,16 @@ test('CPU-bound tasks take turns of one request each, the yielder to the back', 
   let steps = 0;
   let requests = 0;
   const resumed = [];
+  // Who ran the steps from the first request on, one [name, steps] entry per turn.
+  const turns = [];
   // Two CPU-bound tasks; every 10th step (of either) the "scheduler" asks once more.
   const task = async (name) => {
     while (requests < REQUESTS) {
       spin();
+      if (requests > 0) {
+        if (turns.length === 0 || turns[turns.length - 1][0] !== name) turns.push([name, 0]);
+        turns[turns.length - 1][1]++;
+      }
       if (++steps % 10 === 0) {
         region.bump(SLOT);
         requests++;
@@ -52,11 +65,42 @@ test('CPU-bound tasks take turns of one request each, the yielder to the back', 
   };
   await Promise.all([task('A'), task('B')]);
   assert.equal(resumed.length, REQUESTS, `one yield per request: ${resumed.join(' ')}`);
-  for (let i = 1; i < resumed.length; i++) {
-    assert.notEqual(resumed[i], resumed[i - 1], `turns alternate: ${resumed.join(' ')}`);
-  }
+  // A turn lasts one request (10 steps) or, for a task that was computing during a yield, one step
+  // (it steps aside at its first checkpoint): the yielder goes to the back, so no task runs two
+  // requests' worth in a row.
+  const shown = turns.map(([name, n]) => `${name}${n}`).join(' ');
+  assert.ok(turns.length >= REQUESTS - 1, `a turn per request: ${shown}`);
+  for (const [, n] of turns) assert.ok(n <= 10, `no turn longer than one request: ${shown}`);
   assert.equal(region.scb(SLOT, 'yield_count'), BigInt(REQUESTS));
   assert.equal(region.scb(SLOT, 'last_ack_seq'), BigInt(REQUESTS));
+});
+
+test('a task whose turn was cut short by a repeated request resumes first, until it has caught up (run-time weighting)', async () => {
+  let requests = 0;
+  let sinceRequest = 0;
+  const turns = [];
+  // Three CPU-bound tasks; the "scheduler" asks after every 10 steps of work, except that the 4th
+  // request comes 2 steps after the 3rd (a turn cut short).
+  const task = async (name) => {
+    while (requests < 12) {
+      spin();
+      if (turns.length === 0 || turns[turns.length - 1][0] !== name) turns.push([name, 0]);
+      turns[turns.length - 1][1]++;
+      if (++sinceRequest === (requests === 3 ? 2 : 10)) {
+        region.bump(SLOT);
+        requests++;
+        sinceRequest = 0;
+      }
+      await morpheus.checkpoint();
+    }
+  };
+  await Promise.all([task('A'), task('B'), task('C')]);
+  const shown = turns.map(([name, n]) => `${name}${n}`).join(' ');
+  // The task cut short after 2 steps has the least run time: it is resumed at once and runs a whole
+  // turn more (2 + 10 steps in a row); every other turn is at most one request's worth. A strict FIFO
+  // would resume the queue's head instead.
+  assert.equal(turns.filter(([, n]) => n === 12).length, 1, `the cut-short task resumes first: ${shown}`);
+  for (const [, n] of turns) assert.ok(n <= 12, `no task runs longer: ${shown}`);
 });
 
 test('nobody waits forever: when the resumed task ends, the next waiting one resumes without a request', async () => {

@@ -124,7 +124,10 @@ fn checkpoint_awaitable(py: Python<'_>) -> PyResult<Py<PyAny>> {
     match Pin::new(&mut future).poll(&mut cx) {
         // During a yield's passes a CPU-bound task's first step ends at its first checkpoint (one
         // thread-local flag, read only here in the binding; the core's fast path is unchanged).
-        Poll::Ready(_) if PASSING.get() => step_aside(py),
+        Poll::Ready(_) if PASSING.get() => step_aside(py, false),
+        // A turn the rotation gave has lasted a slice of wall time without a request (§5.7's cap):
+        // one thread-local load while no turn is timed, a clock read while one is.
+        Poll::Ready(_) if turn_expired() => step_aside(py, true),
         Poll::Ready(_) => Ok(statics(py).ready.clone_ref(py).into_any()),
         Poll::Pending => take_turn(py, future),
     }
@@ -164,6 +167,9 @@ struct Rotation {
     passes_left: u32,
     /// Whether a `_pass` callback is queued.
     passing: bool,
+    /// asyncio's ready queue (`BaseEventLoop._ready`), where the loop exposes it: a pass that finds
+    /// it empty ends the passes (see `_pass`). None for other loops (uvloop): every pass is run.
+    ready_queue: Option<Py<PyAny>>,
 }
 
 /// CPU time of the calling (loop) thread: the measure of a turn. The scheduler's slices are CPU time
@@ -180,16 +186,80 @@ fn thread_cpu_ns() -> u64 {
 }
 
 thread_local! {
-    /// A clock the tests set and advance in place of the thread's CPU time (`_set_turn_clock`), so a
-    /// verdict that depends on which task is resumed never depends on how fast the machine ran.
+    /// A clock the tests set and advance in place of the thread's CPU time and of the wall clock
+    /// that times a turn (`_set_turn_clock`), so a verdict that depends on which task is resumed, or
+    /// on when a turn ends, never depends on how fast the machine ran.
     static TURN_CLOCK: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    /// When the running task's turn ends by the clock (CLOCK_MONOTONIC ns; 0: no turn is timed).
+    static TURN_DEADLINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// Wall time (CLOCK_MONOTONIC) of the calling thread, or the tests' turn clock.
+fn wall_ns() -> u64 {
+    if let Some(ns) = TURN_CLOCK.get() {
+        return ns;
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Whether the running task's timed turn is over: a load of a thread-local when no turn is timed.
+#[inline(always)]
+fn turn_expired() -> bool {
+    let deadline = TURN_DEADLINE.get();
+    deadline != 0 && wall_ns() >= deadline
+}
+
+/// Time the turn that starts now: it ends at the first checkpoint one `slice_ns` (the scheduler's
+/// slice, from the region header) of wall time from now. Only while the thread's worker is attached:
+/// detached there is no slice, and nothing yields.
+fn time_turn() {
+    let slice = HELD.with(|held| {
+        let held = held.borrow();
+        let (_, worker) = held.as_ref()?;
+        // Registered and not waiting for a scheduler (read without looking for the scheduler's life,
+        // which `is_attached` would do, a poll per turn).
+        if worker.slot().is_none() || worker.is_waiting_for_scheduler() {
+            return None;
+        }
+        worker.region().map(|region| region.slice_ns())
+    });
+    // Where the loop can be looked at for a few microseconds (asyncio, `loop_has_work`), it is looked
+    // at LOOKS_PER_SLICE times per slice and the turn ends at the first look that finds work; where
+    // it cannot, the turn ends once, after the slice.
+    let looks = if ROTATION.with(|r| r.borrow().ready_queue.is_some()) { LOOKS_PER_SLICE } else { 1 };
+    TURN_DEADLINE.set(match slice {
+        Some(slice) if slice > 0 => wall_ns().saturating_add(slice / looks).max(1),
+        _ => 0,
+    });
+}
+
+/// How often per slice of wall time a timed turn on asyncio looks whether the loop has work (each look
+/// a few microseconds): a light request waits about a quarter of a slice, not a whole one.
+const LOOKS_PER_SLICE: u64 = 4;
 
 /// Tests only: measure this thread's turns with a clock the caller sets (ns), or with the thread's
 /// CPU time again (None).
 #[pyfunction]
 fn _set_turn_clock(ns: Option<u64>) {
     TURN_CLOCK.set(ns);
+}
+
+/// Tests only: what the calling thread's next checkpoint compares, `(loaded, cached)`: the sequence
+/// its fast path loads (the SCB's `preempt_seq`, or the SDK's wake sequence while the worker waits for
+/// a scheduler, §6.1) and the value it compares it with. The checkpoint takes the slow path when they
+/// differ; a test orders its events by this, not by time.
+#[pyfunction]
+fn _fast_path_view() -> (u64, u64) {
+    // SAFETY: the calling thread's own state; preempt_seq points at a live u64 that others only
+    // change atomically (the SCB, the static detached SCB or the wake sequence).
+    unsafe {
+        let raw = morpheus::raw::current_raw();
+        let loaded = (*((*raw).preempt_seq as *const AtomicU64)).load(Ordering::Acquire);
+        (loaded, (*raw).cached_ack)
+    }
 }
 
 /// A task suspended at a checkpoint: the future its turn resolves, and its run time so far.
@@ -216,6 +286,7 @@ impl Rotation {
             None => floor.unwrap_or(0),
         };
         self.turn_started = None;
+        TURN_DEADLINE.set(0);
         self.waiting.push_back(Waiter { future, task, run_ns: base.saturating_add(ran) });
     }
 
@@ -245,6 +316,7 @@ thread_local! {
             turns: 0,
             passes_left: 0,
             passing: false,
+            ready_queue: None,
         })
     };
 }
@@ -256,6 +328,48 @@ fn acknowledge_pending(rotation: &mut Rotation) {
         // Ready(true): acknowledged; Ready(false): a restart meanwhile, nothing to acknowledge.
         let _ = Pin::new(&mut yielder).poll(&mut cx);
     }
+}
+
+/// The ready queue of an asyncio loop (a `BaseEventLoop`, whose `_run_once` polls, queues the I/O and
+/// timer callbacks due, then runs the queue), or None for any other loop.
+fn asyncio_ready_queue(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+    let base = py.import("asyncio")?.getattr("BaseEventLoop")?;
+    if !event_loop.is_instance(&base)? {
+        return Ok(None);
+    }
+    Ok(event_loop.getattr("_ready").ok().map(Bound::unbind))
+}
+
+/// Whether ending a timed turn would let anything else run: on asyncio, a callback queued, a timer
+/// due or an event the loop's poll would return (the selector asked with timeout 0; it is level
+/// triggered, so the loop's own poll still sees it). A few microseconds, once per slice of wall time,
+/// against the tens a yield costs: on a loaded host the slice of wall time holds little CPU, and a
+/// turn ended for nothing would make yields as frequent, per unit of work, as that host is loaded.
+/// Other loops (uvloop) show none of this: their timed turns always end. Anything unexpected counts
+/// as work.
+fn loop_has_work(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> bool {
+    let ready_queue = ROTATION.with(|r| r.borrow().ready_queue.as_ref().map(|q| q.clone_ref(py)));
+    let Some(ready_queue) = ready_queue else { return true };
+    let look = || -> PyResult<bool> {
+        // The rotation's own keeper waits there for the end of this task's step: it is not work.
+        let keeper = callback(py, &statics(py).keeper_callback, "_keeper")?;
+        for handle in ready_queue.bind(py).try_iter()? {
+            if !handle?.getattr("_callback")?.is(keeper.bind(py)) {
+                return Ok(true);
+            }
+        }
+        let scheduled = event_loop.getattr("_scheduled")?;
+        if scheduled.len()? > 0 {
+            let when: f64 = scheduled.get_item(0)?.getattr("_when")?.extract()?;
+            let now: f64 = event_loop.call_method0("time")?.extract()?;
+            if when <= now {
+                return Ok(true);
+            }
+        }
+        let events = event_loop.getattr("_selector")?.call_method1("select", (0,))?;
+        Ok(events.len()? > 0)
+    };
+    look().unwrap_or(true)
 }
 
 fn callback(py: Python<'_>, cell: &PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<Py<PyAny>> {
@@ -275,9 +389,10 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         // A coroutine driven by hand: yield a bare None once, acknowledge on resumption.
         return Ok(Py::new(py, PendingCheckpoint { future: Some(future), waiter: None, suspended: false, result: true })?.into_any());
     }
+    let same_loop = ROTATION.with(|r| r.borrow().event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop)));
+    let ready_queue = if same_loop { None } else { asyncio_ready_queue(py, &event_loop)? };
     let had_unacknowledged = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
-        let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop));
         if !same_loop {
             *rotation = Rotation {
                 event_loop: Some(event_loop.clone().unbind()),
@@ -289,6 +404,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
                 turns: rotation.turns,
                 passes_left: 0,
                 passing: false,
+                ready_queue,
             };
         }
         let had = rotation.unacknowledged.is_some();
@@ -302,7 +418,7 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
         future = morpheus::checkpoint();
         let mut cx = Context::from_waker(Waker::noop());
         if Pin::new(&mut future).poll(&mut cx).is_ready() {
-            return if PASSING.get() { step_aside(py) } else { Ok(statics.ready.clone_ref(py).into_any()) };
+            return if PASSING.get() { step_aside(py, false) } else { Ok(statics.ready.clone_ref(py).into_any()) };
         }
     }
     let waiter = event_loop.call_method0("create_future")?;
@@ -326,11 +442,12 @@ fn take_turn(py: Python<'_>, mut future: morpheus::Checkpoint) -> PyResult<Py<Py
     Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: true })?.into_any())
 }
 
-/// A task computing during a yield's passes reached a checkpoint with nothing pending: its first
-/// step is over. It joins the queue like a yielder (without a request to acknowledge), so that the
-/// other tasks made ready take their first steps too before a CPU-bound one has a whole turn; it
-/// evaluates to None when its turn comes.
-fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
+/// A task reached a checkpoint with nothing pending, but its step is over: either it computes during
+/// a yield's passes (its first step is over), or its timed turn lasted a slice of wall time
+/// (`turn_over`: then this starts the passes, as a yield does). It joins the queue like a yielder
+/// (without a request to acknowledge), so that the tasks made ready take their first steps before a
+/// CPU-bound one has a whole turn; it evaluates to None when its turn comes.
+fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
     let statics = statics(py);
     let get_loop = statics
         .running_loop
@@ -342,17 +459,39 @@ fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
     let task = if event_loop.is_none() { event_loop.clone() } else { current_task.bind(py).call0()? };
     let same_loop = ROTATION.with(|r| r.borrow().event_loop.as_ref().is_some_and(|l| l.bind(py).is(&event_loop)));
     if task.is_none() || !same_loop {
-        PASSING.set(false); // another loop (or no task): the passes are not this code's
+        // Another loop (or no task): the passes and the timed turn are not this code's.
+        PASSING.set(false);
+        TURN_DEADLINE.set(0);
+        return Ok(statics.ready.clone_ref(py).into_any());
+    }
+    if critical_depth() > 0 {
+        // A critical section holds every yield (§5.3), a step aside too, whether the turn is over or
+        // another task's yield is passing: it happens at the first checkpoint after the section.
+        return Ok(statics.ready.clone_ref(py).into_any());
+    }
+    if turn_over && !loop_has_work(py, &event_loop) {
+        // Nothing for the loop to run: the turn carries on, timed afresh (a look, not a yield).
+        time_turn();
         return Ok(statics.ready.clone_ref(py).into_any());
     }
     let waiter = event_loop.call_method0("create_future")?;
-    ROTATION.with(|r| {
+    let start_passes = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
         rotation.enqueue(waiter.clone().unbind(), task.as_ptr() as usize);
         rotation.turns += 1;
         // Whoever computes next starts its turn now.
         rotation.turn_started = Some(thread_cpu_ns());
+        if !turn_over {
+            return false;
+        }
+        rotation.passes_left = YIELD_PASSES;
+        PASSING.set(true);
+        !std::mem::replace(&mut rotation.passing, true)
     });
+    if start_passes {
+        let first_pass = callback(py, &statics.pass_callback, "_pass")?;
+        event_loop.call_method1("call_soon", (first_pass, &event_loop))?;
+    }
     Ok(Py::new(py, PendingCheckpoint { future: None, waiter: Some(waiter.unbind()), suspended: false, result: false })?.into_any())
 }
 
@@ -362,6 +501,15 @@ fn step_aside(py: Python<'_>) -> PyResult<Py<PyAny>> {
 /// the FIFO's head.
 #[pyfunction]
 fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+    // asyncio: this pass runs first in its iteration (it was queued in the previous one, before that
+    // iteration's poll). If nothing is queued behind it, the poll brought no I/O, no timer was due and
+    // no task was made ready: the loop is idle but for the rotation, and further passes would only
+    // poll it again (their cost, ~3 µs each, is what a yield on a loaded host spends most often).
+    let ready_queue = ROTATION.with(|r| r.borrow().ready_queue.as_ref().map(|q| q.clone_ref(py)));
+    let idle = match ready_queue {
+        Some(queue) => queue.bind(py).len()? == 0,
+        None => false,
+    };
     let more = ROTATION.with(|r| {
         let mut rotation = r.borrow_mut();
         acknowledge_pending(&mut rotation);
@@ -369,7 +517,7 @@ fn _pass(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             // Whoever computes next (a task made ready) starts its turn after this callback.
             rotation.turn_started = Some(thread_cpu_ns());
         }
-        rotation.passes_left = rotation.passes_left.saturating_sub(1);
+        rotation.passes_left = if idle { 0 } else { rotation.passes_left.saturating_sub(1) };
         rotation.passing = rotation.passes_left > 0;
         PASSING.set(rotation.passing);
         rotation.passing
@@ -391,7 +539,10 @@ fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             let same_loop = rotation.event_loop.as_ref().is_some_and(|l| l.bind(py).is(event_loop));
             (if same_loop { rotation.take_least_run() } else { None }, rotation.turns)
         });
-        let Some(next) = next else { return Ok(()) };
+        let Some(next) = next else {
+            TURN_DEADLINE.set(0);
+            return Ok(());
+        };
         let future = next.future.bind(py);
         if future.call_method0("done")?.is_truthy()? {
             continue; // cancelled meanwhile
@@ -402,6 +553,7 @@ fn resume_head(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
             rotation.running = Some((next.task, next.run_ns));
             rotation.turn_started = Some(thread_cpu_ns());
         });
+        time_turn();
         // Queued behind the resumed task's step, so it runs once that step gave control back.
         let keeper = callback(py, &statics(py).keeper_callback, "_keeper")?;
         event_loop.call_method1("call_soon", (keeper, event_loop, turns))?;
@@ -1143,7 +1295,9 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_pass, m)?)?;
     m.add_function(wrap_pyfunction!(_keeper, m)?)?;
     m.add_function(wrap_pyfunction!(_set_turn_clock, m)?)?;
+    m.add_function(wrap_pyfunction!(_fast_path_view, m)?)?;
     m.add("YIELD_PASSES", YIELD_PASSES)?;
+    m.add("LOOKS_PER_SLICE", LOOKS_PER_SLICE)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     morpheus::set_notice_hook(Some(python_notice));
     Ok(())

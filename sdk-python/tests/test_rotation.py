@@ -8,6 +8,7 @@ advances per unit of work, see `turn_clock`)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 import pytest
@@ -51,20 +52,24 @@ def turn_clock():
 
 class Scheduler:
     """Asks for a yield after every `units_per_slice` units of work, counted across all tasks; each
-    unit costs UNIT_NS on the turn clock."""
+    unit costs UNIT_NS on the turn clock, and the region's slice is that many units, as a scheduler
+    publishes it. (A turn the rotation gives also ends after one slice of the clock; with requests on
+    time, the request always comes first.) With `ask=False` it never asks: only the clock ends turns."""
 
     UNIT_NS = 1_000_000
 
-    def __init__(self, region, units_per_slice):
+    def __init__(self, region, units_per_slice, ask=True):
         self.region = region
         self.units_per_slice = units_per_slice
+        self.ask = ask
         self.units = 0
         self.requests = 0
+        region.put_header(abi.RegionHeader.SLICE_NS, units_per_slice * self.UNIT_NS)
 
     def unit_done(self):
         self.units += 1
         morpheus._morpheus._set_turn_clock(self.units * self.UNIT_NS)
-        if self.units % self.units_per_slice == 0:
+        if self.ask and self.units % self.units_per_slice == 0:
             self.region.bump(0)
             self.requests += 1
 
@@ -185,3 +190,116 @@ def test_a_cancelled_waiter_is_skipped(region, loop_factory):
     with morpheus.Worker(region=str(region.path), slot=0):
         assert _run(loop_factory, main()) == (True, True)
     assert errors == []
+
+
+def _timed_turns(region, loop_factory, busy_loop):
+    """One request starts the rotation of a and b; after it the scheduler is silent (it measures CPU
+    time, and a loaded machine stretches a slice of CPU into many slices of wall time). A light task
+    is queued during a's turn; with `busy_loop`, another task is ready at every pass of the loop."""
+    sched = Scheduler(region, units_per_slice=10, ask=False)
+    order = []
+    done = []
+
+    async def light():
+        order.append("light")
+
+    async def ticker():
+        while len(done) < 2:
+            await asyncio.sleep(0)
+
+    async def cpu_bound(name, units):
+        for unit in range(units):
+            if name == "a" and unit == 35:
+                asyncio.get_running_loop().call_soon(asyncio.ensure_future, light())
+                order.append("spawned")
+            order.append(name)
+            sched.unit_done()
+            if name == "a" and unit == 0:
+                region.bump(0)  # the only request
+            await morpheus.checkpoint_async()
+        done.append(name)
+
+    async def main():
+        await asyncio.gather(cpu_bound("a", 60), cpu_bound("b", 60), *([ticker()] if busy_loop else []))
+
+    with morpheus.Worker(region=str(region.path), slot=0) as w:
+        _run(loop_factory, main())
+        assert w.yield_counts()["PREEMPT_REQUEST"] == 1
+    turns = []
+    for name in (n for n in order if n in ("a", "b")):
+        if not turns or turns[-1][0] != name:
+            turns.append([name, 0])
+        turns[-1][1] += 1
+    spawned, ran = order.index("spawned"), order.index("light")
+    # The light task, made ready during a's turn, runs when that turn ends, before b's.
+    assert set(order[spawned + 1:ran]) == {"a"}, order[spawned:ran + 1]
+    assert order[ran + 1] == "b", order[spawned:ran + 2]
+    return turns
+
+
+def _units_between_looks(loop_factory):
+    """A timed turn ends (uvloop) or looks for work (asyncio) this many units after it began."""
+    looks = morpheus._morpheus.LOOKS_PER_SLICE if loop_factory is asyncio.new_event_loop else 1
+    return math.ceil(10 / looks)  # the slice is 10 units (Scheduler above)
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop_factory):
+    turns = _timed_turns(region, loop_factory, busy_loop=True)
+    # a yields for the request after one unit, b takes its first step and steps aside, then each
+    # turn lasts until the clock ends it: one slice (10 units) on uvloop; on asyncio, which looks
+    # for other work LOOKS_PER_SLICE times per slice, the first look (the ticker is always ready).
+    every = _units_between_looks(loop_factory)
+    assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns
+    assert all(length == every for _, length in turns[2:-2]), turns
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, loop_factory):
+    turns = _timed_turns(region, loop_factory, busy_loop=False)
+    every = _units_between_looks(loop_factory)
+    if loop_factory is asyncio.new_event_loop:
+        # asyncio shows its queue, timers and poll: a's turn goes past every look that finds
+        # nothing else to run, and ends at the first look after the light task was queued (unit 35
+        # of the turn).
+        assert turns[:2] == [["a", 1], ["b", 1]] and turns[2][0] == "a", turns
+        assert 35 <= turns[2][1] < 35 + every, turns
+    else:
+        # uvloop shows none of them: its timed turns always end.
+        assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_a_task_inside_a_critical_section_does_not_step_aside_during_a_yield(region, loop_factory):
+    # A critical section holds every yield (§5.3), a step aside during another task's yield too: b's
+    # first five units each end at a checkpoint inside a section, so its first step lasts until the
+    # checkpoint after the sections, six units, instead of ending at its first checkpoint.
+    sched = Scheduler(region, units_per_slice=40)
+    runs = []
+
+    async def unit(name):
+        runs.append(name)
+        sched.unit_done()
+        await morpheus.checkpoint_async()
+
+    async def cpu_bound(name, section_units):
+        done = 0
+        while sched.requests < 3:
+            if done < section_units:
+                with morpheus.critical():
+                    await unit(name)
+            else:
+                await unit(name)
+            done += 1
+
+    async def main():
+        await asyncio.gather(cpu_bound("a", 0), cpu_bound("b", 5))
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        _run(loop_factory, main())
+    turns = []
+    for name in runs:
+        if not turns or turns[-1][0] != name:
+            turns.append([name, 0])
+        turns[-1][1] += 1
+    assert turns[:2] == [["a", 40], ["b", 6]], turns[:4]

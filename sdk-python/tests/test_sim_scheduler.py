@@ -10,10 +10,13 @@ units of work, turns and requests; time only bounds how long the test waits for 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import signal
 import socket as socketlib
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,7 +26,7 @@ import pytest
 
 import morpheus
 import morpheus.aio
-from conftest import abi
+from conftest import abi, run_in_thread
 
 PATIENCE = 120.0  # seconds: liveness bound only
 
@@ -115,7 +118,7 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
         "MORPHEUS_REQUIRE_SCHEDULER") else __import__("aiohttp")
     from aiohttp import web
 
-    state = {"port": None, "stop": False, "instance_up": 0}
+    state = {"port": None, "stop": False, "client_stop": False, "instance_up": 0}
     published = {}  # the loop thread's view of its worker, for the test thread
     turn_units = []  # (instance counter when the turn ended, units in the turn, started after a restart)
     ready = threading.Event()
@@ -186,7 +189,7 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
     outcomes = []
 
     def client():
-        while not state["stop"]:
+        while not state["client_stop"]:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{state['port']}/light", timeout=PATIENCE) as r:
                     outcomes.append(r.status)
@@ -215,8 +218,10 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
             yields = published["yields"]
             wait("yields under the new instance", lambda: published["yields"] >= yields + 3)
     finally:
-        state["stop"] = True
+        # The client stops first: a request sent while the service shuts down is not a lost one.
+        state["client_stop"] = True
         client_thread.join(PATIENCE)
+        state["stop"] = True
         thread.join(PATIENCE)
     assert result.get("value") == "served", result
     assert outcomes and all(o == 200 for o in outcomes), [o for o in outcomes if o != 200][:5]
@@ -227,3 +232,138 @@ def test_a_service_lives_through_stop_kill_and_restart_of_the_scheduler(agent):
     firsts = [u for instance, u, after in turn_units if after]
     assert len(to_reattach) == 2 and len(firsts) == 2, (to_reattach, turn_units)
     assert max(to_reattach) <= max(steady), (to_reattach, steady, firsts)
+
+
+def _private_namespaces_available():
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True, timeout=PATIENCE).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_a_retired_region_at_the_default_path_after_a_clean_stop_is_detached_mode_everywhere(agent, tmp_path):
+    # The agent was there: a worker registers through the default socket (MORPHEUS_SOCKET, private).
+    env = dict(os.environ, MORPHEUS_SOCKET=str(agent.socket))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(abi.ENV_SOCKET, str(agent.socket))
+
+        def attached_once():
+            with morpheus.Worker() as w:
+                return w.attached
+
+        assert run_in_thread(attached_once) is True
+    agent.stop(signal.SIGTERM)  # a clean stop: the agent retires its regions and removes its socket
+    assert not agent.socket.exists()
+    if not _private_namespaces_available():
+        pytest.skip("unshare -Urm is not permitted here: no private /dev/shm for the default region path")
+    # A private mount namespace puts a retired region at the default path (what a stopped scheduler
+    # leaves there) where no other process of the machine can see it.
+    child = Path(__file__).with_name("retired_region_child.py")
+    done = subprocess.run(["unshare", "-Urm", sys.executable, str(child), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    region_path = abi.SIM_REGION_PATH
+    worker = out["worker"]
+    assert worker["attached"] is False and worker["reason"] == "NO_SCHEDULER", worker
+    assert "retired" in worker["detail"] and region_path in worker["detail"], worker
+    assert worker["waiting"] is True and worker["checkpoint"] is False, worker
+    assert any(level == "WARNING" and "retired" in message for level, message in out["worker_log"]), out["worker_log"]
+    assert out["aio_run"] == 42
+    run = out["morpheus_run"]
+    assert run["code"] == 0, run
+    assert run["stdout"] == "app ran, attached: False\n", run
+    assert "retired" in run["stderr"] and "Traceback" not in run["stderr"], run
+
+
+def test_after_a_restart_the_next_checkpoints_register_and_answer_the_new_instances_first_request(agent):
+    """§6.1: "after a restart, a worker that checkpoints resumes yielding at the first request of the
+    new instance: at most one slice of its running time after the new instance accepts connections".
+
+    The SDK's part of that sentence is two orderings, checked here by count, for a clean stop and for
+    SIGKILL: (1) the first checkpoint that sees the watcher's wake-up (its fast path loads the wake
+    sequence while the worker waits, `_fast_path_view`) registers with the new instance, so no
+    checkpoint passes between the wake and the registration; (2) after that, the first checkpoint
+    that sees a request of the new instance (and every later one) yields, so the first request is the
+    one answered. The rest, that the new instance asks after one slice of the worker's running time
+    from its registration, is the scheduler's hint rule (its own tests); no verdict here reads a
+    clock, which only bounds how long the test waits for progress.
+    """
+    # Per checkpoint that says something: (instance, waiting before, woken, request pending, waiting
+    # after, re-registrations before, after, result, tried to register). Read before the checkpoint
+    # with accessors that look at nothing but the worker's own state (`attached` and `status()` look
+    # for the scheduler's life themselves, so the loop never calls them here).
+    events = []
+    state = {"instance": 0, "stop": False}
+    published = {}
+    notices = []  # the 'morpheus' logger's lines, in order: an attempt to register again logs one
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            notices.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("morpheus").addHandler(keep)
+
+    async def heavy():
+        w = morpheus.current_worker()
+        view = morpheus._morpheus._fast_path_view
+        while not state["stop"]:
+            _spin()
+            instance = state["instance"]
+            loaded, cached = view()
+            waiting, reattached, acked = w.waiting_for_scheduler, w.reattachments, w.acknowledged_seq
+            logged = len(notices)
+            result = await morpheus.checkpoint_async()
+            tried = any("register again" in m or "registered again" in m for m in notices[logged:])
+            event = (instance, waiting, waiting and loaded != cached, not waiting and loaded != acked,
+                     w.waiting_for_scheduler, reattached, w.reattachments, result, tried)
+            if event[2] or event[3] or event[5] != event[6] or result is True:  # the rest says nothing
+                events.append(event)
+            published.update(waiting=event[4], reattachments=event[6],
+                             yields=w.yield_counts()["PREEMPT_REQUEST"])
+        return "done"
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=morpheus.aio.run(heavy(), socket=str(agent.socket))))
+    thread.start()
+
+    def wait(what, predicate):
+        deadline = time.monotonic() + PATIENCE
+        while not predicate():
+            assert thread.is_alive() and time.monotonic() < deadline, f"timed out waiting for {what}: {published}"
+            time.sleep(0.005)
+
+    try:
+        wait("yields under the first instance", lambda: published.get("yields", 0) >= 3)
+        for n, how in enumerate([signal.SIGTERM, signal.SIGKILL], start=1):
+            agent.stop(how)
+            wait(f"the worker to notice {how.name}", lambda: published.get("waiting") is True)
+            agent.start()
+            state["instance"] = n
+            wait("registering again", lambda: published.get("reattachments") == n)
+            yields = published["yields"]
+            wait("yields under the new instance", lambda: published["yields"] >= yields + 3)
+    finally:
+        state["stop"] = True
+        thread.join(PATIENCE)
+        logging.getLogger("morpheus").removeHandler(keep)
+    assert result.get("value") == "done", result
+
+    woken = [e for e in events if e[2]]
+    registered = [e for e in events if e[6] != e[5]]
+    # (1) One registration per restart, each inside a checkpoint (nothing else the loop calls looks
+    # for the scheduler), and every checkpoint that had seen a wake-up before it began tried to
+    # register (its notice is logged inside it): no checkpoint passes a wake-up by. A wake-up with no
+    # instance accepting yet (the stop itself) is a failed try, logged, that waits for the next one.
+    # (A wake-up may also come between the read of the view and the checkpoint; then that checkpoint
+    # tries unobserved.)
+    assert len(registered) == 2 and all(e[6] == e[5] + 1 and e[8] for e in registered), registered
+    assert all(e[8] for e in woken), [e for e in woken if not e[8]][:5]
+    # (2) Registered with an instance that is still there after the checkpoint, every checkpoint
+    # that saw a request yielded; so after each registration the first request of the new instance
+    # is answered by the first checkpoint that sees it.
+    asked = [e for e in events if e[3] and not e[4]]
+    assert asked and all(e[7] is True for e in asked), [e for e in asked if e[7] is not True][:5]
+    for n in (1, 2):
+        assert any(e[5] == n for e in asked), (n, "no request of the new instance was seen")

@@ -57,8 +57,11 @@ macro_rules! impl_atomic {
 
 impl_atomic!(std::sync::atomic::AtomicU32, u32, std::sync::atomic::fence);
 impl_atomic!(std::sync::atomic::AtomicU64, u64, std::sync::atomic::fence);
+impl_atomic!(std::sync::atomic::AtomicI32, i32, std::sync::atomic::fence);
 #[cfg(loom)]
 impl_atomic!(loom::sync::atomic::AtomicU32, u32, loom::sync::atomic::fence);
+#[cfg(loom)]
+impl_atomic!(loom::sync::atomic::AtomicI32, i32, loom::sync::atomic::fence);
 #[cfg(loom)]
 impl_atomic!(loom::sync::atomic::AtomicU64, u64, loom::sync::atomic::fence);
 
@@ -137,8 +140,15 @@ pub fn read_seqlock<A: Atomic<Value = u32>, T>(seq: &A, attempts: u32, mut read:
 /// `Err(found)` when the slot was not in `expected`.
 #[inline]
 pub fn claim<A: Atomic<Value = u32>>(worker_state: &A, expected: WorkerState) -> Result<(), u32> {
+    claim_raw(worker_state, expected.raw())
+}
+
+/// [`claim`] from a raw state as read from shared memory (a reclaim CASes from whatever it observed,
+/// an unknown value included).
+#[inline]
+pub fn claim_raw<A: Atomic<Value = u32>>(worker_state: &A, expected: u32) -> Result<(), u32> {
     worker_state
-        .compare_exchange(expected.raw(), WorkerState::Claimed.raw(), AcqRel, Acquire)
+        .compare_exchange(expected, WorkerState::Claimed.raw(), AcqRel, Acquire)
         .map(|_| ())
 }
 
@@ -148,6 +158,81 @@ pub fn claim<A: Atomic<Value = u32>>(worker_state: &A, expected: WorkerState) ->
 #[inline(always)]
 pub fn publish_state<A: Atomic<Value = u32>>(worker_state: &A, state: WorkerState) {
     worker_state.store(state.raw(), Release);
+}
+
+/// The SCB fields a registrar writes while it holds a slot CLAIMED (§4, the CLAIMED -> REGISTERED
+/// row), borrowed from one SCB.
+pub struct SlotFields<'a, U32, I32, U64> {
+    pub worker_state: &'a U32,
+    pub tid: &'a U32,
+    pub pid: &'a U32,
+    pub slot_generation: &'a U32,
+    pub escapable: &'a U32,
+    pub priority: &'a I32,
+    pub preempt_seq: &'a U64,
+    pub last_ack_seq: &'a U64,
+    pub budget_remaining_ns: &'a U64,
+    pub escalated: &'a U32,
+}
+
+/// Who a slot is assigned to, and what the request asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct Assignee {
+    /// `tid` and `pid` as the SCB carries them (§3).
+    pub tid: u32,
+    pub pid: u32,
+    pub escapable: bool,
+    /// Already checked against `PRIORITY_MIN`..`PRIORITY_MAX` by the caller.
+    pub priority: i32,
+    /// A registrar that is the scheduler (the agent) also starts the worker's budget at this slice
+    /// and closes any escalation episode (`escalated := 0`): scheduler-line fields, which only a
+    /// scheduler writes. None for a direct registration (an SDK never writes them).
+    pub scheduler_slice_ns: Option<u64>,
+}
+
+/// The registrar's CLAIMED -> REGISTERED (§4), for a slot this registrar won with [`claim`]: the
+/// assignment's data with relaxed stores (only the publish orders them), `slot_generation` advanced
+/// ([`next_slot_generation`]), `last_ack_seq := preempt_seq` (loaded as a checkpoint does,
+/// [`load_request`]: an old request on a reused slot is not pending), then REGISTERED with release ([`publish_state`]), which publishes them all.
+/// Returns the new `slot_generation`. The agent and the SDK's direct registration both call this.
+pub fn assign_claimed<U32, I32, U64>(fields: &SlotFields<'_, U32, I32, U64>, who: &Assignee) -> u32
+where
+    U32: Atomic<Value = u32>,
+    I32: Atomic<Value = i32>,
+    U64: Atomic<Value = u64>,
+{
+    fields.tid.store(who.tid, Relaxed);
+    fields.pid.store(who.pid, Relaxed);
+    let slot_generation = next_slot_generation(fields.slot_generation.load(Relaxed));
+    fields.slot_generation.store(slot_generation, Relaxed);
+    fields.last_ack_seq.store(load_request(fields.preempt_seq), Relaxed);
+    fields.escapable.store(who.escapable as u32, Relaxed);
+    fields.priority.store(who.priority, Relaxed);
+    if let Some(slice_ns) = who.scheduler_slice_ns {
+        fields.budget_remaining_ns.store(slice_ns, Relaxed);
+        fields.escalated.store(0, Relaxed);
+    }
+    publish_state(fields.worker_state, WorkerState::Registered);
+    slot_generation
+}
+
+/// Gives back a slot this registrar claimed but wrote nothing into (CLAIMED -> INIT, release): the
+/// assignment failed after the claim for a reason of the registrar's own.
+#[inline]
+pub fn abandon_claim<A: Atomic<Value = u32>>(worker_state: &A) {
+    publish_state(worker_state, WorkerState::Init);
+}
+
+/// The registrar's reclaim (§4, DEAD or any state of a gone thread -> CLAIMED -> INIT): the claim CAS
+/// from the state it observed ([`claim_raw`]), `clear` (the generated reclaim clear over the whole
+/// stride), then INIT with release, so the next claimer sees a clean slot. `Err(found)`, having
+/// written nothing, when the state was no longer `observed` (another registrar took the slot, or
+/// its runtime moved it).
+pub fn reclaim<A: Atomic<Value = u32>>(worker_state: &A, observed: u32, clear: impl FnOnce()) -> Result<(), u32> {
+    claim_raw(worker_state, observed)?;
+    clear();
+    publish_state(worker_state, WorkerState::Init);
+    Ok(())
 }
 
 /// The next `slot_generation` (§4): wrapping increment that skips 0, so 0 never names an assignment
@@ -175,7 +260,7 @@ pub fn is_free(raw_state: u32) -> bool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
     use super::*;
 
@@ -214,6 +299,75 @@ mod tests {
         assert_eq!(claim(&state, WorkerState::Init), Err(WorkerState::Claimed.raw()));
         publish_state(&state, WorkerState::Registered);
         assert_eq!(state.load(Relaxed), WorkerState::Registered.raw());
+    }
+
+    /// One SCB's registrar fields, in a test.
+    #[derive(Default)]
+    struct Fields {
+        state: AtomicU32,
+        tid: AtomicU32,
+        pid: AtomicU32,
+        slot_generation: AtomicU32,
+        escapable: AtomicU32,
+        priority: AtomicI32,
+        preempt_seq: AtomicU64,
+        last_ack_seq: AtomicU64,
+        budget_remaining_ns: AtomicU64,
+        escalated: AtomicU32,
+    }
+
+    impl Fields {
+        fn view(&self) -> SlotFields<'_, AtomicU32, AtomicI32, AtomicU64> {
+            SlotFields {
+                worker_state: &self.state,
+                tid: &self.tid,
+                pid: &self.pid,
+                slot_generation: &self.slot_generation,
+                escapable: &self.escapable,
+                priority: &self.priority,
+                preempt_seq: &self.preempt_seq,
+                last_ack_seq: &self.last_ack_seq,
+                budget_remaining_ns: &self.budget_remaining_ns,
+                escalated: &self.escalated,
+            }
+        }
+    }
+
+    #[test]
+    fn an_assignment_writes_the_rows_data_and_only_a_scheduler_writes_its_own_fields() {
+        let direct = Fields::default();
+        direct.slot_generation.store(u32::MAX, Relaxed);
+        direct.preempt_seq.store(9, Relaxed);
+        direct.escalated.store(1, Relaxed);
+        direct.budget_remaining_ns.store(5, Relaxed);
+        assert_eq!(claim(&direct.state, WorkerState::Init), Ok(()));
+        let who = Assignee { tid: 11, pid: 10, escapable: true, priority: -20, scheduler_slice_ns: None };
+        assert_eq!(assign_claimed(&direct.view(), &who), 1, "slot_generation skips 0");
+        assert_eq!(direct.state.load(Relaxed), WorkerState::Registered.raw());
+        assert_eq!((direct.tid.load(Relaxed), direct.pid.load(Relaxed)), (11, 10));
+        assert_eq!((direct.escapable.load(Relaxed), direct.priority.load(Relaxed)), (1, -20));
+        assert_eq!(direct.last_ack_seq.load(Relaxed), 9, "a request made before the assignment is not pending");
+        assert_eq!((direct.budget_remaining_ns.load(Relaxed), direct.escalated.load(Relaxed)), (5, 1), "an SDK wrote scheduler fields");
+
+        let agent = Fields::default();
+        agent.escalated.store(1, Relaxed);
+        assert_eq!(claim(&agent.state, WorkerState::Init), Ok(()));
+        assign_claimed(&agent.view(), &Assignee { scheduler_slice_ns: Some(700), ..who });
+        assert_eq!((agent.budget_remaining_ns.load(Relaxed), agent.escalated.load(Relaxed)), (700, 0));
+    }
+
+    #[test]
+    fn a_reclaim_clears_only_the_state_it_observed() {
+        let state = AtomicU32::new(WorkerState::Dead.raw());
+        let mut cleared = false;
+        assert_eq!(reclaim(&state, WorkerState::Running.raw(), || cleared = true), Err(WorkerState::Dead.raw()));
+        assert!(!cleared, "the clear ran without the claim");
+        assert_eq!(reclaim(&state, 77, || cleared = true), Err(WorkerState::Dead.raw()));
+        assert_eq!(reclaim(&state, WorkerState::Dead.raw(), || cleared = true), Ok(()));
+        assert!(cleared);
+        assert_eq!(state.load(Relaxed), WorkerState::Init.raw());
+        state.store(77, Relaxed);
+        assert_eq!(reclaim(&state, 77, || ()), Ok(()), "an unknown state of a gone thread is reclaimed too");
     }
 
     #[test]

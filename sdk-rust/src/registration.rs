@@ -21,7 +21,7 @@ use crate::{
     raw::{current_raw, inner, make_detached, next_epoch, touch_exit_guard, RawWorker},
     region::{discover, DetachReason, Discovered, Region},
     slow_path::{Channel, Inner, YieldCounts},
-    sys::{self, a32, a64},
+    sys::{self, a32, a64, ai32},
 };
 
 /// Where the worker's region comes from, before any slot is asked for.
@@ -107,16 +107,26 @@ fn direct_assign(region: &Region, slot: u32, escapable: bool, priority: i32) -> 
     unsafe {
         let state = a32(addr_of!((*scb).worker_state));
         protocol::claim(state, WorkerState::Init).map_err(|found| Error::SlotBusy { slot, state: found })?;
-        a32(addr_of!((*scb).tid)).store(sys::gettid(), Ordering::Relaxed);
-        a32(addr_of!((*scb).pid)).store(sys::getpid(), Ordering::Relaxed);
-        let slot_generation_field = a32(addr_of!((*scb).slot_generation));
-        let slot_generation = protocol::next_slot_generation(slot_generation_field.load(Ordering::Relaxed));
-        slot_generation_field.store(slot_generation, Ordering::Relaxed);
-        let seq = a64(addr_of!((*scb).preempt_seq)).load(Ordering::Acquire);
-        a64(addr_of!((*scb).last_ack_seq)).store(seq, Ordering::Relaxed);
-        a32(addr_of!((*scb).escapable)).store(escapable as u32, Ordering::Relaxed);
-        a32(addr_of!((*scb).priority) as *const u32).store(priority as u32, Ordering::Relaxed);
-        protocol::publish_state(state, WorkerState::Registered);
+        let fields = protocol::SlotFields {
+            worker_state: state,
+            tid: a32(addr_of!((*scb).tid)),
+            pid: a32(addr_of!((*scb).pid)),
+            slot_generation: a32(addr_of!((*scb).slot_generation)),
+            escapable: a32(addr_of!((*scb).escapable)),
+            priority: ai32(addr_of!((*scb).priority)),
+            preempt_seq: a64(addr_of!((*scb).preempt_seq)),
+            last_ack_seq: a64(addr_of!((*scb).last_ack_seq)),
+            budget_remaining_ns: a64(addr_of!((*scb).budget_remaining_ns)),
+            escalated: a32(addr_of!((*scb).escalated)),
+        };
+        let who = protocol::Assignee {
+            tid: sys::gettid(),
+            pid: sys::getpid(),
+            escapable,
+            priority,
+            scheduler_slice_ns: None,
+        };
+        let slot_generation = protocol::assign_claimed(&fields, &who);
         Ok((scb, slot_generation))
     }
 }
@@ -129,10 +139,9 @@ fn direct_assign(region: &Region, slot: u32, escapable: bool, priority: i32) -> 
 /// `scb` is slot `slot` of `region`.
 pub(crate) unsafe fn reclaim(region: &Region, scb: *mut Scb, slot: u32, observed: WorkerState) -> Result<()> {
     let state = a32(addr_of!((*scb).worker_state));
-    protocol::claim(state, observed).map_err(|found| Error::SlotBusy { slot, state: found })?;
-    morpheus_abi::scb_clear_for_reuse(scb as *mut u8, region.scb_stride() as usize);
-    protocol::publish_state(state, WorkerState::Init);
-    Ok(())
+    let stride = region.scb_stride() as usize;
+    protocol::reclaim(state, observed.raw(), || morpheus_abi::scb_clear_for_reuse(scb as *mut u8, stride))
+        .map_err(|found| Error::SlotBusy { slot, state: found })
 }
 
 fn check_generation(region: &Region) -> Result<()> {
@@ -298,6 +307,9 @@ unsafe fn install(raw: *mut RawWorker, inner: &Inner) {
 /// Register the calling thread; the worker stays with the thread until [`unregister_current_thread`]
 /// or the thread exits. Returns the thread's [`RawWorker`].
 pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
+    // The refusals in spec/SCB.md §4's order: the SDK's own arguments (INVALID_ARGUMENT), then a
+    // thread that holds a worker (ALREADY_REGISTERED), then the slot (direct_assign) or the agent.
+    let priority = validate_priority(config.priority.into())?;
     let raw = current_raw();
     // SAFETY: our own thread's state.
     if let Some(existing) = unsafe { inner(raw) } {
@@ -305,7 +317,6 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
     }
     let epoch = next_epoch();
     let escapable = config.escapable.unwrap_or_else(|| escapable_default(config.runtime_kind));
-    let priority = validate_priority(config.priority.into())?;
     let mut inner = Box::new(Inner {
         region: None,
         scb: std::ptr::null_mut(),

@@ -10,7 +10,7 @@ use std::{
     os::unix::ffi::OsStrExt,
     path::Path,
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicU64},
+    sync::atomic::{AtomicI32, AtomicU32, AtomicU64},
 };
 
 use crate::error::{Error, Result};
@@ -38,6 +38,12 @@ pub(crate) unsafe fn a64<'a>(p: *const u64) -> &'a AtomicU64 {
 #[inline(always)]
 pub(crate) unsafe fn a32<'a>(p: *const u32) -> &'a AtomicU32 {
     AtomicU32::from_ptr(p as *mut u32)
+}
+
+/// An atomic view of an `i32` in shared memory. Same contract as [`a64`].
+#[inline(always)]
+pub(crate) unsafe fn ai32<'a>(p: *const i32) -> &'a AtomicI32 {
+    AtomicI32::from_ptr(p as *mut i32)
 }
 
 /// The kernel thread id of the calling thread.

@@ -27,7 +27,7 @@ use morpheus_abi::{
 
 use crate::{
     protocol,
-    sys::{a32, a64, Mapping},
+    sys::{a32, a64, ai32, Mapping},
 };
 
 static UNIQUE: AtomicUsize = AtomicUsize::new(0);
@@ -400,16 +400,21 @@ impl SimRegion {
     pub fn assign(&self, slot: u32, tid: u32, pid: u32, escapable: bool, priority: i32) -> Option<u32> {
         let state = self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) });
         protocol::claim(state, WorkerState::Init).ok()?;
-        self.u32_at(slot, |s| unsafe { addr_of!((*s).tid) }).store(tid, Ordering::Relaxed);
-        self.u32_at(slot, |s| unsafe { addr_of!((*s).pid) }).store(pid, Ordering::Relaxed);
-        let field = self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) });
-        let generation = protocol::next_slot_generation(field.load(Ordering::Relaxed));
-        field.store(generation, Ordering::Relaxed);
-        let seq = self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }).load(Ordering::Acquire);
-        self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(seq, Ordering::Relaxed);
-        self.u32_at(slot, |s| unsafe { addr_of!((*s).escapable) }).store(escapable as u32, Ordering::Relaxed);
-        self.u32_at(slot, |s| unsafe { addr_of!((*s).priority) as *const u32 }).store(priority as u32, Ordering::Relaxed);
-        protocol::publish_state(state, WorkerState::Registered);
+        let fields = protocol::SlotFields {
+            worker_state: state,
+            tid: self.u32_at(slot, |s| unsafe { addr_of!((*s).tid) }),
+            pid: self.u32_at(slot, |s| unsafe { addr_of!((*s).pid) }),
+            slot_generation: self.u32_at(slot, |s| unsafe { addr_of!((*s).slot_generation) }),
+            escapable: self.u32_at(slot, |s| unsafe { addr_of!((*s).escapable) }),
+            // SAFETY: a field of an SCB inside our mapping.
+            priority: unsafe { ai32(addr_of!((*self.scb(slot)).priority)) },
+            preempt_seq: self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }),
+            last_ack_seq: self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }),
+            budget_remaining_ns: self.u64_at(slot, |s| unsafe { addr_of!((*s).budget_remaining_ns) }),
+            escalated: self.u32_at(slot, |s| unsafe { addr_of!((*s).escalated) }),
+        };
+        let who = protocol::Assignee { tid, pid, escapable, priority, scheduler_slice_ns: None };
+        let generation = protocol::assign_claimed(&fields, &who);
         Some(generation)
     }
 
@@ -418,13 +423,9 @@ impl SimRegion {
     pub fn reclaim(&self, slot: u32) -> bool {
         let state = self.u32_at(slot, |s| unsafe { addr_of!((*s).worker_state) });
         let Ok(observed) = WorkerState::try_from(state.load(Ordering::Acquire)) else { return false };
-        if protocol::claim(state, observed).is_err() {
-            return false;
-        }
         // SAFETY: slot `slot` of our mapping, scb_stride bytes, accessed atomically by everyone.
-        unsafe { morpheus_abi::scb_clear_for_reuse(self.scb(slot) as *mut u8, self.scb_stride as usize) };
-        protocol::publish_state(state, WorkerState::Init);
-        true
+        let clear = || unsafe { morpheus_abi::scb_clear_for_reuse(self.scb(slot) as *mut u8, self.scb_stride as usize) };
+        protocol::reclaim(state, observed.raw(), clear).is_ok()
     }
 
     /// Every field of SCB `slot`.

@@ -8,7 +8,7 @@ use morpheus::{
     testing::{AgentBehaviour, FakeAgent, SimRegion},
     Config, ErrorCode,
 };
-use morpheus_abi::{RegOp, RegStatus, RuntimeKind, WorkerState, ABI_MAJOR, ABI_MINOR, REG_MAGIC};
+use morpheus_abi::{RegEscapable, RegOp, RegStatus, RuntimeKind, WorkerState, ABI_MAJOR, ABI_MINOR, REG_MAGIC};
 
 fn config(region: &SimRegion, agent: &FakeAgent) -> Config {
     Config::default().region_path(region.path()).agent_socket(agent.path())
@@ -39,6 +39,24 @@ fn register_and_unregister_through_the_agent() {
     assert_eq!(reg.tid, unsafe { libc::gettid() } as u32);
     assert_eq!(reg.runtime_kind, RuntimeKind::Rust.raw());
     assert_eq!((unreg.op, unreg.slot), (RegOp::Unregister.raw(), slot));
+}
+
+/// `Config::escapable` and `priority` travel in the REGISTER request (1.3, §4.1) and the registrar
+/// writes them before REGISTERED: the worker is never escapable for an instant on the agent path either.
+#[test]
+fn escapable_and_priority_reach_the_agent_in_the_request() {
+    let region = Arc::new(SimRegion::temp(2));
+    let agent = FakeAgent::start(region.clone(), AgentBehaviour::Normal);
+    let worker = config(&region, &agent).escapable(false).priority(5).register().unwrap();
+    let request = agent.requests()[0];
+    assert_eq!((request.escapable, request.priority), (RegEscapable::No.raw(), 5));
+    let s = region.snapshot(worker.slot().unwrap());
+    assert_eq!((s.escapable, s.priority), (0, 5));
+    drop(worker);
+    let worker = config(&region, &agent).escapable(true).register().unwrap();
+    let request = agent.requests()[2];
+    assert_eq!((request.op, request.escapable, request.priority), (RegOp::Register.raw(), RegEscapable::Yes.raw(), 0));
+    assert_eq!(region.snapshot(worker.slot().unwrap()).escapable, 1);
 }
 
 #[test]

@@ -8,12 +8,14 @@
 //!
 //! The runtime's side is the SDK's own code (`morpheus::protocol`, which the real fast and slow paths
 //! call); the scheduler's and registrars' sides are written here as spec/SCB.md §2.1, §3.1 and §4
-//! describe them. Each test names the property it protects.
+//! describe them. Each test names the property it protects. `tests/loom_mutations.sh`
+//! (`bazel run //sdk-rust:loom_mutations`) weakens each documented order, one at a time, in a scratch
+//! copy and checks that the test protecting it fails.
 #![cfg(loom)]
 
 use loom::{
     sync::{
-        atomic::{fence, AtomicU32, AtomicU64},
+        atomic::{fence, AtomicI32, AtomicU32, AtomicU64},
         Arc,
     },
     thread,
@@ -44,8 +46,39 @@ struct Scb {
     worker_state: AtomicU32,
     in_critical: AtomicU32,
     tid: AtomicU32,
+    pid: AtomicU32,
     slot_generation: AtomicU32,
     escapable: AtomicU32,
+    priority: AtomicI32,
+}
+
+impl Scb {
+    /// The fields a registrar writes while CLAIMED, for `protocol::assign_claimed`.
+    fn slot_fields(&self) -> protocol::SlotFields<'_, AtomicU32, AtomicI32, AtomicU64> {
+        protocol::SlotFields {
+            worker_state: &self.worker_state,
+            tid: &self.tid,
+            pid: &self.pid,
+            slot_generation: &self.slot_generation,
+            escapable: &self.escapable,
+            priority: &self.priority,
+            preempt_seq: &self.preempt_seq,
+            last_ack_seq: &self.last_ack_seq,
+            budget_remaining_ns: &self.budget_remaining_ns,
+            escalated: &self.escalated,
+        }
+    }
+}
+
+/// What registrar `tid` assigns: the agent (odd tids here) as the scheduler also starts the budget.
+fn assignee(tid: u32) -> protocol::Assignee {
+    protocol::Assignee {
+        tid,
+        pid: 1,
+        escapable: tid % 2 == 1,
+        priority: 0,
+        scheduler_slice_ns: (tid % 2 == 1).then_some(1_000),
+    }
 }
 
 /// The scheduler's request (§3.1 row 1): the hint's fields first, then the release increment.
@@ -123,6 +156,41 @@ fn the_scheduler_that_sees_an_acknowledgement_sees_the_yield_before_it() {
     });
 }
 
+/// (a'') The acknowledgement's acquire half: a checkpoint whose acknowledgement finds that another
+/// path of the runtime already acknowledged a later request (by its first load or by a failed CAS)
+/// caches that value, and its next load of `preempt_seq` is never below it: a cache ahead of what
+/// the thread can see would make its next checkpoint yield for nothing (review B, "cached_ack := seq").
+#[test]
+fn a_checkpoint_that_takes_another_paths_acknowledgement_never_sees_preempt_seq_below_it() {
+    model(|| {
+        let scb = Arc::new(Scb::default());
+        let scheduler = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                scheduler_request(&scb, 100);
+                scheduler_request(&scb, 200);
+            })
+        };
+        let other_path = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                let seq = protocol::load_request(&scb.preempt_seq);
+                if seq != 0 {
+                    protocol::acknowledge(&scb.last_ack_seq, seq);
+                }
+            })
+        };
+        let seq = protocol::load_request(&scb.preempt_seq);
+        if seq != 0 {
+            let cached = protocol::acknowledge(&scb.last_ack_seq, seq);
+            let next = protocol::load_request(&scb.preempt_seq);
+            assert!(next >= cached, "cached_ack {cached} but the next checkpoint loads preempt_seq {next}");
+        }
+        scheduler.join().unwrap();
+        other_path.join().unwrap();
+    });
+}
+
 /// (b) Critical enter against the gate (Dekker, §3.1 and §5.6): the scheduler stores its decision
 /// (here `escalated := 1`), issues a full barrier and loads `in_critical`; the runtime stores
 /// `in_critical := 1`, issues the seq_cst fence, and its section loads the scheduler's line. Either
@@ -173,17 +241,35 @@ fn a_gate_that_sees_the_section_end_sees_its_work() {
     });
 }
 
-/// A registrar's assignment (§4): claim INIT, the slot's data, REGISTERED with release.
+/// (b'') REGISTERED -> RUNNING (§4, §5.3): a thread that registers inside an open critical section
+/// stores `in_critical := 1` before its release store of RUNNING; a gate that acquire-loads RUNNING
+/// sees it, so it never judges a RUNNING worker "not critical" while the SDK's depth is 1.
+#[test]
+fn a_gate_that_sees_running_sees_the_fields_published_before_it() {
+    model(|| {
+        let scb = Arc::new(Scb::default());
+        scb.worker_state.store(WorkerState::Registered.raw(), Relaxed);
+        let runtime = {
+            let scb = scb.clone();
+            thread::spawn(move || {
+                scb.in_critical.store(1, Relaxed); // the thread's depth is 1 (§4, the RUNNING row)
+                protocol::publish_state(&scb.worker_state, WorkerState::Running);
+            })
+        };
+        if scb.worker_state.load(Acquire) == WorkerState::Running.raw() {
+            assert_eq!(scb.in_critical.load(Acquire), 1, "the gate saw RUNNING with a stale in_critical");
+        }
+        runtime.join().unwrap();
+    });
+}
+
+/// A registrar's assignment (§4), the code the agent and the SDK's direct registration run: claim
+/// INIT, then `protocol::assign_claimed` (the slot's data, REGISTERED with release).
 fn register(scb: &Scb, tid: u32) -> bool {
     if protocol::claim(&scb.worker_state, WorkerState::Init).is_err() {
         return false;
     }
-    scb.tid.store(tid, Relaxed);
-    let generation = protocol::next_slot_generation(scb.slot_generation.load(Relaxed));
-    scb.slot_generation.store(generation, Relaxed);
-    scb.escapable.store(tid % 2, Relaxed);
-    scb.last_ack_seq.store(scb.preempt_seq.load(Acquire), Relaxed);
-    protocol::publish_state(&scb.worker_state, WorkerState::Registered);
+    protocol::assign_claimed(&scb.slot_fields(), &assignee(tid));
     true
 }
 
@@ -229,14 +315,12 @@ fn a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner() {
         let reclaimer = {
             let scb = scb.clone();
             thread::spawn(move || {
-                let claimed = protocol::claim(&scb.worker_state, WorkerState::Dead).is_ok();
-                if claimed {
-                    // The reclaim clear (generated from abi.toml), as relaxed stores while CLAIMED.
+                // The reclaim clear (generated from abi.toml), modelled as relaxed stores while CLAIMED.
+                let clear = || {
                     scb.tid.store(0, Relaxed);
                     scb.escapable.store(0, Relaxed);
-                    protocol::publish_state(&scb.worker_state, WorkerState::Init);
-                }
-                claimed
+                };
+                protocol::reclaim(&scb.worker_state, WorkerState::Dead.raw(), clear).is_ok()
             })
         };
         let registrar = {
@@ -247,11 +331,8 @@ fn a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner() {
                     return false;
                 }
                 assert_eq!(scb.tid.load(Relaxed), 0, "the claim won INIT but the clear was not visible");
-                scb.tid.store(8, Relaxed);
-                scb.escapable.store(1, Relaxed); // from its request
-                let generation = protocol::next_slot_generation(scb.slot_generation.load(Relaxed));
-                scb.slot_generation.store(generation, Relaxed);
-                protocol::publish_state(&scb.worker_state, WorkerState::Registered);
+                let who = protocol::Assignee { escapable: true, ..assignee(8) }; // escapable from its request
+                protocol::assign_claimed(&scb.slot_fields(), &who);
                 true
             })
         };

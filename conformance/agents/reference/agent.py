@@ -20,7 +20,9 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   restore_on_fast_path  the fast path re-stores last_ack_seq with the value it already holds;
   late_escapable        escapable and priority are stored after REGISTERED, not while CLAIMED;
   reclaim_128           the reclaim clear covers only the 128 bytes of the 1.0 SCB, not the stride;
-  no_modes              the runtime mode never leaves DETERMINISTIC.
+  no_modes              the runtime mode never leaves DETERMINISTIC;
+  refusal_order         registration refusals in the wrong order: a slot past scb_count, then a held
+                        worker, before an out-of-range priority (SCB.md §4 gives the reverse).
 """
 
 from __future__ import annotations
@@ -171,13 +173,19 @@ class Worker:
     # -- registration -----------------------------------------------------------------------------
 
     def register(self, slot: int, escapable=None, priority=None):
-        if self.registered:
-            raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
+        if BREAK == "refusal_order":
+            if self.attached and not 0 <= slot < self.count:
+                raise SdkError(m.ErrorCode.SLOT_OUT_OF_RANGE, f"slot {slot} >= scb_count {self.count}")
+            if self.registered:
+                raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
+        # SCB.md §4's order: own arguments, then a held worker, then the slot.
         if priority is None:
             priority = 0
         if not m.PRIORITY_MIN <= priority <= m.PRIORITY_MAX:
             raise SdkError(m.ErrorCode.INVALID_ARGUMENT,
                            f"priority {priority} is outside {m.PRIORITY_MIN}..{m.PRIORITY_MAX}")
+        if self.registered:
+            raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
         escapable = m.ESCAPABLE_DEFAULT[self.kind] if escapable is None else bool(escapable)
         tid = threading.get_native_id()
         if not self.attached:  # SCB.md §7: registration returns a detached worker

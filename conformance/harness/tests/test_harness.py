@@ -143,6 +143,21 @@ class BrokenRuleTest(unittest.TestCase):
                 self.assertEqual(r.first_diff["field"].split(".")[1], "last_ack_seq")
 
 
+class RefusalOrderTest(unittest.TestCase):
+    """The multi-fault registration scenarios tell SCB.md §4's check order from another: an agent that
+    looks at the slot and the held worker before its own arguments turns exactly them red."""
+
+    def test_refusals_in_the_wrong_order_fail(self):
+        results, _, _ = run([reference({"MORPHEUS_CONFORMANCE_BREAK": "refusal_order"}, name="broken")], None)
+        red = {r.row: r for r in results if r.status == "fail"}
+        self.assertEqual(set(red), {"register_refusal_order_invalid_argument_first",
+                                    "register_refusal_order_already_registered_before_slot"})
+        self.assertIn("error SLOT_OUT_OF_RANGE, expected INVALID_ARGUMENT",
+                      red["register_refusal_order_invalid_argument_first"].message)
+        self.assertIn("error SLOT_OUT_OF_RANGE, expected ALREADY_REGISTERED",
+                      red["register_refusal_order_already_registered_before_slot"].message)
+
+
 class StoreTracingTest(unittest.TestCase):
     """expect.stores sees every store, equal values included, whatever the timing (hardware watchpoints):
     a registrar that never stores REGISTERED, and a fast path that re-stores an unchanged value, each turn

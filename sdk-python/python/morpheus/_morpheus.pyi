@@ -3,7 +3,7 @@
 # match what the module defines, error classes included.
 import enum
 import os
-from typing import Any, Dict, Generator, Literal, Optional, Union
+from typing import Any, Dict, Generator, Literal, Optional, Tuple, Union
 
 __version__: str
 ABI_MAJOR: int
@@ -66,9 +66,17 @@ class Checkpoint:
 # Passes of the event loop a yield lasts before the next CPU-bound task resumes (spec/SCB.md §5.7).
 YIELD_PASSES: int
 
-# Tests only: measure the calling thread's turns with this clock (ns) instead of its CPU time; None
-# goes back to CPU time. Makes the rotation's choice (§5.7: least run time) independent of speed.
+# How often per slice of wall time a timed turn on asyncio looks whether its loop has other work.
+LOOKS_PER_SLICE: int
+
+# Tests only: measure the calling thread's turns with this clock (ns) instead of its CPU time and of
+# the wall clock that times a turn; None goes back to those. Makes the rotation's choice (§5.7: least
+# run time) and the end of a timed turn independent of speed.
 def _set_turn_clock(ns: Optional[int]) -> None: ...
+
+# Tests only: (the sequence the calling thread's fast path loads, the value it compares it with); a
+# checkpoint takes the slow path when they differ. Orders a test's events without a clock.
+def _fast_path_view() -> Tuple[int, int]: ...
 
 class PendingCheckpoint:
     """A pending request: the task steps aside for its turn in the loop's rotation (spec/SCB.md §5.7:

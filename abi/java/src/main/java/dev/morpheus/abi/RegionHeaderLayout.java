@@ -50,7 +50,7 @@ public final class RegionHeaderLayout {
     public static final VarHandle HEADER_SIZE =
             LAYOUT.varHandle(PathElement.groupElement("header_size"));
 
-    /** Distance between two SCBs; a multiple of CACHE_LINE_SIZE and >= the SCB size a reader knows. (plain; written before generation is published) */
+    /** Distance between two SCBs: a multiple of CACHE_LINE_SIZE and at least 128 (the 1.0 SCB); a reader reads the prefix it knows (SCB.md §9). (plain; written before generation is published) */
     public static final VarHandle SCB_STRIDE =
             LAYOUT.varHandle(PathElement.groupElement("scb_stride"));
 

@@ -16,7 +16,7 @@ public final class RegionHeaderOffsets {
     public static final long ABI_MINOR = 10;
     /** Size of this header in bytes; a multiple of CACHE_LINE_SIZE and >= 128. */
     public static final long HEADER_SIZE = 12;
-    /** Distance between two SCBs; a multiple of CACHE_LINE_SIZE and >= the SCB size a reader knows. */
+    /** Distance between two SCBs: a multiple of CACHE_LINE_SIZE and at least 128 (the 1.0 SCB); a reader reads the prefix it knows (SCB.md §9). */
     public static final long SCB_STRIDE = 16;
     /** Number of SCB slots. */
     public static final long SCB_COUNT = 20;

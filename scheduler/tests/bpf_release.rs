@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The BPF program's release of a yield request (spec/SCB.md §5.2 "Release in BPF", review A8): the
+//! increment of `preempt_seq` must be the fetching atomic add (BPF_ATOMIC with BPF_FETCH), which is
+//! fully ordered on every JIT. The non-fetching add (`lock *(u64 *)(..) += ..`), which clang emits
+//! for a `__sync_fetch_and_add` whose result is unused, orders nothing on arm64 and is forbidden.
+//! The source can look right while the object is wrong, so this reads the object cargo built
+//! (scheduler/build.rs, in OUT_DIR) with llvm-objdump and its line table.
+#![cfg(feature = "kernel")]
+
+use std::process::Command;
+
+const OBJECT: &str = concat!(env!("OUT_DIR"), "/bpf.bpf.o");
+const SOURCE: &str = include_str!("../src/bpf/main.bpf.c");
+const SOURCE_NAME: &str = "main.bpf.c";
+
+/// The lines of main.bpf.c that change `preempt_seq` with an atomic builtin.
+fn increment_lines() -> Vec<usize> {
+    SOURCE
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains("preempt_seq") && (line.contains("__sync_") || line.contains("__atomic_")))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// The object's instructions, each with the main.bpf.c line the line table gives it (if any).
+fn disassembly() -> Vec<(Option<usize>, String)> {
+    let objdump = std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-19".to_string());
+    let out = Command::new(&objdump)
+        .args(["-d", "-l", "--no-show-raw-insn", OBJECT])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {objdump} (tools/setup.sh installs llvm-19; LLVM_OBJDUMP overrides): {e}"));
+    assert!(out.status.success(), "{objdump} failed on {OBJECT}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut line = None;
+    let mut instructions = Vec::new();
+    for text in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(location) = text.strip_prefix("; ") {
+            line = location
+                .rsplit_once(':')
+                .filter(|(file, _)| file.ends_with(SOURCE_NAME))
+                .and_then(|(_, n)| n.trim().parse().ok());
+        } else if text.ends_with(">:") {
+            line = None; // a new function: its line comes next
+        } else if let Some((addr, insn)) = text.trim_start().split_once(':') {
+            if addr.parse::<u64>().is_ok() {
+                instructions.push((line, insn.trim().to_string()));
+            }
+        }
+    }
+    instructions
+}
+
+#[test]
+fn preempt_seq_is_incremented_with_the_fetching_atomic_add() {
+    let lines = increment_lines();
+    assert!(!lines.is_empty(), "no atomic increment of preempt_seq found in {SOURCE_NAME}");
+    let instructions = disassembly();
+    assert!(instructions.iter().any(|(l, _)| l.is_some()), "{OBJECT} has no line table for {SOURCE_NAME} (built without -g?)");
+    for line in lines {
+        let at: Vec<&str> = instructions.iter().filter(|(l, _)| *l == Some(line)).map(|(_, i)| i.as_str()).collect();
+        assert!(
+            at.iter().any(|i| i.contains("atomic_fetch_add((u64 *)")),
+            "{SOURCE_NAME}:{line} increments preempt_seq without the fetching atomic add (BPF_FETCH); its instructions: {at:?}"
+        );
+        assert!(
+            !at.iter().any(|i| i.starts_with("lock ")),
+            "{SOURCE_NAME}:{line} has a non-fetching atomic add, which is not a release: {at:?}"
+        );
+    }
+}
