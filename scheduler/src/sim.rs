@@ -483,7 +483,6 @@ impl SimBackend {
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
-        let pending_before = scb.preempt_seq().load(Ordering::Acquire) > ack;
         let hint = policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns);
         match hint {
             HintDecision::MORPHEUS_HINT_EMIT => {
@@ -507,7 +506,7 @@ impl SimBackend {
         }
         // Not in the tick that made the request; an open episode is looked at for its lifts.
         let open = self.workers[slot as usize].as_ref().is_some_and(|w| w.episode.state.open != 0);
-        if policy::gate_due(open, hint, pending_before, since_yield, slice_ns) {
+        if policy::gate_due(open, hint, since_yield, slice_ns) {
             self.escalate(slot, since_yield, now_ns);
         }
     }

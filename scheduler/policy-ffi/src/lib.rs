@@ -112,19 +112,11 @@ pub fn hint_decide(
     unsafe { raw::morpheus_ffi_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns) }
 }
 
-/// Whether this decision runs the escalation gate for a worker, given its episode, the hint the same
-/// decision took and whether a request was pending before it (never for a request made just now).
-pub fn gate_due(episode_open: bool, hint: HintDecision, pending_before: bool, runtime_ns: u64, slice_ns: u64) -> bool {
+/// Whether this decision runs the escalation gate for a worker, given its episode and the hint the
+/// same decision took (never in the decision that has just made the request).
+pub fn gate_due(episode_open: bool, hint: HintDecision, runtime_ns: u64, slice_ns: u64) -> bool {
     // SAFETY: pure function of its arguments.
-    unsafe {
-        raw::morpheus_ffi_gate_due(
-            episode_open as core::ffi::c_int,
-            hint,
-            pending_before as core::ffi::c_int,
-            runtime_ns,
-            slice_ns,
-        ) != 0
-    }
+    unsafe { raw::morpheus_ffi_gate_due(episode_open as core::ffi::c_int, hint, runtime_ns, slice_ns) != 0 }
 }
 
 /// The escalation_action value an escalation under `policy` takes (0 for none); `repeated` selects

@@ -530,7 +530,6 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 	enum morpheus_hint_decision hint;
 	u64 runtime, slice, ack, last_hint;
 	u32 state, tid = w->tid;
-	bool pending_before;
 
 	scb = scb_at(w->domain, w->local);
 	if (!scb)
@@ -555,7 +554,6 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 	WRITE_ONCE(scb->budget_remaining_ns, runtime < slice ? slice - runtime : 0);
 	WRITE_ONCE(scb->kernel_pressure_level, READ_ONCE(pressure_level));
 
-	pending_before = load_acquire(&scb->preempt_seq) > ack;
 	last_hint = READ_ONCE(scb->last_hint_ns);
 	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint, cfg_hint_min_interval_ns);
 	if (hint == MORPHEUS_HINT_EMIT) {
@@ -566,7 +564,7 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 	}
 
 	/* Not in the decision that made the request; an open episode is looked at for its lifts. */
-	if (morpheus_gate_due(w->esc.open, hint, pending_before, runtime, slice) && (w->esc.open || cpu >= 0))
+	if (morpheus_gate_due(w->esc.open, hint, runtime, slice) && (w->esc.open || cpu >= 0))
 		run_escalation(scb, w, slot, cpu, runtime, now);
 }
 

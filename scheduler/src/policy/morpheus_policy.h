@@ -103,19 +103,17 @@ morpheus_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns, morpheu
 /*
  * Whether a decision runs the escalation gate and state machine for a worker, given what the same
  * decision did about its hint: always while an episode is open (it is looked at for its lifts);
- * otherwise only for a worker past its slice, and never when the only request pending is the one this
- * decision has just made (hint EMIT, and no request was pending before it, `pending_before` 0): the
- * worker has not yet had one checkpoint to see it. Without that, a decision that comes late (a timer or
- * tick delayed by milliseconds, a stalled CPU) finds a cooperative worker past slice + grace for the
- * first time and escalates it for a request published a moment before. A worker that already ignored
- * an earlier request (a new hint once hint_min_interval_ns has passed) is judged at once.
+ * otherwise only for a worker past its slice, and never in the decision that has just made the request
+ * (hint EMIT): the worker has not yet had one checkpoint to see it. Without that, a decision that comes
+ * late (a timer or tick delayed by milliseconds, a stalled CPU) finds a cooperative worker past slice +
+ * grace for the first time and escalates it for a request published a moment before.
  */
-MORPHEUS_POLICY_FN int morpheus_gate_due(int episode_open, enum morpheus_hint_decision hint, int pending_before,
-					 morpheus_u64 runtime_ns, morpheus_u64 slice_ns)
+MORPHEUS_POLICY_FN int morpheus_gate_due(int episode_open, enum morpheus_hint_decision hint, morpheus_u64 runtime_ns,
+					 morpheus_u64 slice_ns)
 {
 	if (episode_open)
 		return 1;
-	if (hint == MORPHEUS_HINT_EMIT && !pending_before)
+	if (hint == MORPHEUS_HINT_EMIT)
 		return 0;
 	return runtime_ns > slice_ns;
 }

@@ -405,23 +405,21 @@ TEST(Hint, Decisions)
 	}
 }
 
-TEST(GateDue, NeverForTheRequestThisDecisionMade)
+TEST(GateDue, NeverInTheDecisionThatMadeTheRequest)
 {
 	const morpheus_u64 G = MORPHEUS_DEFAULT_GRACE_NS;
-	/* A late decision: first seen past slice + grace, hinted now, nothing pending before: not judged. */
-	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_EMIT, 0, kSlice + 2 * G, kSlice));
-	/* A new hint to a worker that already ignored an earlier request: judged at once. */
-	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_EMIT, 1, kSlice + 2 * G, kSlice));
+	/* A late decision: first seen past slice + grace, hinted now: not judged until the next one. */
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_EMIT, kSlice + 2 * G, kSlice));
 	/* The next decision, the request still pending (its hint rate-limited or not due): judged. */
-	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_RATE_LIMITED, 1, kSlice + 2 * G, kSlice));
-	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, 1, kSlice + 2 * G, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_RATE_LIMITED, kSlice + 2 * G, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice + 2 * G, kSlice));
 	/* Within its slice, no episode: nothing to judge. */
-	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, 1, kSlice, kSlice));
-	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, 0, 0, kSlice));
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice, kSlice));
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, 0, kSlice));
 	/* An open episode is always looked at (its lifts), whatever the hint and runtime. */
-	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_EMIT, 0, kSlice + 2 * G, kSlice));
-	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_NONE, 0, 0, kSlice));
-	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_RATE_LIMITED, 1, kMax, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_EMIT, kSlice + 2 * G, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_NONE, 0, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_RATE_LIMITED, kMax, kSlice));
 }
 
 TEST(EscalationAction, PerPolicy)
