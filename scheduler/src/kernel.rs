@@ -691,6 +691,7 @@ impl KernelBackend {
             ("kicks_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL),
             ("holds_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL),
             ("held_in_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL),
+            ("demoted_enqueues", bpf_intf::morpheus_counter_MORPHEUS_CNT_DEMOTED_ENQUEUES),
         ];
         names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }

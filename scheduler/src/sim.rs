@@ -483,7 +483,8 @@ impl SimBackend {
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
-        match policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns) {
+        let hint = policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns);
+        match hint {
             HintDecision::MORPHEUS_HINT_EMIT => {
                 // The hint's fields first, the signal last (release): SCB.md §5.2.
                 scb.last_hint_ns().store(now_ns, Ordering::Relaxed);
@@ -503,9 +504,9 @@ impl SimBackend {
             }
             HintDecision::MORPHEUS_HINT_NONE => {}
         }
-        // The gate is for workers past their slice; an open episode is looked at for its lifts.
+        // Not in the tick that made the request; an open episode is looked at for its lifts.
         let open = self.workers[slot as usize].as_ref().is_some_and(|w| w.episode.state.open != 0);
-        if open || since_yield > slice_ns {
+        if policy::gate_due(open, hint, since_yield, slice_ns) {
             self.escalate(slot, since_yield, now_ns);
         }
     }

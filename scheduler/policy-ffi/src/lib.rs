@@ -112,6 +112,13 @@ pub fn hint_decide(
     unsafe { raw::morpheus_ffi_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns) }
 }
 
+/// Whether this decision runs the escalation gate for a worker, given its episode and the hint the
+/// same decision took (never in the decision that has just made the request).
+pub fn gate_due(episode_open: bool, hint: HintDecision, runtime_ns: u64, slice_ns: u64) -> bool {
+    // SAFETY: pure function of its arguments.
+    unsafe { raw::morpheus_ffi_gate_due(episode_open as core::ffi::c_int, hint, runtime_ns, slice_ns) != 0 }
+}
+
 /// The escalation_action value an escalation under `policy` takes (0 for none); `repeated` selects
 /// the step after a further grace period (HYBRID).
 pub fn escalation_action(policy: u32, repeated: bool) -> u32 {

@@ -83,8 +83,8 @@ struct worker_ctx {
 	morpheus_u32 local;
 	morpheus_s32 cpu;          /* CPU it runs on, -1 when not running */
 	morpheus_u32 last_verdict; /* gate verdict last counted for verdict_seq */
-	morpheus_u32 kicked;       /* an escalation kick is pending: requeue it behind the others */
 	morpheus_u32 deciding;     /* a CPU is running this worker's state machine (try-lock) */
+	morpheus_u32 _pad;
 };
 
 /* Highest CPU id the per-CPU "current worker" table covers. */
@@ -106,9 +106,10 @@ enum morpheus_counter {
 	MORPHEUS_CNT_TIMER_RUNS,          /* runs of the periodic overrun check */
 	MORPHEUS_CNT_BW_THROTTLED,        /* enqueues held back because the cgroup's cpu.max quota was used */
 	MORPHEUS_CNT_WAKE_PREEMPTS,       /* base policy: a waking task preempted one far ahead in vtime */
-	MORPHEUS_CNT_KICKS_SPARED_CRITICAL, /* kick's requeue skipped: the worker entered a section after the decision */
+	MORPHEUS_CNT_KICKS_SPARED_CRITICAL, /* demotion skipped at enqueue: the worker entered a section after the decision */
 	MORPHEUS_CNT_HOLDS_SPARED_CRITICAL, /* cpu.max hold skipped: the worker was in a critical section */
 	MORPHEUS_CNT_HELD_IN_CRITICAL,    /* a worker released from the hold was in a section while held: must stay 0 */
+	MORPHEUS_CNT_DEMOTED_ENQUEUES,    /* enqueues of a worker with an open episode into the demoted queue */
 	MORPHEUS_NR_COUNTERS,
 };
 

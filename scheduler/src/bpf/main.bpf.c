@@ -10,7 +10,8 @@
  * their last yield point, and on slice overrun the scheduler bumps preempt_seq in the worker's Shared
  * Control Block and publishes a hint. Each uid's SCBs are in its own region map (a trust domain,
  * spec/SCB.md §10), reached through the `regions` array of maps. In enforced mode a worker that passes the escalation gate is
- * kicked off its CPU and/or reported to the agent for a cgroup cap. Protocol: spec/SCB.md; the
+ * kicked off its CPU and runs only when nothing else can until its episode is lifted, and/or is
+ * reported to the agent for a cgroup cap. Protocol: spec/SCB.md; the
  * decisions themselves: src/policy/morpheus_policy.h (shared with the simulation backend).
  */
 #include <scx/common.bpf.h>
@@ -69,6 +70,11 @@ UEI_DEFINE(uei);
 #define SHARED_DSQ 0
 /* Tasks of cgroups that used up their cpu.max quota for the current period. */
 #define THROTTLED_DSQ 1
+/*
+ * Workers whose escalation episode is open (the kernel backend's demotion, as the simulation backend's
+ * SCHED_IDLE): a CPU takes one from here only when nothing else can run on it.
+ */
+#define DEMOTED_DSQ 2
 
 /* Set by the agent before load. */
 /* 0: the kernel's default slice (SCX_SLICE_DFL). */
@@ -342,7 +348,6 @@ static __always_inline void reset_runtime(struct worker_ctx *w, u64 ack, u64 now
 	w->runtime_ns = 0;
 	w->run_start_ns = now;
 	w->seen_ack_seq = ack;
-	w->kicked = 0;
 }
 
 /* Bump preempt_seq and publish a hint; `runtime` is past `slice`. */
@@ -480,11 +485,12 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 
 	if (action == MORPHEUS_ESCALATION_ACTION_KICK) {
 		/*
-		 * SCX_KICK_PREEMPT zeroes the current task's slice; ops.stopping sees `kicked` and requeues
-		 * it behind every task runnable now, as a kick means to (its vtime alone may be lowest),
-		 * unless it entered a critical section meanwhile.
+		 * SCX_KICK_PREEMPT zeroes the current task's slice; ops.enqueue then sees the open episode
+		 * and queues it behind every other runnable task (DEMOTED_DSQ), as a kick means to, unless
+		 * it entered a critical section meanwhile. Should the CPU have switched to another task
+		 * before the kick lands, that task keeps its CPU: the demoted worker is not in the queue
+		 * dispatch takes from first.
 		 */
-		WRITE_ONCE(w->kicked, 1);
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_KICKS);
 	} else {
@@ -557,8 +563,8 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
 	}
 
-	/* The gate is for workers past their slice; an open episode is looked at for its lifts. */
-	if (w->esc.open || (cpu >= 0 && runtime > slice))
+	/* Not in the decision that made the request; an open episode is looked at for its lifts. */
+	if (morpheus_gate_due(w->esc.open, hint, runtime, slice) && (w->esc.open || cpu >= 0))
 		run_escalation(scb, w, slot, cpu, runtime, now);
 }
 
@@ -781,6 +787,64 @@ static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 	}
 }
 
+/* The bookkeeping of p if it is a registered worker whose escalation episode is open, else NULL. */
+static __always_inline struct worker_ctx *open_episode_of(struct task_struct *p)
+{
+	struct morpheus_worker_slot *ws;
+	struct worker_ctx *w;
+	u32 slot;
+
+	/* Every other task pays one load here. */
+	if (READ_ONCE(nr_open_episodes) <= 0)
+		return NULL;
+	ws = worker_slot_of(p->pid);
+	if (!ws)
+		return NULL;
+	slot = ws->slot;
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (!w || w->tid != p->pid || !READ_ONCE(w->esc.open))
+		return NULL;
+	return w;
+}
+
+/*
+ * Whether p waits in DEMOTED_DSQ: a worker whose episode is open, unless it is inside a critical
+ * section. This is where a kick takes effect, so in_critical is loaded here again (SCB.md §5.6): a
+ * section begun since the decision keeps the worker's place in the shared queue.
+ */
+static __always_inline bool demoted_on_enqueue(struct task_struct *p)
+{
+	struct worker_ctx *w = open_episode_of(p);
+	struct morpheus_scb *scb;
+
+	if (!w)
+		return false;
+	scb = scb_at(w->domain, w->local);
+	if (!scb)
+		return false;
+	if (morpheus_effect_may_hold(scb))
+		return true;
+	count(MORPHEUS_CNT_KICKS_SPARED_CRITICAL);
+	return false;
+}
+
+/*
+ * Workers whose episode was lifted (acknowledged, expired, revoked, unregistered) while they waited in
+ * DEMOTED_DSQ go back to the shared queue, and their CPU is woken if it idles.
+ */
+static __always_inline void release_lifted(void)
+{
+	struct task_struct *p;
+
+	bpf_for_each(scx_dsq, p, DEMOTED_DSQ, 0) {
+		if (open_episode_of(p))
+			continue;
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, queue_vtime(p));
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0))
+			scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+	}
+}
+
 void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct cgroup_bw *bw;
@@ -800,6 +864,18 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (enq_flags & SCX_ENQ_LAST) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, base_slice(), enq_flags);
+		return;
+	}
+	/* Behind every other runnable task, and a demoted worker that wakes preempts no one. */
+	if (demoted_on_enqueue(p)) {
+		s32 idle;
+
+		scx_bpf_dsq_insert_vtime(p, DEMOTED_DSQ, base_slice(), vtime, enq_flags);
+		count(MORPHEUS_CNT_DEMOTED_ENQUEUES);
+		/* Still work-conserving: a CPU with nothing to run takes it. */
+		idle = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (idle >= 0)
+			scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
 		return;
 	}
 	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, base_slice(), vtime, enq_flags);
@@ -831,20 +907,26 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 			}
 		}
 	}
+	if (scx_bpf_dsq_nr_queued(DEMOTED_DSQ) > 0)
+		release_lifted();
 	if (scx_bpf_dsq_move_to_local(SHARED_DSQ, 0))
 		return;
 	/*
 	 * Nothing else can run here: a runnable prev whose slice ended keeps the CPU for another slice
 	 * (SCX_OPS_ENQ_LAST would otherwise take it through ops.enqueue and the idle task and back).
 	 * Not a task of a capped cgroup: its run is charged to the quota in ops.stopping, and the hold
-	 * in ops.enqueue decides whether it may go on.
+	 * in ops.enqueue decides whether it may go on. Either way a runnable prev goes before a demoted
+	 * worker (a kick that landed on another task than the one it was meant for costs that task
+	 * nothing).
 	 */
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
 		u64 cgid;
 
 		if (!task_bw(prev, &cgid))
 			scx_bpf_task_set_slice(prev, base_slice());
+		return;
 	}
+	scx_bpf_dsq_move_to_local(DEMOTED_DSQ, 0);
 }
 
 /* A task of a capped cgroup that runs out of quota mid-run is preempted at the next tick. */
@@ -1011,8 +1093,9 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 	timer_wake();
 	/*
 	 * A worker whose escalation episode is open runs behind everyone until it is lifted (as the
-	 * simulation backend's demotion does): a short slice, and any task waking on its CPU preempts
-	 * it. Not inside a critical section: the effect re-checks in_critical where it takes hold.
+	 * simulation backend's demotion does): it waits in DEMOTED_DSQ (ops.enqueue), and when it does
+	 * run, it has a short slice and any task waking on its CPU preempts it. Not inside a critical
+	 * section: the effect re-checks in_critical where it takes hold.
 	 */
 	if (READ_ONCE(w->esc.open) && morpheus_effect_may_hold(scb)) {
 		u32 cpu_key = cpu;
@@ -1072,16 +1155,6 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 		count(MORPHEUS_CNT_SLEEP_RESETS);
 		return;
 	}
-	if (READ_ONCE(w->kicked)) {
-		u64 behind = READ_ONCE(vtime_now) + base_slice();
-
-		WRITE_ONCE(w->kicked, 0);
-		/* Where the kick takes effect: a section begun since the decision keeps its place. */
-		if (!morpheus_effect_may_hold(scb))
-			count(MORPHEUS_CNT_KICKS_SPARED_CRITICAL);
-		else if (time_before(p->scx.dsq_vtime, behind))
-			scx_bpf_task_set_dsq_vtime(p, behind);
-	}
 	/* Preempted or slice expired while still runnable: account, hint if overrun. */
 	check_worker(slot, w, -1, now);
 }
@@ -1101,6 +1174,8 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
 	err = scx_bpf_create_dsq(SHARED_DSQ, -1);
 	if (!err)
 		err = scx_bpf_create_dsq(THROTTLED_DSQ, -1);
+	if (!err)
+		err = scx_bpf_create_dsq(DEMOTED_DSQ, -1);
 	if (err) {
 		scx_bpf_error("failed to create the dispatch queues: %d", err);
 		return err;

@@ -100,6 +100,24 @@ morpheus_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns, morpheu
 	return MORPHEUS_HINT_EMIT;
 }
 
+/*
+ * Whether a decision runs the escalation gate and state machine for a worker, given what the same
+ * decision did about its hint: always while an episode is open (it is looked at for its lifts);
+ * otherwise only for a worker past its slice, and never in the decision that has just made the request
+ * (hint EMIT): the worker has not yet had one checkpoint to see it. Without that, a decision that comes
+ * late (a timer or tick delayed by milliseconds, a stalled CPU) finds a cooperative worker past slice +
+ * grace for the first time and escalates it for a request published a moment before.
+ */
+MORPHEUS_POLICY_FN int morpheus_gate_due(int episode_open, enum morpheus_hint_decision hint, morpheus_u64 runtime_ns,
+					 morpheus_u64 slice_ns)
+{
+	if (episode_open)
+		return 1;
+	if (hint == MORPHEUS_HINT_EMIT)
+		return 0;
+	return runtime_ns > slice_ns;
+}
+
 /* Which action an escalation takes under a policy: the first step, and the step after a further grace. */
 MORPHEUS_POLICY_FN morpheus_u32 morpheus_escalation_action(morpheus_u32 policy, int repeated)
 {

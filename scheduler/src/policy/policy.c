@@ -17,6 +17,12 @@ enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, 
 	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns);
 }
 
+int morpheus_ffi_gate_due(int episode_open, enum morpheus_hint_decision hint, morpheus_u64 runtime_ns,
+			  morpheus_u64 slice_ns)
+{
+	return morpheus_gate_due(episode_open, hint, runtime_ns, slice_ns);
+}
+
 void morpheus_ffi_gate_load(const struct morpheus_gate_config *cfg, const struct morpheus_scb *scb,
 			    morpheus_u64 runtime_ns, struct morpheus_gate_input *in)
 {

@@ -405,6 +405,23 @@ TEST(Hint, Decisions)
 	}
 }
 
+TEST(GateDue, NeverInTheDecisionThatMadeTheRequest)
+{
+	const morpheus_u64 G = MORPHEUS_DEFAULT_GRACE_NS;
+	/* A late decision: first seen past slice + grace, hinted now: not judged until the next one. */
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_EMIT, kSlice + 2 * G, kSlice));
+	/* The next decision, the request still pending (its hint rate-limited or not due): judged. */
+	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_RATE_LIMITED, kSlice + 2 * G, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice + 2 * G, kSlice));
+	/* Within its slice, no episode: nothing to judge. */
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice, kSlice));
+	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, 0, kSlice));
+	/* An open episode is always looked at (its lifts), whatever the hint and runtime. */
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_EMIT, kSlice + 2 * G, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_NONE, 0, kSlice));
+	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_RATE_LIMITED, kMax, kSlice));
+}
+
 TEST(EscalationAction, PerPolicy)
 {
 	EXPECT_EQ(morpheus_escalation_action(MORPHEUS_ESCALATION_POLICY_NONE, 0), 0u);
