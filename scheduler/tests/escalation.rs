@@ -407,10 +407,13 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
     let worker = Spinner::start(&agent, Kind::Escapable);
     let original_policy = worker.original_policy;
 
-    // Still ignoring its hints when the bound lapses: restored, and at once escalated again.
-    agent.wait("a second escalation after the first one's bound lapsed", || {
-        let scb = agent.scb(worker.slot);
-        (scb.escalations >= 2 && count(&agent.stats().actions, "RESTORE") >= 1).then_some(())
+    // Still ignoring its hints when the bound lapses: restored, and escalated again. A second episode
+    // is a second demotion; the SCB's `escalations` also counts an episode's repeated kicks, so it
+    // can reach 2 before the bound lapses and is no sign of the second episode.
+    let tid = worker.tid;
+    agent.wait("a second demotion after the first one's bound lapsed", || {
+        let m = agent.stats();
+        (count(&m.actions, "RESTORE") >= 1 && events(&m, "DEMOTE", tid).len() >= 2).then_some(())
     });
 
     // It stops spinning without ever acknowledging: only the bound can lift the escalation now. Until
@@ -430,7 +433,6 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
     let later = agent.scb(worker.slot);
     assert_eq!((later.escalated, later.escalations), (0, lifted.escalations), "{lifted:?} -> {later:?}");
     assert_eq!(worker.policy(), original_policy);
-    let tid = worker.tid;
     worker.exit();
 
     let m = agent.wait("every demotion to be undone", || {
