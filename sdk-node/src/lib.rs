@@ -478,7 +478,13 @@ const YIELDED: u32 = 2;
 #[napi]
 pub fn checkpoint_sync() -> u32 {
     let before = fast_state_now();
-    if morpheus::checkpoint_sync() {
+    outcome(morpheus::checkpoint_sync(), before)
+}
+
+/// The three-way answer of the synchronous checks: YIELDED, or whether the fast state moved since
+/// `before` (so JS re-reads it only then).
+fn outcome(yielded: bool, before: [i32; 5]) -> u32 {
+    if yielded {
         YIELDED
     } else if fast_state_now() != before {
         NO_YIELD_STATE_CHANGED
@@ -499,13 +505,7 @@ pub fn checkpoint_would_yield() -> u32 {
     let mut cx = Context::from_waker(Waker::noop());
     let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
     drop(future);
-    if would_yield {
-        YIELDED
-    } else if fast_state_now() != before {
-        NO_YIELD_STATE_CHANGED
-    } else {
-        NO_YIELD
-    }
+    outcome(would_yield, before)
 }
 
 /// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
