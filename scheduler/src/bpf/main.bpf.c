@@ -108,13 +108,27 @@ s64 nr_open_episodes;
 u64 vtime_now;
 
 /*
- * The check timer's period while no registered worker is on a CPU, no episode is open and nothing is
- * throttled: there is nothing to check, so an unregistered workload pays for a timer run every 50 ms
- * instead of every check interval. ops.running of a worker re-arms it at once (timer_idle).
+ * The check timer's longest period: with no registered worker on a CPU, no episode open and nothing
+ * throttled there is nothing to check, so an unregistered workload pays for one timer run every 50 ms.
  */
 #define IDLE_CHECK_NS (50ull * 1000 * 1000)
-/* 1 while the check timer runs at its idle period. */
-u32 timer_idle;
+/*
+ * Open episodes of workers off CPU are looked at for their lifts this often (as when the sweep ran at
+ * every 16th run of a timer that fired every check interval).
+ */
+#define SWEEP_INTERVALS 16
+/*
+ * When the check timer is due (bpf_ktime_get_ns). It is armed for the earliest moment a worker on a
+ * CPU can need a decision (check_due_in: the end of its slice, then every check interval; every
+ * grace period in an episode), not every check interval: under emulation a timer run on the busy CPU
+ * costs that CPU's task hundreds of microseconds. ops.running of a worker brings it forward
+ * (timer_bring_forward).
+ */
+u64 timer_expires_ns;
+/* When the timer last looked at the open episodes of workers off CPU. */
+u64 last_sweep_ns;
+/* One past the highest agent slot a worker has run in: only those can have an episode open. */
+u32 slots_seen;
 
 /* Counters read by the agent; indices in intf.h. */
 u64 counters[MORPHEUS_NR_COUNTERS];
@@ -385,8 +399,8 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	count(MORPHEUS_CNT_HINTS_EMITTED);
 }
 
-static void send_escalation_event(struct worker_ctx *w, u32 slot, u64 now, u64 seq, u32 policy, u32 action,
-				  u64 overrun)
+static __always_inline void send_escalation_event(struct worker_ctx *w, u32 slot, u64 now, u64 seq, u32 policy,
+						  u32 action, u64 overrun)
 {
 	struct morpheus_escalation_event *ev;
 
@@ -404,7 +418,11 @@ static void send_escalation_event(struct worker_ctx *w, u32 slot, u64 now, u64 s
 	ev->action = action;
 	ev->_pad0 = 0;
 	ev->overrun_ns = overrun;
-	bpf_ringbuf_submit(ev, 0);
+	/*
+	 * A kick has taken effect here already; the agent only counts its record on its next tick. A
+	 * throttle or its lift is the agent's to carry out, so that record wakes it.
+	 */
+	bpf_ringbuf_submit(ev, action == MORPHEUS_ESCALATION_ACTION_KICK ? BPF_RB_NO_WAKEUP : 0);
 }
 
 /* Count a gate verdict once per (pending request, verdict), so counters read as "times spared". */
@@ -507,8 +525,9 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 
 /*
  * The timer and ops.stopping may decide for one worker on two CPUs at once: one of them runs the
- * state machine, the other skips this decision (the next one comes within a check interval). The
- * exchange that releases the lock is a fetching atomic, so the episode's stores are visible first.
+ * state machine, the other skips this decision (the next one comes within a check interval or, in
+ * an episode, a grace period). The exchange that releases the lock is a fetching atomic, so the
+ * episode's stores are visible first.
  */
 static __always_inline void run_escalation(struct morpheus_scb *scb, struct worker_ctx *w, u32 slot, s32 cpu,
 					   u64 runtime, u64 now)
@@ -653,52 +672,84 @@ static __always_inline bool bw_exhausted(struct cgroup_bw *bw, u64 now)
 }
 
 /*
- * The timer is about to take its idle period: say so (timer_idle = 1), then look once more for a
- * worker on a CPU. ops.running of a worker stores cpu_worker, then swaps timer_idle; both sides use
- * fully ordered atomics between their store and their load, so either this sees the worker or
- * ops.running sees timer_idle and re-arms the timer. Returns false when a worker was found.
+ * How long worker w, on a CPU since w->run_start_ns, can go without a check: until its slice ends;
+ * a check interval once it is near or past it (the enforcement's resolution: hint, then the gate at
+ * slice + grace); a grace period while its episode is open (it runs demoted, so any waking task
+ * preempts it; what is left to decide is a repeated kick, once per grace period, or a lift). A
+ * runtime an acknowledgement has since reset only makes the check come early.
  */
-static __always_inline bool timer_going_idle(void)
+static __always_inline u64 check_due_in(struct worker_ctx *w, u64 now)
 {
-	u32 cpu;
+	u64 runtime = w->runtime_ns, slice = cfg_slice_ns;
 
-	__sync_lock_test_and_set(&timer_idle, 1);
-	full_barrier();
-	bpf_for(cpu, 0, nr_possible_cpus) {
-		u32 *cur;
+	if (now > w->run_start_ns)
+		runtime += now - w->run_start_ns;
+	if (READ_ONCE(w->esc.open))
+		return cfg_grace_ns > check_interval_ns ? cfg_grace_ns : check_interval_ns;
+	if (runtime + check_interval_ns >= slice)
+		return check_interval_ns;
+	return slice - runtime;
+}
 
-		if (cpu >= MORPHEUS_BPF_MAX_CPUS)
-			break;
-		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
-		if (cur && *cur) {
-			WRITE_ONCE(timer_idle, 0);
+/*
+ * Arm the check timer for `now + due_in` if that is earlier than it is due. Every arming of the timer
+ * goes through timer_expires_ns: whoever starts the timer last has seen the earliest expiry asked for
+ * (the callback re-reads it after its own start), so a sooner request is never overwritten by a later.
+ */
+static __always_inline bool timer_expiry_lower(u64 at)
+{
+	u64 cur = READ_ONCE(timer_expires_ns);
+	u32 i;
+
+	bpf_for(i, 0, 8) {
+		u64 seen;
+
+		if (!time_before(at, cur))
 			return false;
-		}
+		seen = __sync_val_compare_and_swap(&timer_expires_ns, cur, at);
+		if (seen == cur)
+			return true;
+		cur = seen;
 	}
-	return true;
+	return false;
 }
 
-/* A worker started running while the timer is idle: bring the next check within a check interval. */
-static __always_inline void timer_wake(void)
+static __always_inline void timer_bring_forward(struct bpf_timer *timer, u64 now, u64 due_in)
 {
-	struct check_timer *t;
-	u32 zero = 0;
-
-	if (!READ_ONCE(timer_idle) || __sync_val_compare_and_swap(&timer_idle, 1, 0) != 1)
-		return;
-	t = bpf_map_lookup_elem(&check_timer, &zero);
-	if (t)
-		bpf_timer_start(&t->timer, check_interval_ns, 0);
+	if (timer_expiry_lower(now + due_in))
+		bpf_timer_start(timer, due_in, 0);
 }
 
-/* Periodic overrun check of every CPU's running worker: finer than the scheduler tick. */
+/* Raise slots_seen to n (the sweep's bound). */
+static __always_inline void slots_seen_at_least(u32 n)
+{
+	u32 i;
+
+	bpf_for(i, 0, 8) {
+		u32 cur = READ_ONCE(slots_seen);
+
+		if (cur >= n || __sync_val_compare_and_swap(&slots_seen, cur, n) == cur)
+			return;
+	}
+}
+
+/*
+ * The overrun check of every CPU's running worker (finer than the scheduler tick), and the sweep of
+ * open episodes off CPU; re-armed for the earliest moment anything needs deciding.
+ */
 static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 {
-	u64 now = bpf_ktime_get_ns();
-	bool busy = false;
+	u64 now = bpf_ktime_get_ns(), due = IDLE_CHECK_NS, sweep = SWEEP_INTERVALS * check_interval_ns, at;
 	u32 cpu;
 
 	count(MORPHEUS_CNT_TIMER_RUNS);
+	/*
+	 * Plan the longest period first, then look: a worker that starts running after the scan below
+	 * sees this plan in ops.running (both sides order their store before their load with a fully
+	 * ordered atomic) and brings the timer forward itself.
+	 */
+	__sync_lock_test_and_set(&timer_expires_ns, now + IDLE_CHECK_NS);
+	full_barrier();
 	/* Nothing here reads a region header (runtimes can write it). */
 	bpf_for(cpu, 0, nr_possible_cpus) {
 		struct worker_ctx *w;
@@ -709,45 +760,65 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
 		if (!cur || !*cur)
 			continue;
-		busy = true;
 		slot = *cur - 1;
 		w = bpf_map_lookup_elem(&workers, &slot);
-		if (w && w->cpu == (s32)cpu)
-			check_worker(slot, w, cpu, now);
+		if (!w || w->cpu != (s32)cpu) {
+			/* Between ops.running's two stores: look again soon. */
+			due = check_interval_ns;
+			continue;
+		}
+		check_worker(slot, w, cpu, now);
+		at = check_due_in(w, now);
+		if (at < due)
+			due = at;
 	}
 	/*
 	 * Open episodes of workers off CPU still end (acknowledged, gone, or their bound): swept every
-	 * 16th run, over the agent's slots, and only while an episode is open.
+	 * SWEEP_INTERVALS check intervals while an episode is open, over the slots workers have run in.
 	 */
-	if (READ_ONCE(nr_open_episodes) > 0 && !(counters[MORPHEUS_CNT_TIMER_RUNS] & 15)) {
-		u32 slot, nr_slots = cfg_scb_count;
+	if (READ_ONCE(nr_open_episodes) > 0) {
+		if (now - READ_ONCE(last_sweep_ns) >= sweep) {
+			u32 slot, nr_slots = READ_ONCE(slots_seen);
 
-		if (nr_slots > MORPHEUS_MAX_WORKERS)
-			nr_slots = MORPHEUS_MAX_WORKERS;
-		bpf_for(slot, 0, nr_slots) {
-			struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
-			struct morpheus_scb *scb;
+			WRITE_ONCE(last_sweep_ns, now);
+			if (nr_slots > cfg_scb_count)
+				nr_slots = cfg_scb_count;
+			if (nr_slots > MORPHEUS_MAX_WORKERS)
+				nr_slots = MORPHEUS_MAX_WORKERS;
+			bpf_for(slot, 0, nr_slots) {
+				struct worker_ctx *w = bpf_map_lookup_elem(&workers, &slot);
+				struct morpheus_scb *scb;
 
-			if (!w || !w->esc.open || w->cpu >= 0)
-				continue;
-			scb = scb_at(w->domain, w->local);
-			if (scb)
-				run_escalation(scb, w, slot, -1, w->runtime_ns, now);
+				if (!w || !w->esc.open || w->cpu >= 0)
+					continue;
+				scb = scb_at(w->domain, w->local);
+				if (scb)
+					run_escalation(scb, w, slot, -1, w->runtime_ns, now);
+			}
 		}
+		if (sweep < due)
+			due = sweep;
 	}
 	/* Throttled tasks become runnable at a period boundary: wake idle CPUs to dispatch them. */
 	if (scx_bpf_dsq_nr_queued(THROTTLED_DSQ) > 0) {
-		busy = true;
+		due = check_interval_ns;
 		bpf_for(cpu, 0, nr_possible_cpus)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
-	if (READ_ONCE(nr_open_episodes) > 0 || READ_ONCE(nr_capped_cgroups) > 0)
-		busy = true;
-	if (!busy && !timer_going_idle())
-		busy = true;
-	else if (busy)
-		WRITE_ONCE(timer_idle, 0);
-	bpf_timer_start(timer, busy ? check_interval_ns : IDLE_CHECK_NS, 0);
+	if (READ_ONCE(nr_capped_cgroups) > 0)
+		due = check_interval_ns;
+	/*
+	 * Take the earliest of this plan and what ops.running asked meanwhile, start the timer, then look
+	 * once more: a request that came after the first look started the timer itself, after this.
+	 */
+	timer_expiry_lower(now + due);
+	at = READ_ONCE(timer_expires_ns);
+	bpf_timer_start(timer, time_before(now, at) ? at - now : 0, 0);
+	full_barrier();
+	if (READ_ONCE(timer_expires_ns) != at) {
+		at = READ_ONCE(timer_expires_ns);
+		bpf_timer_start(timer, time_before(now, at) ? at - now : 0, 0);
+	}
 	return 0;
 }
 
@@ -1046,10 +1117,11 @@ static __always_inline void vtime_stopping(struct task_struct *p)
 
 void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 {
+	struct check_timer *timer;
 	struct morpheus_worker_slot *ws;
 	struct morpheus_scb *scb;
 	struct worker_ctx *w;
-	u32 tid = p->pid, slot;
+	u32 tid = p->pid, slot, zero = 0;
 	s32 cpu;
 	u64 now;
 
@@ -1081,6 +1153,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 		if (w->esc.open && __sync_fetch_and_sub(&nr_open_episodes, 1) <= 0)
 			WRITE_ONCE(nr_open_episodes, 0);
 		__builtin_memset(&w->esc, 0, sizeof(w->esc));
+		slots_seen_at_least(slot + 1);
 	}
 	cpu = scx_bpf_task_cpu(p);
 	w->run_start_ns = now;
@@ -1090,7 +1163,11 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 
 		bpf_map_update_elem(&cpu_worker, &cpu_key, &val, BPF_ANY);
 	}
-	timer_wake();
+	/* After the cpu_worker store, ordered before the load of the timer's plan (timer_bring_forward). */
+	full_barrier();
+	timer = bpf_map_lookup_elem(&check_timer, &zero);
+	if (timer)
+		timer_bring_forward(&timer->timer, now, check_due_in(w, now));
 	/*
 	 * A worker whose escalation episode is open runs behind everyone until it is lifted (as the
 	 * simulation backend's demotion does): it waits in DEMOTED_DSQ (ops.enqueue), and when it does
@@ -1188,6 +1265,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
 	}
 	bpf_timer_init(&t->timer, &check_timer, CLOCK_MONOTONIC);
 	bpf_timer_set_callback(&t->timer, check_timer_fn);
+	timer_expires_ns = bpf_ktime_get_ns() + check_interval_ns;
 	err = bpf_timer_start(&t->timer, check_interval_ns, 0);
 	if (err) {
 		scx_bpf_error("failed to start the overrun check timer: %d", err);
