@@ -901,16 +901,25 @@ static __always_inline bool demoted_on_enqueue(struct task_struct *p)
 
 /*
  * Workers whose episode was lifted (acknowledged, expired, revoked, unregistered) while they waited in
- * DEMOTED_DSQ go back to the shared queue, and their CPU is woken if it idles.
+ * DEMOTED_DSQ go back to the shared queue, and their CPU is woken if it idles. They go in level with
+ * the tasks running now (vtime_now), without a sleeper's credit: a demoted worker was runnable all
+ * along, and its vtime stood still only because it was kept off the CPU. With the credit, a worker
+ * whose episode had just expired went to the head of the queue and ran a whole base slice that a
+ * waking task could not preempt (it was not "ahead" of the waker): traced in the VM, the zombie of the
+ * starvation scenario ran 40 ms at a stretch while cooperative workers woke on its CPU.
  */
 static __always_inline void release_lifted(void)
 {
 	struct task_struct *p;
 
 	bpf_for_each(scx_dsq, p, DEMOTED_DSQ, 0) {
+		u64 vtime, level;
+
 		if (open_episode_of(p))
 			continue;
-		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, queue_vtime(p));
+		vtime = p->scx.dsq_vtime;
+		level = READ_ONCE(vtime_now);
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, time_before(vtime, level) ? level : vtime);
 		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0))
 			scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 	}
