@@ -21,7 +21,8 @@ use scx_stats::prelude::*;
 use crate::rundir::RuntimeDir;
 use crate::snapshot::{self, Metrics};
 
-/// The stats socket of the agent whose registration socket is `socket`.
+/// The stats socket of the agent whose registration socket is `socket`: the one rule the agent,
+/// its clients and the benchmarks (scheduler/starvation, scheduler/compare) follow.
 pub fn path_for(socket: &Path) -> PathBuf {
     let mut name = socket.file_name().unwrap_or_default().to_owned();
     name.push(".stats");
@@ -38,9 +39,10 @@ pub struct StatsPublisher {
 }
 
 impl StatsPublisher {
-    /// Serves the stats socket `name` in `dir` (the runtime directory the instance lock guards).
-    pub fn launch(dir: &RuntimeDir, name: &str) -> Result<StatsPublisher> {
-        let path = dir.join(name);
+    /// Serves the stats socket of the registration socket `socket_name` in `dir` (the runtime
+    /// directory the instance lock guards).
+    pub fn launch(dir: &RuntimeDir, socket_name: &str) -> Result<StatsPublisher> {
+        let path = path_for(&dir.join(socket_name));
         let mut data = StatsServerData::<(), Metrics>::new();
         for meta in snapshot::server_meta() {
             data = data.add_meta(meta);

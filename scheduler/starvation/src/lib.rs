@@ -191,12 +191,11 @@ pub fn run_phase(opts: &Scenario, cpu: usize, target: Option<Target>, seconds: f
 }
 
 
-/// scx_morpheus's stats snapshot, read from its stats socket (`<socket>.stats`, scx_stats protocol:
+/// scx_morpheus's stats snapshot, read from its stats socket (where `stats_socket::path_for` says; scx_stats protocol:
 /// one JSON request line, one JSON reply line).
 pub fn read_stats(socket: &Path) -> Result<serde_json::Value> {
-    let mut path = socket.as_os_str().to_owned();
-    path.push(".stats");
-    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", Path::new(&path).display()))?;
+    let path = scx_morpheus::stats_socket::path_for(socket);
+    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", path.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     (&stream).write_all(b"{\"req\":\"stats\",\"args\":{}}\n")?;
     let mut line = String::new();
