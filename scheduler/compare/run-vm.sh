@@ -59,10 +59,7 @@ echo "$PROG: building scx_morpheus (default features: kernel) and compare, relea
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${guest_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+default_log morpheus-compare-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/guest.sh" \

@@ -35,8 +35,7 @@ PY_BIN=/hostroot$(python3 -c 'import os, sys; print(os.path.realpath(sys.executa
 PY_LIBS=/hostroot$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))'):/hostroot/lib/x86_64-linux-gnu:/hostroot/usr/lib/x86_64-linux-gnu
 ENV
 printf 'BENCH_ARGS="%s"\n' "${guest_args[*]}" >"$work/pybench.env"
-[[ -n "$log" ]] || log=$(mktemp "${TMPDIR:-/tmp}/morpheus-pybench-vm.XXXXXX.log")
-echo "$PROG: console log: $log" >&2
+default_log morpheus-pybench-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/pybench-guest.sh" \

@@ -90,10 +90,7 @@ JAVA17=/hostroot$jdk17/bin/java
 HOST_ETC_LINKS="$etc_links"
 EOF
 
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+default_log morpheus-e2e
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/guest.sh" \

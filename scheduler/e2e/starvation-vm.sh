@@ -33,10 +33,7 @@ echo "$PROG: building scx_morpheus (default features: kernel) and the starvation
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 printf 'STARVATION_ARGS="%s"\n' "${guest_args[*]}" >"$work/starvation.env"
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+default_log morpheus-starvation-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/starvation-guest.sh" \

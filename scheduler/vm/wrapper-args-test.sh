@@ -89,6 +89,24 @@ expect "a wrapper without guest arguments: --" 2 "plain: error: unknown argument
 expect "a wrapper without guest arguments: unknown option" 2 "plain: error: unknown argument '--plots'" "" \
 	without_guest_args --plots /p
 
+# The console log: --log's file as given, else a new one under $TMPDIR named for the wrapper.
+log_of() {
+	(
+		set -euo pipefail
+		readonly PROG=bench
+		source "$here/wrapper-args.sh"
+		timeout=1
+		parse_vm_args "$@"
+		default_log morpheus-bench
+		echo "$log"
+	)
+}
+scratch=$(mktemp -d)
+expect "--log FILE is the console log" 0 "bench: console log: $scratch/given.log" "$scratch/given.log" log_of --log "$scratch/given.log"
+made=$(TMPDIR=$scratch log_of 2>/dev/null)
+[[ "$made" == "$scratch"/morpheus-bench.*.log && -f "$made" ]] || fail "without --log: '$made' is not a new file morpheus-bench.*.log in \$TMPDIR"
+rm -rf "$scratch"
+
 # Each wrapper: --help prints its header (through its usage line), bad options are named and nothing
 # runs after them.
 for entry in "e2e/run.sh:e2e-kernel:" "e2e/starvation-vm.sh:starvation-vm:benchmark" \

@@ -6,7 +6,8 @@
 #   [--kernel DIR] [--log FILE] [--timeout SECS] [the wrapper's own options] [-- GUEST-ARGS...]
 #
 # -h/--help prints the wrapper's header comment (line 3 up to its first line that is not a comment),
-# so the help cannot fall behind the header. Tested by wrapper-args_test.sh.
+# so the help cannot fall behind the header; default_log picks the console log when --log is not
+# given. Tested by wrapper-args-test.sh.
 
 # die MESSAGE: "PROG: error: MESSAGE" on stderr, exit 2 (a bad command line or a missing tool).
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
@@ -61,6 +62,12 @@ parse_vm_args() {
 # print_vm_help: the wrapper's header comment, from line 3 (after the shebang and SPDX lines).
 print_vm_help() {
 	awk 'NR < 3 { next } /^#/ { print; next } { exit }' "$0"
+}
+
+# default_log NAME: without --log, the console log goes to a new $TMPDIR/NAME.XXXXXX.log; says where.
+default_log() {
+	[[ -n "$log" ]] || log=$(mktemp "${TMPDIR:-/tmp}/$1.XXXXXX.log")
+	echo "$PROG: console log: $log" >&2
 }
 
 # need_bpf_clang: the BPF build (scx_utils' and our build scripts) runs $BPF_CLANG (the workspace's
