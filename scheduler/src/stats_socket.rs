@@ -98,9 +98,15 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Connects to `path`, with a per-request timeout so a stuck agent is reported, not waited on.
+    /// Connects to `path`, with a per-request timeout (10 s) so a stuck agent is reported, not waited on.
     pub fn connect(path: &Path) -> Result<Reader> {
-        let client = StatsClient::new().set_path(path).connect(Some(10_000)).with_context(|| {
+        Reader::connect_with_timeout(path, Duration::from_secs(10))
+    }
+
+    /// Connects to `path`; a request that takes longer than `timeout` fails.
+    pub fn connect_with_timeout(path: &Path, timeout: Duration) -> Result<Reader> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let client = StatsClient::new().set_path(path).connect(Some(timeout_ms)).with_context(|| {
             format!("cannot connect to the stats socket {} (is scx_morpheus running, and are you its user?)", path.display())
         })?;
         Ok(Reader { client })
