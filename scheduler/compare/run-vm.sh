@@ -15,33 +15,19 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 readonly PROG=compare-vm
+# shellcheck source=../vm/wrapper-args.sh
+source "$root/scheduler/vm/wrapper-args.sh"
 
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
-
-kernel_args=()
-log=""
 timeout=1800
-plots="$root/scheduler/compare/plots"
-json=""
-compare_args=(--rounds 3 --cell-seconds 3)
-while [[ $# -gt 0 ]]; do
-	case "$1" in
-	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
-	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
-	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
-	--plots) [[ $# -ge 2 ]] || die "--plots needs a directory"; plots=$2; shift 2 ;;
-	--json) [[ $# -ge 2 ]] || die "--json needs a file"; json=$2; shift 2 ;;
-	--) shift; compare_args=("$@"); break ;;
-	-h | --help) sed -n '3,12p' "$0"; exit 0 ;;
-	*) die "unknown argument '$1' (compare arguments go after --)" ;;
-	esac
-done
-for arg in "${compare_args[@]}"; do
-	# The arguments travel to the guest as one shell word list: keep them plain.
-	[[ "$arg" =~ ^[A-Za-z0-9=.,_:/+-]+$ ]] || die "compare argument '$arg' has characters the guest shell would interpret"
-	[[ "$arg" != --scx-* ]] || die "$arg: the VM run passes the scheduler binaries itself"
-done
-command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+guest_args=(--rounds 3 --cell-seconds 3)
+guest_args_name=compare
+declare -A own_options=([--plots]="a directory" [--json]="a file")
+reserved_guest_args=('--scx-*')
+reserved_why="the VM run passes the scheduler binaries itself"
+parse_vm_args "$@"
+plots=${own_values[--plots]-$root/scheduler/compare/plots}
+json=${own_values[--json]-}
+need_bpf_clang
 peers="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
 bpfland="$peers/scx_bpfland-1.1.4/bin/scx_bpfland"
 lavd="$peers/scx_lavd-1.1.4/bin/scx_lavd"
@@ -72,11 +58,8 @@ echo "$PROG: building scx_morpheus (default features: kernel) and compare, relea
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${compare_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${guest_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
+default_log morpheus-compare-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/guest.sh" \

@@ -12,25 +12,13 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 readonly PROG=pybench-vm
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
+# shellcheck source=../vm/wrapper-args.sh
+source "$root/scheduler/vm/wrapper-args.sh"
 
-kernel_args=()
-log=""
 timeout=1200
-bench_args=(--seconds 2 --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus)
-while [[ $# -gt 0 ]]; do
-	case "$1" in
-	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
-	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
-	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
-	--) shift; bench_args=("$@"); break ;;
-	-h | --help) sed -n '3,10p' "$0"; exit 0 ;;
-	*) die "unknown argument '$1' (benchmark arguments go after --)" ;;
-	esac
-done
-for arg in "${bench_args[@]}"; do
-	[[ "$arg" =~ ^[A-Za-z0-9=.,_:/+-]+$ ]] || die "benchmark argument '$arg' has characters the guest shell would interpret"
-done
+guest_args=(--seconds 2 --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus)
+guest_args_name=benchmark
+parse_vm_args "$@"
 
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (kernel backend) and the wheel" >&2
@@ -46,9 +34,8 @@ PY_HOME=/hostroot$(python3 -c 'import sys; print(sys.base_prefix)')
 PY_BIN=/hostroot$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
 PY_LIBS=/hostroot$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))'):/hostroot/lib/x86_64-linux-gnu:/hostroot/usr/lib/x86_64-linux-gnu
 ENV
-printf 'BENCH_ARGS="%s"\n' "${bench_args[*]}" >"$work/pybench.env"
-[[ -n "$log" ]] || log=$(mktemp "${TMPDIR:-/tmp}/morpheus-pybench-vm.XXXXXX.log")
-echo "$PROG: console log: $log" >&2
+printf 'BENCH_ARGS="%s"\n' "${guest_args[*]}" >"$work/pybench.env"
+default_log morpheus-pybench-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/pybench-guest.sh" \

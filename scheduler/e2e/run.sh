@@ -17,24 +17,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 readonly PROG=e2e-kernel
+# shellcheck source=../vm/wrapper-args.sh
+source "$root/scheduler/vm/wrapper-args.sh"
 
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
-
-kernel_args=()
-log=""
 timeout=1500
-while [[ $# -gt 0 ]]; do
-	case "$1" in
-	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
-	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
-	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
-	-h | --help) sed -n '3,8p' "$0"; exit 0 ;;
-	*) die "unknown argument '$1'" ;;
-	esac
-done
-
-# scx_utils' and our build scripts run $BPF_CLANG (the workspace's .cargo/config.toml: clang-19).
-command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+parse_vm_args "$@"
+need_bpf_clang
 # The trust-domain phase runs its workers as unprivileged users (util-linux setpriv, shipped in the image).
 command -v setpriv >/dev/null || die "setpriv (util-linux) not found"
 
@@ -102,10 +90,7 @@ JAVA17=/hostroot$jdk17/bin/java
 HOST_ETC_LINKS="$etc_links"
 EOF
 
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+default_log morpheus-e2e
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/guest.sh" \

@@ -14,29 +14,16 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 readonly PROG=starvation-vm
+# shellcheck source=../vm/wrapper-args.sh
+source "$root/scheduler/vm/wrapper-args.sh"
 
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 2; }
-
-kernel_args=()
-log=""
 timeout=600
-bench_args=(--seconds 12 --rounds 3)
-while [[ $# -gt 0 ]]; do
-	case "$1" in
-	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_args=(--kernel "$2"); shift 2 ;;
-	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log=$2; shift 2 ;;
-	--timeout) [[ $# -ge 2 ]] || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
-	--) shift; bench_args=("$@"); break ;;
-	-h | --help) sed -n '3,11p' "$0"; exit 0 ;;
-	*) die "unknown argument '$1' (benchmark arguments go after --)" ;;
-	esac
-done
-for arg in "${bench_args[@]}"; do
-	# The arguments travel to the guest as one shell word list: keep them plain.
-	[[ "$arg" =~ ^[A-Za-z0-9=.,_:/+-]+$ ]] || die "benchmark argument '$arg' has characters the guest shell would interpret"
-	[[ "$arg" != --backend* && "$arg" != --scheduler* ]] || die "$arg: the VM run sets --backend kernel and --scheduler itself"
-done
-command -v "${BPF_CLANG:-clang-19}" >/dev/null || die "${BPF_CLANG:-clang-19} not found; run tools/setup.sh"
+guest_args=(--seconds 12 --rounds 3)
+guest_args_name=benchmark
+reserved_guest_args=('--backend*' '--scheduler*')
+reserved_why="the VM run sets --backend kernel and --scheduler itself"
+parse_vm_args "$@"
+need_bpf_clang
 
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (default features: kernel) and the starvation benchmark, release" >&2
@@ -45,11 +32,8 @@ echo "$PROG: building scx_morpheus (default features: kernel) and the starvation
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-printf 'STARVATION_ARGS="%s"\n' "${bench_args[*]}" >"$work/starvation.env"
-if [[ -z "$log" ]]; then
-	log=$(mktemp "${TMPDIR:-/tmp}/morpheus-starvation-vm.XXXXXX.log")
-fi
-echo "$PROG: console log: $log" >&2
+printf 'STARVATION_ARGS="%s"\n' "${guest_args[*]}" >"$work/starvation.env"
+default_log morpheus-starvation-vm
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/starvation-guest.sh" \

@@ -74,16 +74,7 @@ pub fn reg_request(data: &[u8]) {
 /// The agent's request handler, on a fresh per-uid placement (4 slots a uid), fed `data` cut into
 /// messages the way the socket reader cuts them (prefix, then its size), all from this process.
 pub fn agent_handler(data: &[u8]) {
-    let params = RegionParams {
-        scb_count: 4,
-        mode: abi::SchedulerMode::Enforced,
-        policy: abi::EscalationPolicy::ThreadKick,
-        slice_ns: abi::DEFAULT_SLICE_NS,
-        grace_ns: abi::DEFAULT_GRACE_NS,
-        hint_min_interval_ns: abi::DEFAULT_HINT_MIN_INTERVAL_NS,
-        backend: abi::Backend::Sim,
-        optional_features: 0,
-    };
+    let params = RegionParams::enforced_with_defaults(4, abi::Backend::Sim);
     let domains = Arc::new(Domains::new(params, 1, None));
     let workers = Workers::new(8);
     let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };

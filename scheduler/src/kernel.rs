@@ -974,16 +974,7 @@ mod tests {
             pin: pin.clone(),
             seen_before_publish: Mutex::new(None),
         });
-        let params = RegionParams {
-            scb_count: 4,
-            mode: abi::SchedulerMode::Enforced,
-            policy: abi::EscalationPolicy::ThreadKick,
-            slice_ns: abi::DEFAULT_SLICE_NS,
-            grace_ns: abi::DEFAULT_GRACE_NS,
-            hint_min_interval_ns: abi::DEFAULT_HINT_MIN_INTERVAL_NS,
-            backend: abi::Backend::Kernel,
-            optional_features: 0,
-        };
+        let params = RegionParams::enforced_with_defaults(4, abi::Backend::Kernel);
         let domains = Domains::new(params, 7, Some(Arc::clone(&maker) as Arc<dyn RegionMaker>));
         let domain = domains.for_uid(uid).unwrap();
 

@@ -464,8 +464,7 @@ fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::ne
         limits,
     );
     // The stats socket: before the registry thread starts (its bind runs under a strict umask).
-    let stats_name = format!("{socket_name}.stats");
-    let publisher = stats_socket::StatsPublisher::launch(&dir, &stats_name)?;
+    let publisher = stats_socket::StatsPublisher::launch(&dir, &socket_name)?;
     log::info!("stats on {} (scx_morpheus --monitor, morpheus top)", publisher.path().display());
     let identity = snapshot::Identity {
         version: build_id::FULL_VERSION.clone(),

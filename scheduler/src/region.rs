@@ -42,6 +42,23 @@ pub struct RegionParams {
     pub optional_features: u64,
 }
 
+impl RegionParams {
+    /// `scb_count` slots on `backend`, enforced with the thread-kick policy, the ABI's default slice,
+    /// grace and hint interval, and no optional feature: the fuzz harness's and the tests' region.
+    pub fn enforced_with_defaults(scb_count: u32, backend: abi::Backend) -> RegionParams {
+        RegionParams {
+            scb_count,
+            mode: abi::SchedulerMode::Enforced,
+            policy: abi::EscalationPolicy::ThreadKick,
+            slice_ns: abi::DEFAULT_SLICE_NS,
+            grace_ns: abi::DEFAULT_GRACE_NS,
+            hint_min_interval_ns: abi::DEFAULT_HINT_MIN_INTERVAL_NS,
+            backend,
+            optional_features: 0,
+        }
+    }
+}
+
 /// Who unmaps the memory when the region is dropped.
 #[cfg_attr(not(feature = "kernel"), allow(dead_code))] // Borrowed: the kernel backend's map
 enum Mapping {

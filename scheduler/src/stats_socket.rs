@@ -21,7 +21,8 @@ use scx_stats::prelude::*;
 use crate::rundir::RuntimeDir;
 use crate::snapshot::{self, Metrics};
 
-/// The stats socket of the agent whose registration socket is `socket`.
+/// The stats socket of the agent whose registration socket is `socket`: the one rule the agent,
+/// its clients and the benchmarks (scheduler/starvation, scheduler/compare) follow.
 pub fn path_for(socket: &Path) -> PathBuf {
     let mut name = socket.file_name().unwrap_or_default().to_owned();
     name.push(".stats");
@@ -38,9 +39,10 @@ pub struct StatsPublisher {
 }
 
 impl StatsPublisher {
-    /// Serves the stats socket `name` in `dir` (the runtime directory the instance lock guards).
-    pub fn launch(dir: &RuntimeDir, name: &str) -> Result<StatsPublisher> {
-        let path = dir.join(name);
+    /// Serves the stats socket of the registration socket `socket_name` in `dir` (the runtime
+    /// directory the instance lock guards).
+    pub fn launch(dir: &RuntimeDir, socket_name: &str) -> Result<StatsPublisher> {
+        let path = path_for(&dir.join(socket_name));
         let mut data = StatsServerData::<(), Metrics>::new();
         for meta in snapshot::server_meta() {
             data = data.add_meta(meta);
@@ -96,9 +98,15 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Connects to `path`, with a per-request timeout so a stuck agent is reported, not waited on.
+    /// Connects to `path`, with a per-request timeout (10 s) so a stuck agent is reported, not waited on.
     pub fn connect(path: &Path) -> Result<Reader> {
-        let client = StatsClient::new().set_path(path).connect(Some(10_000)).with_context(|| {
+        Reader::connect_with_timeout(path, Duration::from_secs(10))
+    }
+
+    /// Connects to `path`; a request that takes longer than `timeout` fails.
+    pub fn connect_with_timeout(path: &Path, timeout: Duration) -> Result<Reader> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let client = StatsClient::new().set_path(path).connect(Some(timeout_ms)).with_context(|| {
             format!("cannot connect to the stats socket {} (is scx_morpheus running, and are you its user?)", path.display())
         })?;
         Ok(Reader { client })

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -100,29 +100,16 @@ fn send(stream: &mut UnixStream, req: &RegRequest) -> RegReply {
     send_raw(stream, v12_bytes(req))
 }
 
-/// Sends `bytes` and reads one reply with recvmsg, keeping the region descriptor sent with it.
+/// Sends `bytes` and reads one reply with the SDK's receive step, keeping the region descriptor
+/// sent with it.
 fn send_for_fd(stream: &mut UnixStream, bytes: &[u8]) -> (RegReply, Option<File>) {
     stream.write_all(bytes).unwrap();
     let mut buf = [0u8; size_of::<RegReply>()];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let mut control = [0u64; 8];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 8]>() as _;
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    assert_eq!(n, buf.len() as isize, "one whole reply");
-    let mut file = None;
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if !cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-            file = Some(File::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>())));
-        }
-    }
+    let (n, fd) = morpheus::agent::receive_with_fd(stream, &mut buf).unwrap();
+    assert_eq!(n, buf.len(), "one whole reply");
     let reply: RegReply = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
     assert_eq!(reply.magic, abi::REG_MAGIC);
-    (reply, file)
+    (reply, fd.map(File::from))
 }
 
 fn header_of(region: &File) -> abi::RegionHeader {

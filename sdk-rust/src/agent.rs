@@ -62,6 +62,47 @@ fn process_state(pid: i32) -> Option<char> {
     stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
 
+/// One `recvmsg` on a registration connection into `buf`: the bytes read (0: the agent closed the
+/// connection) and the descriptor sent with them (SCM_RIGHTS: the region of an OK REGISTER reply,
+/// spec/SCB.md §4.1), received close-on-exec. Any further descriptor (an agent sends one at most)
+/// is closed. Errors are the socket's own (a read timeout is `WouldBlock`). This is the SDK's one
+/// receive step, public for clients that speak the protocol byte by byte (the agent's tests).
+pub fn receive_with_fd(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut control = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; the buffers outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 8]>() as _;
+    // SAFETY: valid socket and message; MSG_CMSG_CLOEXEC: a received fd is not inherited.
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut fd = None;
+    // SAFETY: walking the control messages the kernel wrote into `control`; each descriptor in an
+    // SCM_RIGHTS message is ours to own (and closed on drop if not kept).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<libc::c_int>();
+                for i in 0..count {
+                    let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>().add(i));
+                    let owned = OwnedFd::from_raw_fd(raw);
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n as usize, fd))
+}
+
 impl AgentConnection {
     /// Connect to the agent at `path`.
     pub fn connect(path: &Path) -> Result<AgentConnection> {
@@ -106,37 +147,15 @@ impl AgentConnection {
     fn receive(&mut self, buf: &mut [u8], fd: &mut Option<OwnedFd>, what: &str) -> Result<usize> {
         let waited_since = std::time::Instant::now();
         loop {
-            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-            let mut control = [0u64; 8];
-            // SAFETY: an all-zero msghdr is valid; the buffers outlive the call.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = size_of::<[u64; 8]>() as _;
-            // SAFETY: valid socket and message; MSG_CMSG_CLOEXEC: a received fd is not inherited.
-            let n = unsafe { libc::recvmsg(self.stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-            if n >= 0 {
-                // SAFETY: walking the control messages the kernel wrote into `control`.
-                unsafe {
-                    let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-                    while !cmsg.is_null() {
-                        if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                            let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<libc::c_int>();
-                            for i in 0..count {
-                                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>().add(i));
-                                let owned = OwnedFd::from_raw_fd(raw);
-                                if fd.is_none() {
-                                    *fd = Some(owned); // later ones (never sent by an agent) are closed
-                                }
-                            }
-                        }
-                        cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            let err = match receive_with_fd(&self.stream, buf) {
+                Ok((n, received)) => {
+                    if fd.is_none() {
+                        *fd = received; // a later one (never sent by an agent) is closed
                     }
+                    return Ok(n);
                 }
-                return Ok(n as usize);
-            }
-            let err = std::io::Error::last_os_error();
+                Err(err) => err,
+            };
             match err.kind() {
                 std::io::ErrorKind::Interrupted => continue,
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {

@@ -4,8 +4,6 @@
 //! beside cooperative workers, all pinned to one CPU, and the helpers both use (clocks, pinning,
 //! registration through the agent's socket, the SDK's yield counters).
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -13,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use morpheus::YieldReason;
+use scx_morpheus::stats_socket;
 
 /// The scenario's shape (the benchmark's command line, or the comparison's fixed table).
 #[derive(Clone, Debug)]
@@ -191,20 +190,11 @@ pub fn run_phase(opts: &Scenario, cpu: usize, target: Option<Target>, seconds: f
 }
 
 
-/// scx_morpheus's stats snapshot, read from its stats socket (`<socket>.stats`, scx_stats protocol:
-/// one JSON request line, one JSON reply line).
+/// scx_morpheus's stats snapshot as JSON (its `Metrics`), read through the agent's own stats client
+/// from its stats socket. The request may take 30 s: under qemu TCG the agent answers at its next tick.
 pub fn read_stats(socket: &Path) -> Result<serde_json::Value> {
-    let mut path = socket.as_os_str().to_owned();
-    path.push(".stats");
-    let stream = UnixStream::connect(&path).with_context(|| format!("cannot connect to {}", Path::new(&path).display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    (&stream).write_all(b"{\"req\":\"stats\",\"args\":{}}\n")?;
-    let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
-    let mut reply: serde_json::Value = serde_json::from_str(&line).context("the stats reply is not JSON")?;
-    if reply["errno"] != 0 {
-        bail!("the stats request failed: {line}");
-    }
-    Ok(reply["args"]["resp"].take())
+    let path = stats_socket::path_for(socket);
+    let metrics = stats_socket::Reader::connect_with_timeout(&path, Duration::from_secs(30))?.fetch()?;
+    Ok(serde_json::to_value(metrics)?)
 }
 
