@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Machine pressure for the region header: PSI "some avg10" of cpu, io and memory, and the run-queue
-//! depth from /proc/stat, published under the header's seqlock.
+//! depth from /proc/loadavg, published under the header's seqlock.
 
 use std::fs;
 use std::time::Duration;
@@ -25,9 +25,14 @@ pub fn parse_psi_some_avg10(text: &str) -> Option<u32> {
     Some(whole.checked_mul(100)?.checked_add(frac2.parse::<u32>().ok()?)?)
 }
 
-/// `procs_running` of /proc/stat.
-pub fn parse_procs_running(stat: &str) -> Option<u32> {
-    stat.lines().find_map(|l| l.strip_prefix("procs_running ")).and_then(|v| v.trim().parse().ok())
+/// The runnable tasks of /proc/loadavg (its fourth field, `running/threads`): the kernel's nr_running(),
+/// the figure /proc/stat reports as procs_running. /proc/stat is not read for it: the kernel sums every
+/// IRQ's count over every CPU for each read, and in the VM (TCG) the idle agent's four reads a second
+/// took it from 1.3 % to 5.4 % of a CPU (scheduler/BENCHMARKS.md).
+pub fn parse_loadavg_running(loadavg: &str) -> Option<u32> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    let (running, _threads) = field.split_once('/')?;
+    running.parse().ok()
 }
 
 pub struct PressureFeed {
@@ -58,7 +63,7 @@ impl PressureFeed {
             fs::read_to_string(format!("/proc/pressure/{name}")).ok().and_then(|t| parse_psi_some_avg10(&t)).unwrap_or(0)
         };
         let cpu = psi("cpu");
-        let running = fs::read_to_string("/proc/stat").ok().and_then(|t| parse_procs_running(&t)).unwrap_or(0);
+        let running = fs::read_to_string("/proc/loadavg").ok().and_then(|t| parse_loadavg_running(&t)).unwrap_or(0);
         Pressure {
             seq: 0,
             level: morpheus_policy_ffi::pressure_level(cpu),
@@ -86,8 +91,9 @@ mod tests {
     }
 
     #[test]
-    fn parses_procs_running() {
-        assert_eq!(parse_procs_running("cpu 1 2 3\nprocs_running 7\nprocs_blocked 0\n"), Some(7));
-        assert_eq!(parse_procs_running("cpu 1 2 3\n"), None);
+    fn parses_loadavg_running() {
+        assert_eq!(parse_loadavg_running("0.20 0.18 0.12 7/80 11206\n"), Some(7));
+        assert_eq!(parse_loadavg_running("0.20 0.18 0.12\n"), None);
+        assert_eq!(parse_loadavg_running("0.20 0.18 0.12 x/80 11206\n"), None);
     }
 }
