@@ -13,4 +13,5 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp "$target_dir/debug/scx_morpheus" "$work/scx_morpheus"
 chmod 0755 "$work"
-exec python3 e2e-trust/attacks.py --bin "$work/scx_morpheus" "$@"
+# Not exec: the EXIT trap must still remove the copy (36 MB per run was left in /tmp).
+python3 e2e-trust/attacks.py --bin "$work/scx_morpheus" "$@"
