@@ -2,24 +2,34 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Tables and plots of a scheduler comparison run (scheduler/compare, scheduler/BENCHMARKS.md).
 
-Reads the `config {json}` and `result {json}` lines the `compare` binary printed (the VM's console
-with its prefix removed, other lines ignored) and prints, per table, every scheduler's figures with
-their ratio to EEVDF's in the same run (markdown), then writes one PNG per table: the p99 per
-scheduler and cell.
+Reads the `config {json}`, `round {json}` and `result {json}` lines the `compare` binary printed (the
+VM's console with its prefix removed, other lines ignored) and prints, per table, every scheduler's
+figures with their ratio to EEVDF's in the same run (markdown), then the verdicts against the
+targets of scheduler/BENCHMARKS.md, then writes one PNG per table: the p99 per scheduler and cell.
+
+Ratios to EEVDF are paired within a round (the schedulers of one round ran minutes apart; rounds
+ran up to an hour apart), and each is given as the median over the rounds with the range
+[min-max]. With n rounds that range holds the true median ratio with confidence 1 - 2^(1-n) (the
+sign test: each round's ratio falls either side of it with even odds), so a verdict says "met" when
+the whole range is on the right side of its target, "missed" when it is all on the wrong side, and
+"not resolved" otherwise.
 
 usage: report.py [--plots DIR] RESULTS
 """
 
 import argparse
 import json
+import statistics
 import sys
 from collections import OrderedDict
 
 BASELINE = "eevdf"
+MORPHEUS = ("morpheus_observer", "morpheus_enforced")
 
 
 def load(path):
-    config, results, skipped = None, [], 0
+    """(config, pooled result records, per-round records) from a results file."""
+    config, results, rounds, skipped = None, [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
@@ -31,7 +41,7 @@ def load(path):
                 except json.JSONDecodeError:
                     skipped += 1
                 continue
-            if kind not in ("config", "result"):
+            if kind not in ("config", "result", "round"):
                 continue
             try:
                 record = json.loads(body)
@@ -40,13 +50,56 @@ def load(path):
                 continue
             if kind == "config":
                 config = record
+            elif kind == "round":
+                rounds.append(record)
             else:
                 results.append(record)
     if config is None or not results:
         sys.exit(f"report: {path} has no 'config' line or no 'result' lines: did the comparison run?")
     if skipped:
         print(f"report: warning: {skipped} garbled result line(s) skipped", file=sys.stderr)
-    return config, results
+    return config, results, rounds
+
+
+def by_round(rounds):
+    """(table, cell, scheduler) -> round -> record."""
+    out = {}
+    for r in rounds:
+        out.setdefault((r["table"], r["cell"], r["scheduler"]), {})[r["round"]] = r
+    return out
+
+
+def per_round(values):
+    """Median and range of per-round values: (median, min, max, n), or None without any."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values), len(values)
+
+
+def paired_ratios(rounds, table, cell, sched, metric, base=BASELINE):
+    """sched's metric over base's in each round both ran (a round where base's is 0 is left out)."""
+    mine, theirs = rounds.get((table, cell, sched), {}), rounds.get((table, cell, base), {})
+    return [mine[k][metric] / theirs[k][metric] for k in sorted(mine) if k in theirs and theirs[k][metric]]
+
+
+def spread(values, digits=3):
+    """'median [min-max]' of per-round values, or an em dash."""
+    s = per_round(values)
+    if s is None:
+        return "—"
+    med, lo, hi, _ = s
+    return f"{med:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
+
+
+def verdict(values, target, at_most=True):
+    """'met', 'missed' or 'not resolved' for per-round values against a target (see the module doc)."""
+    s = per_round(values)
+    if s is None:
+        return "no data"
+    _, lo, hi, _ = s
+    ok_all, ok_none = (hi <= target, lo > target) if at_most else (lo >= target, hi < target)
+    return "met" if ok_all else "missed" if ok_none else "not resolved"
 
 
 def index(results):
@@ -74,56 +127,107 @@ def rows(cells, order):
                 yield cell, s, by[s], base
 
 
-def latency_table(cells, order):
-    print("| cell | scheduler | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | ops/s ÷ EEVDF | p50 ÷ EEVDF | p99 ÷ EEVDF | p99.9 ÷ EEVDF |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def latency_table(cells, order, rounds):
+    print("| cell | scheduler | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | ops/s ÷ EEVDF | p50 ÷ EEVDF | p99 ÷ EEVDF | p99.9 ÷ EEVDF | p99 ÷ EEVDF per round |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cell, s, r, b in rows(cells, order):
         print(f"| {cell} | {s} | {r['ops_per_s']:.0f} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | "
               f"{ratio(r['ops_per_s'], b.get('ops_per_s'))} | {ratio(r['p50'], b.get('p50'))} | {ratio(r['p99'], b.get('p99'))} | "
-              f"{ratio(r['p999'], b.get('p999'))} |")
+              f"{ratio(r['p999'], b.get('p999'))} | {spread(paired_ratios(rounds, 'latency', cell, s, 'p99'))} |")
 
 
-def checkpoint_cost(cells, order):
-    """Throughput with checkpoints over without, per scheduler and shape (the ≤ 2 % target)."""
-    print()
-    print("Checkpoint cost (ops/s with checkpoints ÷ without, same scheduler, same run):")
-    print()
-    print("| shape | " + " | ".join(order) + " |")
-    print("|---|" + "---:|" * len(order))
-    for cell, by in cells.items():
-        if cell.endswith("_ckpt"):
-            continue
-        on = cells.get(cell + "_ckpt", {})
-        row = [ratio(on[s]["ops_per_s"], by[s]["ops_per_s"]) if s in on and s in by else "—" for s in order]
-        print(f"| {cell} | " + " | ".join(row) + " |")
+def checkpoint_cost_table(cells, order, rounds):
+    """Ops/s of the ops with checkpoints over the ops without, in the same cell (the ≤ 2 % target)."""
+    print("| shape | scheduler | ops with / without | mean latency with / without µs | p99 with / without µs | ops/s with ÷ without (pooled) | per round |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for cell, s, r, _ in rows(cells, order):
+        cost, without = r["cost"], r["without"]
+        pooled = f"{cost['ops_ratio']:.4f}" if cost.get("ops_ratio") is not None else "—"
+        per = [x.get("ops_ratio") for x in rounds.get(("checkpoint_cost", cell, s), {}).values()]
+        print(f"| {cell} | {s} | {cost['ops_with']} / {cost['ops_without']} | {us(cost['mean_with_ns'])} / {us(cost['mean_without_ns'])} | "
+              f"{us(r['p99'])} / {us(without['p99'])} | {pooled} | {spread(per, 4)} |")
 
 
-def starvation_table(cells, order, config):
-    print("| scheduler | samples | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | p50 ÷ EEVDF | p99 ÷ EEVDF | max ÷ EEVDF | p99 ÷ (slice+grace) | escalations (all cells) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for _, s, r, base in rows(cells, order):
+def starvation_table(cells, order, rounds):
+    print("| scheduler | samples | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | p50 ÷ EEVDF | p99 ÷ EEVDF | max ÷ EEVDF | p99 ÷ EEVDF per round | p99 ÷ (slice+grace) | escalations (all cells) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cell, s, r, base in rows(cells, order):
         bound = r.get("slice_plus_grace_ns")
         vs_bound = f"{r['p99'] / bound:.2f}" if bound and s.startswith("morpheus") else "—"
         esc = r.get("escalations_all_cells", "—") if s.startswith("morpheus") else "—"
         print(f"| {s} | {r['samples']} | {us(r['p50'])} | {us(r['p90'])} | {us(r['p99'])} | {us(r['p999'])} | {us(r['max'])} | "
-              f"{ratio(r['p50'], base.get('p50'))} | {ratio(r['p99'], base.get('p99'))} | {ratio(r['max'], base.get('max'))} | {vs_bound} | {esc} |")
+              f"{ratio(r['p50'], base.get('p50'))} | {ratio(r['p99'], base.get('p99'))} | {ratio(r['max'], base.get('max'))} | "
+              f"{spread(paired_ratios(rounds, 'starvation', cell, s, 'p99'), 2)} | {vs_bound} | {esc} |")
 
 
-def liar_table(cells, order):
-    print("| section | scheduler | sections | mean overhead % | p50 % | p99 % | max % | p99 ÷ EEVDF | escalations inside sections |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+def liar_table(cells, order, rounds):
+    print("| section | scheduler | sections | mean overhead % | p50 % | p99 % | max % | p99 ÷ EEVDF | mean % per round | escalations inside sections |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     pct = lambda ppm: f"{ppm / 1e4:.2f}"
     for cell, s, r, base in rows(cells, order):
+        per = [x["mean"] / 1e4 for x in rounds.get(("liar", cell, s), {}).values()]
         print(f"| {cell} | {s} | {r['samples']} | {pct(r['mean'])} | {pct(r['p50'])} | {pct(r['p99'])} | {pct(r['max'])} | "
-              f"{ratio(r['p99'], base.get('p99'))} | {r.get('escalations_inside', 0)} |")
+              f"{ratio(r['p99'], base.get('p99'))} | {spread(per, 2)} | {r.get('escalations_inside', 0)} |")
 
 
-def batch_table(cells, order):
-    print("| threads | scheduler | runs | median ms | min ms | max ms | median ÷ EEVDF |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+def batch_table(cells, order, rounds):
+    print("| threads | scheduler | runs | median ms | min ms | max ms | median ÷ EEVDF | per round |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     ms = lambda ns: f"{ns / 1e6:.0f}"
     for cell, s, r, base in rows(cells, order):
-        print(f"| {cell} | {s} | {r['samples']} | {ms(r['p50'])} | {ms(r.get('min', r['p50']))} | {ms(r['max'])} | {ratio(r['p50'], base.get('p50'))} |")
+        print(f"| {cell} | {s} | {r['samples']} | {ms(r['p50'])} | {ms(r.get('min', r['p50']))} | {ms(r['max'])} | "
+              f"{ratio(r['p50'], base.get('p50'))} | {spread(paired_ratios(rounds, 'batch', cell, s, 'p50'))} |")
+
+
+def verdicts(tables, order, rounds, n_rounds):
+    """One line per target of scheduler/BENCHMARKS.md: the per-round figures and met / missed / not resolved."""
+    lines = []
+    mine = [s for s in MORPHEUS if s in order]
+    peers = [s for s in order if s not in MORPHEUS]
+    for cell in tables.get("checkpoint_cost", {}):
+        for s in mine:
+            per = [x.get("ops_ratio") for x in rounds.get(("checkpoint_cost", cell, s), {}).values()]
+            lines.append((f"checkpoints cost ≤ 2 % of throughput, {cell}, {s} (ops/s with ÷ without)", spread(per, 4), verdict(per, 0.98, at_most=False)))
+    for cell in tables.get("batch", {}):
+        for s in mine:
+            per = paired_ratios(rounds, "batch", cell, s, "p50")
+            lines.append((f"no-worker batch ≤ 1.05× EEVDF, {s}", spread(per), verdict(per, 1.05)))
+    for cell in tables.get("starvation", {}):
+        if "morpheus_enforced" in order:
+            per = paired_ratios(rounds, "starvation", cell, "morpheus_enforced", "p99")
+            lines.append(("enforced starvation p99 ≤ 0.2× EEVDF", spread(per), verdict(per, 0.2)))
+            recs = rounds.get(("starvation", cell, "morpheus_enforced"), {}).values()
+            per = [x["p99"] / x["slice_plus_grace_ns"] for x in recs if x.get("slice_plus_grace_ns")]
+            lines.append(("enforced starvation p99 ≤ slice + grace", spread(per, 2), verdict(per, 1.0)))
+    for cell, by in tables.get("liar", {}).items():
+        for s in mine:
+            if s in by:
+                per = [x["mean"] / 1e4 for x in rounds.get(("liar", cell, s), {}).values()]
+                inside = by[s].get("escalations_inside", 0)
+                v = verdict(per, 0.5)
+                lines.append((f"liar {cell}, {s}: mean overhead ≤ 0.5 %, 0 escalations inside ({inside})", spread(per, 2),
+                              v if inside == 0 else "missed"))
+    for cell in tables.get("latency", {}):
+        for s in mine:
+            best_peer = []
+            mine_by = rounds.get(("latency", cell, s), {})
+            for k, rec in sorted(mine_by.items()):
+                theirs = [rounds[("latency", cell, p)][k]["p99"] for p in peers if k in rounds.get(("latency", cell, p), {})]
+                if theirs and min(theirs):
+                    best_peer.append(rec["p99"] / min(theirs))
+            lines.append((f"Table 1 {cell}, {s}: p99 ≤ the best other scheduler's in the round", spread(best_peer), verdict(best_peer, 1.0)))
+    if not lines:
+        return
+    if n_rounds > 1:
+        print(f"Each figure: the median over the rounds [min–max]; with {n_rounds} rounds the range holds the true median "
+              f"with confidence {1 - 2 ** (1 - n_rounds):.1%} (sign test).")
+    else:
+        print("One round: each range is a single value, and no verdict carries any confidence.")
+    print()
+    print("| target | per round | verdict |")
+    print("|---|---:|---|")
+    for what, figure, v in lines:
+        print(f"| {what} | {figure} | {v} |")
 
 
 def plot(table, cells, order, path, ylabel, scale):
@@ -154,7 +258,8 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="directory for the PNG plots (not written without it)")
     args = parser.parse_args()
-    config, results = load(args.results)
+    config, results, round_records = load(args.results)
+    rounds = by_round(round_records)
     seen = {r["scheduler"] for r in results}
     order = [s for s in config["schedulers"] if s in seen]
     tables = index(results)
@@ -162,7 +267,8 @@ def main():
           f"ratios are to {BASELINE} of the same run.")
     sections = [
         ("latency", "Table 1, latency (request workers; op latency = end of think time to end of work)", latency_table),
-        ("starvation", "Table 2, starvation (cooperative workers' release latency beside a zombie, one CPU)", None),
+        ("checkpoint_cost", "Checkpoint cost (Table 1's shapes, each worker alternating ops with and without checkpoints)", checkpoint_cost_table),
+        ("starvation", "Table 2, starvation (cooperative workers' release latency beside a zombie, one CPU)", starvation_table),
         ("liar", "Table 3, liar (wall time over the CPU time asked for, inside critical sections)", liar_table),
         ("batch", "CPU-bound batch, no worker registered (wall time)", batch_table),
     ]
@@ -172,12 +278,11 @@ def main():
         print()
         print(f"### {title}")
         print()
-        if name == "starvation":
-            starvation_table(tables[name], order, config)
-        else:
-            fn(tables[name], order)
-        if name == "latency":
-            checkpoint_cost(tables[name], order)
+        fn(tables[name], order, rounds)
+    print()
+    print("### Verdicts against the targets (scheduler/BENCHMARKS.md)")
+    print()
+    verdicts(tables, order, rounds, config["rounds"])
     if args.plots:
         import os
 

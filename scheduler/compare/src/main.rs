@@ -7,13 +7,16 @@
 //! - Table 2, starvation: the starvation benchmark's scenario (morpheus_starvation);
 //! - Table 3, liar: critical sections of 100 and 500 ms: cost against the CPU time asked for, and
 //!   escalations inside sections;
+//! - checkpoint cost: Table 1's shapes with each worker alternating ops with and without checkpoints
+//!   (ops/s with ÷ without, measured on the same load at the same moments);
 //! - a CPU-bound batch with no worker registered.
 //!
 //! Rounds interleave the schedulers (each round starts at the next one in the list), each scheduler
-//! loaded once per round for all cells, and each (cell, scheduler)'s samples are pooled over the
-//! rounds, so load from outside falls on every scheduler alike. Needs a kernel with sched_ext and root
-//! (the VM: scheduler/compare/run-vm.sh). Prints one `result {json}` line per (cell, scheduler);
-//! scheduler/compare/report.py makes the tables with ratios to EEVDF and the plots.
+//! loaded once per round for all cells, so load from outside falls on every scheduler alike. Prints a
+//! `round {json}` line per (cell, scheduler, round) as it goes, for ratios paired within a round, and
+//! at the end a `result {json}` line per (cell, scheduler) with the samples pooled over the rounds.
+//! Needs a kernel with sched_ext and root (the VM: scheduler/compare/run-vm.sh);
+//! scheduler/compare/report.py makes the tables with ratios to EEVDF, the verdicts and the plots.
 
 mod schedulers;
 mod workloads;
@@ -24,10 +27,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Parser;
 use morpheus_starvation::{run_phase, Scenario};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use schedulers::{Binaries, Sched};
-use workloads::LatencyShape;
+use workloads::{Checkpoints, LatencyShape};
+
+const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "batch"];
 
 #[derive(Debug, Parser)]
 #[command(name = "compare", about = "scx_morpheus against EEVDF, scx_bpfland and scx_lavd on the reference workloads")]
@@ -42,7 +47,7 @@ struct Opts {
     #[arg(long, default_value_t = 3.0)]
     cell_seconds: f64,
     /// Tables to run.
-    #[arg(long, value_delimiter = ',', default_values_t = vec!["latency".to_string(), "starvation".into(), "liar".into(), "batch".into()])]
+    #[arg(long, value_delimiter = ',', default_values_t = TABLES.map(String::from).to_vec())]
     tables: Vec<String>,
     /// Table 1: think time before each op, µs.
     #[arg(long, default_value_t = 1000)]
@@ -70,8 +75,11 @@ struct Opts {
 /// One cell's pooled samples for one scheduler.
 #[derive(Default)]
 struct Pool {
-    /// Latencies (Tables 1, 2) in ns; liar overheads in ppm; batch wall times in ns.
+    /// Latencies (Tables 1, 2; checkpoint cost: the ops with checkpoints) in ns; liar overheads in
+    /// ppm; batch wall times in ns.
     samples: Vec<u64>,
+    /// Checkpoint cost: the latencies of the ops without checkpoints, ns.
+    samples_without: Vec<u64>,
     ops: u64,
     measured_s: f64,
     escalations_inside: u64,
@@ -88,17 +96,61 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn latency_cells() -> Vec<(String, LatencyShape)> {
+fn mean(samples: &[u64]) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.iter().map(|&x| x as f64).sum::<f64>() / samples.len() as f64
+}
+
+/// Order statistics of one sample set (sorted here).
+fn summary(samples: &mut [u64]) -> Value {
+    samples.sort_unstable();
+    let s = &*samples;
+    let q = |p: f64| percentile(s, p);
+    json!({
+        "samples": s.len(), "min": s.first().copied().unwrap_or(0), "p50": q(50.0), "p90": q(90.0), "p99": q(99.0),
+        "p999": q(99.9), "max": s.last().copied().unwrap_or(0), "mean": mean(s),
+    })
+}
+
+/// Table 1's cells (`checkpoints` Off or On), or the checkpoint-cost cells (Alternating), with the
+/// per-op shape from the command line.
+fn latency_cells(opts: &Opts, alternating: bool) -> Vec<(String, LatencyShape)> {
+    let modes: &[Checkpoints] = if alternating { &[Checkpoints::Alternating] } else { &[Checkpoints::Off, Checkpoints::On] };
     let mut cells = Vec::new();
     for workers in [4, 8] {
         for pressure in [false, true] {
-            for checkpoints in [false, true] {
-                let name = format!("w{workers}{}{}", if pressure { "_pressure" } else { "" }, if checkpoints { "_ckpt" } else { "" });
-                cells.push((name, LatencyShape { workers, pressure, checkpoints, think_us: 0, work_us: 0, chunk_us: 0 }));
+            for &checkpoints in modes {
+                let suffix = if checkpoints == Checkpoints::On { "_ckpt" } else { "" };
+                let name = format!("w{workers}{}{suffix}", if pressure { "_pressure" } else { "" });
+                let (think_us, work_us, chunk_us) = (opts.think_us, opts.op_work_us, opts.chunk_us);
+                cells.push((name, LatencyShape { workers, pressure, checkpoints, think_us, work_us, chunk_us }));
             }
         }
     }
     cells
+}
+
+/// A checkpoint-cost cell's figures: ops/s with checkpoints ÷ without. Each worker's ops/s is one
+/// over (think time + mean op latency), so the ratio is of those cycle times, the other way up.
+fn checkpoint_cost(think_us: u64, with_ns: &[u64], without_ns: &[u64]) -> Value {
+    let think = think_us as f64 * 1000.0;
+    let (with, without) = (mean(with_ns), mean(without_ns));
+    let ratio = if with_ns.is_empty() || without_ns.is_empty() { Value::Null } else { json!((think + without) / (think + with)) };
+    json!({
+        "ops_with": with_ns.len(), "ops_without": without_ns.len(), "mean_with_ns": with, "mean_without_ns": without,
+        "think_ns": think, "ops_ratio": ratio,
+    })
+}
+
+/// One `round {json}` line: a (table, cell, scheduler)'s figures from one round alone.
+fn print_round(table: &str, cell: &str, sched: Sched, round: u32, figures: Value) {
+    let mut record = json!({"table": table, "cell": cell, "scheduler": sched.name(), "round": round + 1});
+    if let (Some(r), Value::Object(f)) = (record.as_object_mut(), figures) {
+        r.extend(f);
+    }
+    println!("round {record}");
 }
 
 fn main() -> Result<()> {
@@ -107,8 +159,8 @@ fn main() -> Result<()> {
         bail!("--rounds must be positive, --cell-seconds above 0.6 (0.3 s of warm-up) and --schedulers non-empty");
     }
     for table in &opts.tables {
-        if !["latency", "starvation", "liar", "batch"].contains(&table.as_str()) {
-            bail!("--tables: unknown table '{table}' (latency, starvation, liar, batch)");
+        if !TABLES.contains(&table.as_str()) {
+            bail!("--tables: unknown table '{table}' ({})", TABLES.join(", "));
         }
     }
     let need = |s: Sched, p: &Option<PathBuf>, flag: &str| -> Result<PathBuf> {
@@ -171,20 +223,33 @@ fn main() -> Result<()> {
             let morpheus_socket = if sched.is_morpheus() { socket.as_deref() } else { None };
             let outcome = (|| -> Result<()> {
                 if has("latency") {
-                    for (cell, mut shape) in latency_cells() {
-                        shape.think_us = opts.think_us;
-                        shape.work_us = opts.op_work_us;
-                        shape.chunk_us = opts.chunk_us;
+                    for (cell, shape) in latency_cells(&opts, false) {
                         let r = workloads::latency(shape, morpheus_socket, ncpu, opts.cell_seconds)?;
+                        let mut figures = summary(&mut r.all_ns().collect::<Vec<_>>());
+                        figures["ops_per_s"] = json!(r.ops() as f64 / r.measured_s.max(1e-9));
+                        print_round("latency", &cell, sched, round, figures);
                         let pool = pools.entry(("latency".into(), cell, sched.name())).or_default();
-                        pool.samples.extend(r.latencies_ns);
-                        pool.ops += r.ops;
+                        pool.samples.extend(r.all_ns());
+                        pool.ops += r.ops();
                         pool.measured_s += r.measured_s;
+                    }
+                }
+                if has("checkpoint_cost") {
+                    for (cell, shape) in latency_cells(&opts, true) {
+                        let r = workloads::latency(shape, morpheus_socket, ncpu, opts.cell_seconds)?;
+                        let figures = checkpoint_cost(opts.think_us, &r.with_checkpoints_ns, &r.without_checkpoints_ns);
+                        print_round("checkpoint_cost", &cell, sched, round, figures);
+                        let pool = pools.entry(("checkpoint_cost".into(), cell, sched.name())).or_default();
+                        pool.samples.extend(&r.with_checkpoints_ns);
+                        pool.samples_without.extend(&r.without_checkpoints_ns);
                     }
                 }
                 if has("starvation") {
                     let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), opts.cell_seconds)?;
                     bound_ns = bound_ns.or(bound);
+                    let mut figures = summary(&mut lat.clone());
+                    figures["slice_plus_grace_ns"] = json!(bound);
+                    print_round("starvation", "zombie+3", sched, round, figures);
                     let pool = pools.entry(("starvation".into(), "zombie+3".into(), sched.name())).or_default();
                     pool.samples.extend(lat);
                 }
@@ -193,16 +258,20 @@ fn main() -> Result<()> {
                         // Long enough for at least three sections per round.
                         let seconds = opts.cell_seconds.max(0.3 + 3.2 * section_ms as f64 / 1000.0);
                         let r = workloads::liar(section_ms, 2, pinned_cpu, morpheus_socket, seconds)?;
-                        let pool = pools.entry(("liar".into(), format!("section_{section_ms}ms"), sched.name())).or_default();
+                        let cell = format!("section_{section_ms}ms");
+                        let mut figures = summary(&mut r.overhead_ppm.clone());
+                        figures["escalations_inside"] = json!(r.escalations_inside);
+                        print_round("liar", &cell, sched, round, figures);
+                        let pool = pools.entry(("liar".into(), cell, sched.name())).or_default();
                         pool.samples.extend(r.overhead_ppm);
                         pool.escalations_inside += r.escalations_inside;
                     }
                 }
                 if has("batch") {
-                    for _ in 0..opts.batch_repeats {
-                        let ns = workloads::batch(ncpu, opts.batch_iterations)?;
-                        pools.entry(("batch".into(), format!("{ncpu}_threads"), sched.name())).or_default().samples.push(ns);
-                    }
+                    let cell = format!("{ncpu}_threads");
+                    let runs = (0..opts.batch_repeats).map(|_| workloads::batch(ncpu, opts.batch_iterations)).collect::<Result<Vec<_>>>()?;
+                    print_round("batch", &cell, sched, round, summary(&mut runs.clone()));
+                    pools.entry(("batch".into(), cell, sched.name())).or_default().samples.extend(runs);
                 }
                 Ok(())
             })();
@@ -218,16 +287,17 @@ fn main() -> Result<()> {
     }
 
     for ((table, cell, sched), pool) in pools.iter_mut() {
-        pool.samples.sort_unstable();
-        let s = &pool.samples;
-        let q = |p: f64| percentile(s, p);
-        let mut record = json!({
-            "table": table, "cell": cell, "scheduler": sched, "samples": s.len(),
-            "min": s.first().copied().unwrap_or(0), "p50": q(50.0), "p90": q(90.0), "p99": q(99.0), "p999": q(99.9), "max": s.last().copied().unwrap_or(0),
-            "mean": if s.is_empty() { 0.0 } else { s.iter().map(|&x| x as f64).sum::<f64>() / s.len() as f64 },
-        });
+        let mut record = json!({"table": table, "cell": cell, "scheduler": sched});
+        if let (Some(r), Value::Object(f)) = (record.as_object_mut(), summary(&mut pool.samples)) {
+            r.extend(f);
+        }
         match table.as_str() {
             "latency" => record["ops_per_s"] = json!(pool.ops as f64 / pool.measured_s.max(1e-9)),
+            "checkpoint_cost" => {
+                // Pooled: the samples above are the ops with checkpoints.
+                record["cost"] = checkpoint_cost(opts.think_us, &pool.samples, &pool.samples_without);
+                record["without"] = summary(&mut pool.samples_without);
+            }
             "liar" => record["escalations_inside"] = json!(pool.escalations_inside),
             "starvation" => {
                 record["escalations_all_cells"] = json!(pool.escalations);

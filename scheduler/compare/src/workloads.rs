@@ -5,6 +5,8 @@
 //! - liar (reference Table 3): a worker that holds a critical section of 100 or 500 ms of CPU and
 //!   never checkpoints inside it; the cost to it (wall time over the CPU time it asked for) and the
 //!   escalations it took inside sections;
+//! - checkpoint cost: Table 1's shape, each worker alternating ops with and without checkpoints, so
+//!   both kinds of op meet the same load at the same moments and their ratio is not the host's noise;
 //! - batch: CPU-bound threads with no worker registered, wall time of a fixed amount of work.
 
 use std::path::Path;
@@ -73,21 +75,43 @@ fn spawn_hogs(n: usize, stop: &Arc<AtomicBool>) -> Result<Vec<std::thread::JoinH
         .collect()
 }
 
+/// Which ops of a latency cell reach checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checkpoints {
+    Off,
+    On,
+    /// Every other op of each worker (worker i starts with checkpoints when i is even); the worker
+    /// stays registered throughout, so requests raised during an op without checkpoints wait for the
+    /// next op with them.
+    Alternating,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct LatencyShape {
     pub workers: usize,
     pub pressure: bool,
-    pub checkpoints: bool,
+    pub checkpoints: Checkpoints,
     pub think_us: u64,
     pub work_us: u64,
     pub chunk_us: u64,
 }
 
-/// Per-op latencies (ns) and ops completed after the warm-up, over `seconds - warm-up`.
+/// Per-op latencies (ns) after the warm-up, split by whether the op reached checkpoints, over
+/// `seconds - warm-up`.
 pub struct LatencyResult {
-    pub latencies_ns: Vec<u64>,
-    pub ops: u64,
+    pub with_checkpoints_ns: Vec<u64>,
+    pub without_checkpoints_ns: Vec<u64>,
     pub measured_s: f64,
+}
+
+impl LatencyResult {
+    pub fn ops(&self) -> u64 {
+        (self.with_checkpoints_ns.len() + self.without_checkpoints_ns.len()) as u64
+    }
+
+    pub fn all_ns(&self) -> impl Iterator<Item = u64> + '_ {
+        self.with_checkpoints_ns.iter().chain(&self.without_checkpoints_ns).copied()
+    }
 }
 
 /// Table 1: each worker loops { sleep think; CPU work }; an op's latency is from the end of its
@@ -100,36 +124,46 @@ pub fn latency(shape: LatencyShape, socket: Option<&Path>, ncpu: usize, seconds:
     let mut handles = Vec::new();
     for i in 0..shape.workers {
         let (stop, barrier) = (Arc::clone(&stop), Arc::clone(&barrier));
-        let socket = if shape.checkpoints { socket.map(Path::to_path_buf) } else { None };
-        handles.push(std::thread::Builder::new().name(format!("req-{i}")).spawn(move || -> Result<(Vec<u64>, u64)> {
-            let worker = if shape.checkpoints { Some(worker_for(socket.as_deref())?) } else { None };
+        let registered = shape.checkpoints != Checkpoints::Off;
+        let socket = if registered { socket.map(Path::to_path_buf) } else { None };
+        handles.push(std::thread::Builder::new().name(format!("req-{i}")).spawn(move || -> Result<(Vec<u64>, Vec<u64>)> {
+            let worker = if registered { Some(worker_for(socket.as_deref())?) } else { None };
             barrier.wait();
             let start = monotonic_ns();
             let (think, work, chunk) = (shape.think_us * 1000, shape.work_us * 1000, shape.chunk_us * 1000);
-            let mut lat = Vec::new();
-            let mut ops = 0u64;
+            let (mut with, mut without) = (Vec::new(), Vec::new());
             let mut due = start + think;
+            let mut op = i;
             while !stop.load(Ordering::Relaxed) {
+                let checkpointed = match shape.checkpoints {
+                    Checkpoints::Off => false,
+                    Checkpoints::On => true,
+                    Checkpoints::Alternating => op % 2 == 0,
+                };
                 sleep_until(due);
-                cpu_work(work, chunk, worker.as_ref());
+                cpu_work(work, chunk, worker.as_ref().filter(|_| checkpointed));
                 let done = monotonic_ns();
                 if due >= start + WARMUP_NS && !stop.load(Ordering::Relaxed) {
-                    lat.push(done.saturating_sub(due));
-                    ops += 1;
+                    if checkpointed { &mut with } else { &mut without }.push(done.saturating_sub(due));
                 }
                 due = done + think;
+                op += 1;
             }
-            Ok((lat, ops))
+            Ok((with, without))
         })?);
     }
     barrier.wait();
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
-    let mut result = LatencyResult { latencies_ns: Vec::new(), ops: 0, measured_s: seconds - WARMUP_NS as f64 / 1e9 };
+    let mut result = LatencyResult {
+        with_checkpoints_ns: Vec::new(),
+        without_checkpoints_ns: Vec::new(),
+        measured_s: seconds - WARMUP_NS as f64 / 1e9,
+    };
     for h in handles {
-        let (lat, ops) = h.join().map_err(|_| anyhow!("a request worker panicked"))??;
-        result.latencies_ns.extend(lat);
-        result.ops += ops;
+        let (with, without) = h.join().map_err(|_| anyhow!("a request worker panicked"))??;
+        result.with_checkpoints_ns.extend(with);
+        result.without_checkpoints_ns.extend(without);
     }
     for h in hogs {
         h.join().map_err(|_| anyhow!("a hog thread panicked"))?;
