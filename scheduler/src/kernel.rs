@@ -73,6 +73,15 @@ const AGENT_IDLE_TICK: Duration = Duration::from_millis(100);
 
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
 /// and grace, never busier than every 100 µs.
+/// CPUs online now: the BPF program shares a CPU out among the tasks waiting for one
+/// (`contended_slice`). Possible CPUs can be many more than the online ones in a VM, and would make
+/// the shares too long.
+fn online_cpus() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
 fn check_interval_ns(config: &Config) -> u64 {
     (config.slice_ns.min(config.grace_ns) / 4).clamp(100_000, 1_000_000)
 }
@@ -572,6 +581,7 @@ impl KernelBackend {
         let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
         rodata.check_interval_ns = check_interval_ns(config);
         rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+        rodata.nr_online_cpus = online_cpus();
         rodata.throttle_max_ns = config.throttle_max_ns;
         // The configuration the live paths decide with (S4): load-time data only the agent writes. The
         // header publishes the same values for runtimes; the BPF side never reads them back from it.
