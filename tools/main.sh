@@ -69,12 +69,12 @@ step_node_service() {
 # the reference evaluation's tables (latency, starvation, liar) and a CPU-bound batch, in the real-kernel
 # VM, one boot, schedulers interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the
 # tables with ratios to EEVDF and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About
-# 12 minutes with a built tree and a cached kernel.
+# 25 minutes with a built tree and a cached kernel.
 step_compare() {
   local out="${MORPHEUS_COMPARE_OUT:-$MORPHEUS_CACHE/compare}"
   mkdir -p "$out"
   bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" -- \
-    --rounds "${MORPHEUS_COMPARE_ROUNDS:-2}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}"
+    --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}"
 }
 
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)

@@ -18,7 +18,7 @@ readonly PROG=compare-vm
 # shellcheck source=../vm/wrapper-args.sh
 source "$root/scheduler/vm/wrapper-args.sh"
 
-timeout=1800
+timeout=3600
 guest_args=(--rounds 3 --cell-seconds 3)
 guest_args_name=compare
 declare -A own_options=([--plots]="a directory" [--json]="a file")
