@@ -71,8 +71,6 @@ const AGENT_TICK: Duration = Duration::from_millis(10);
 /// nothing to sample, and each wake-up costs the workload on that CPU a context switch.
 const AGENT_IDLE_TICK: Duration = Duration::from_millis(100);
 
-/// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
-/// and grace, never busier than every 100 µs.
 /// CPUs online now: the BPF program shares a CPU out among the tasks waiting for one
 /// (`contended_slice`). Possible CPUs can be many more than the online ones in a VM, and would make
 /// the shares too long.
@@ -82,6 +80,8 @@ fn online_cpus() -> u32 {
     u32::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
 
+/// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
+/// and grace, never busier than every 100 µs.
 fn check_interval_ns(config: &Config) -> u64 {
     (config.slice_ns.min(config.grace_ns) / 4).clamp(100_000, 1_000_000)
 }

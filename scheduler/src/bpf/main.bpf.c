@@ -1033,7 +1033,6 @@ void BPF_STRUCT_OPS(morpheus_dispatch, s32 cpu, struct task_struct *prev)
 	scx_bpf_dsq_move_to_local(DEMOTED_DSQ, 0);
 }
 
-/* A task of a capped cgroup that runs out of quota mid-run is preempted at the next tick. */
 /* Tasks queued since p began to run shorten its slice to their share of the CPU (contended_slice). */
 static __always_inline void share_on_tick(struct task_struct *p)
 {
@@ -1054,6 +1053,7 @@ static __always_inline void share_on_tick(struct task_struct *p)
 		scx_bpf_task_set_slice(p, share - ran);
 }
 
+/* A task of a capped cgroup that runs out of quota mid-run is preempted at the next tick. */
 void BPF_STRUCT_OPS(morpheus_tick, struct task_struct *p)
 {
 	struct cgroup_bw *bw;
