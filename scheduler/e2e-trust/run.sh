@@ -13,5 +13,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp "$target_dir/debug/scx_morpheus" "$work/scx_morpheus"
 chmod 0755 "$work"
+# The users and group are machine-wide: runs from several checkouts take this lock in turn.
+exec 9>/run/lock/morpheus-trust-attacks.lock
+flock 9
 # Not exec: the EXIT trap must still remove the copy (36 MB per run was left in /tmp).
 python3 e2e-trust/attacks.py --bin "$work/scx_morpheus" "$@"
