@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Attack tests of the security review (S1-S12, /work/shared/reviews/security-review.md): each one
+"""Attack tests of the security review (S1-S12 and A01-A15, defined in scheduler/SECURITY.md): each one
 reproduces an attack with real unprivileged users against the real agent and checks it has no effect.
 
 Run as root (it creates the users `morpheus-atk` and `morpheus-vic` and the group `morpheus-trust`,

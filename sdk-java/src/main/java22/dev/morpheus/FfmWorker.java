@@ -31,7 +31,7 @@ import java.util.OptionalInt;
  *
  * <p>All accesses go through one {@code static final} segment spanning the address space, with the
  * address as the offset: a constant segment is what lets the JIT drop the bounds and liveness checks
- * (/work/shared/notes/jvm-baselines.md: 1.26x a plain getAcquire, against 2.54x for a segment held in
+ * (sdk-java/BENCHMARKS.md, "Read baselines": 1.26x a plain getAcquire, against 2.54x for a segment held in
  * a field); the addresses are masked so that its bounds and alignment checks fold away as well. What
  * makes that safe is the owner check: only the registering thread reads through these addresses, and for
  * that thread the core keeps the SCB mapped, or points {@code preempt_seq} at memory of its own (a static

@@ -24,7 +24,7 @@ import org.openjdk.jmh.annotations.Warmup;
 /**
  * The FFM baseline the checkpoint is judged against beside {@code AtomicLong.getAcquire()}: a
  * {@code VarHandle.getAcquire} on a mapped 4 KiB {@code MemorySegment} held in a static final field, at a
- * constant offset (the best case of /work/shared/notes/jvm-baselines.md), compared with a long held in a
+ * constant offset (the best case of sdk-java/BENCHMARKS.md, "Read baselines"), compared with a long held in a
  * field. JDK 22+ only, so apart from {@link CheckpointBench}, which also runs on JDK 17.
  */
 @BenchmarkMode({Mode.AverageTime, Mode.SampleTime})
