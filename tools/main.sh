@@ -65,12 +65,15 @@ step_node_service() {
   bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-6}" --rounds 3
 }
 
-# scx_morpheus against EEVDF, scx_bpfland and scx_lavd (tools/setup.sh builds the peers from crates.io) on
+# scx_morpheus against EEVDF, scx_bpfland and scx_lavd (built from crates.io by tools/setup.sh --peers-only
+# the first time this step runs) on
 # the reference evaluation's tables (latency, starvation, liar) and a CPU-bound batch, in the real-kernel
 # VM, one boot, schedulers interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the
 # tables with ratios to EEVDF and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About
 # 25 minutes with a built tree and a cached kernel.
 step_compare() {
+  # The peers are built here, the first time a comparison needs them, not by every step's set-up.
+  bash tools/setup.sh --peers-only
   local out="${MORPHEUS_COMPARE_OUT:-$MORPHEUS_CACHE/compare}"
   mkdir -p "$out"
   bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" -- \
@@ -123,7 +126,8 @@ main() {
     declare -F "step_$name" >/dev/null || { log "unknown step '$name'; steps: ${STEPS[*]}"; return 2; }
   done
 
-  bash tools/setup.sh
+  # The peer schedulers are built by the compare step itself, when it runs (several minutes each).
+  bash tools/setup.sh --no-peers
   # shellcheck source=tools/env.sh
   source tools/env.sh
 

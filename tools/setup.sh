@@ -6,9 +6,11 @@
 # crates.io, npm, Maven Central. Idempotent: what is present is skipped, so a
 # second run takes seconds. Prints every install it makes.
 #
-# Usage: tools/setup.sh [--no-peers]
-#   --no-peers   leave out the peer sched_ext schedulers (several minutes of cargo install on a fresh
-#                machine); only the comparison (tools/main.sh compare) loads them, no test does.
+# Usage: tools/setup.sh [--no-peers | --peers-only]
+#   --no-peers     leave out the peer sched_ext schedulers (several minutes of cargo install each on a
+#                  fresh machine); only the comparison (tools/main.sh compare) loads them, no test does.
+#   --peers-only   install the peer schedulers alone (what `tools/main.sh compare` runs before it
+#                  starts); the other sections are assumed done.
 #
 # Sections, one per ecosystem. A component that needs a new tool adds it to the
 # list in its section (marked "add here"), not as ad-hoc commands.
@@ -218,15 +220,20 @@ SCX_PEERS=(
 setup_scx_peers() {
   local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
   local entry crate version root
+  local n=0 total=${#SCX_PEERS[@]} started
   for entry in "${SCX_PEERS[@]}"; do
     read -r crate version <<<"$entry"
+    n=$((n + 1))
     root="$dest/$crate-$version"
     [[ -x "$root/bin/$crate" ]] && continue
-    log "cargo: installing $crate $version into $root (first time only; several minutes)"
-    # A private target dir: never the workspace's (its build-script outputs are per worktree).
+    log "scx peers: building $crate $version ($n of $total) into $root; first time only, several minutes on 2 cores"
+    started=$SECONDS
+    # A private target dir: never the workspace's (its build-script outputs are per worktree). Cargo's
+    # own "Compiling ..." lines are the progress.
     BPF_CLANG="${BPF_CLANG:-clang-19}" CARGO_TARGET_DIR="$dest/target" \
-      cargo install --locked --quiet --root "$root" --version "=$version" "$crate" ||
+      cargo install --locked --root "$root" --version "=$version" "$crate" ||
       die "cargo install $crate $version failed (see above); it needs clang-19 and libelf (apt section)"
+    log "scx peers: $crate $version built in $((SECONDS - started))s"
   done
   log "scx peers: ${SCX_PEERS[*]} in $dest"
 }
@@ -236,7 +243,11 @@ main() {
   case "${1:-}" in
     "") ;;
     --no-peers) peers=0 ;;
-    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers])" ;;
+    --peers-only)
+      setup_scx_peers
+      return
+      ;;
+    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers | --peers-only])" ;;
   esac
   setup_apt
   setup_bazel
