@@ -727,7 +727,7 @@ impl KernelBackend {
             let slot = hint.slot;
             let Some(ack) = self.last_ack_seq(slot) else { continue };
             // The first request since the worker's last acknowledgement measures the reaction time.
-            if hint.preempt_seq == ack + 1 || self.hint_ack.get(&slot) != Some(&ack) {
+            if hint.preempt_seq == ack.wrapping_add(1) || self.hint_ack.get(&slot) != Some(&ack) {
                 self.reactions.hint.push(hint.overrun_ns);
             }
             self.hint_ack.insert(slot, ack);
