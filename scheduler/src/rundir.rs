@@ -116,6 +116,27 @@ impl RuntimeDir {
         Ok(file)
     }
 
+    /// A second handle on the same directory (the journal keeps one to replace its file).
+    pub fn try_clone(&self) -> io::Result<RuntimeDir> {
+        Ok(RuntimeDir { fd: self.fd.try_clone()?, path: self.path.clone() })
+    }
+
+    /// Renames `from` to `to` inside the directory, replacing `to` atomically, then syncs the
+    /// directory so the rename survives a crash.
+    pub fn replace(&self, from: &str, to: &str) -> io::Result<()> {
+        let f = CString::new(from).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let t = CString::new(to).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: valid dirfds and names.
+        if unsafe { libc::renameat(self.fd.as_raw_fd(), f.as_ptr(), self.fd.as_raw_fd(), t.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fsync of our directory descriptor.
+        if unsafe { libc::fsync(self.fd.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn unlink(&self, name: &str) -> io::Result<()> {
         let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: valid dirfd and name.
