@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Attack tests of the security review (S1-S12, /work/shared/reviews/security-review.md): each one
-reproduces an attack with real unprivileged users against the real agent and checks it has no effect.
+"""Attack tests of the security reviews (S1-S12 of the first; A-codes of the second, listed with their
+rules in scheduler/SECURITY.md): each one reproduces an attack with real unprivileged users against
+the real agent and checks it has no effect.
 
 Run as root (it creates the users `morpheus-atk` and `morpheus-vic` and the group `morpheus-trust`,
 idempotently, and removes them at the end; processes run as them through setpriv):
@@ -705,7 +706,7 @@ def main():
     p.add_argument("--bin", required=True, help="the scx_morpheus binary")
     p.add_argument("--old", action="store_true", help="start it as a 1.2-era agent (--region file)")
     p.add_argument("--keep-users", action="store_true")
-    p.add_argument("only", nargs="*", help="S1 ... S12 (default: all)")
+    p.add_argument("only", nargs="*", help="S1 ... S12, A03 ... (default: all)")
     a = p.parse_args()
     if os.geteuid() != 0:
         print("attacks.py: needs root (it creates the attacker and victim users)", file=sys.stderr)
