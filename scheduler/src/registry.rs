@@ -922,6 +922,64 @@ mod tests {
         assert_eq!(refusals.summary(), None, "counted afresh");
     }
 
+    /// A03: a registration that finds the agent out of descriptors is INTERNAL (the agent's fault),
+    /// not NOT_CALLER_TID (which blamed the caller and hid the cause). Run in a forked child whose
+    /// descriptor limit is its lowest free descriptor, so every open fails with EMFILE.
+    #[test]
+    fn out_of_descriptors_is_internal_not_the_callers_fault() {
+        let mut fds = [0i32; 2];
+        // SAFETY: a pipe for the child's answer.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        // SAFETY: the child only builds the service, calls handle() and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let answer = std::panic::catch_unwind(|| {
+                let params = crate::region::RegionParams::enforced_with_defaults(4, abi::Backend::Sim);
+                let domains = Arc::new(Domains::new(params, 1, None, crate::domains::DomainLimits { total: 4, per_user: 4 }));
+                let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
+                let shared = Shared::new(domains, Workers::new(8), None, None, limits);
+                // SAFETY: no preconditions.
+                let (pid, tid, uid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32, libc::getuid()) };
+                let request = RegRequest {
+                    magic: abi::REG_MAGIC,
+                    abi_major: abi::ABI_MAJOR,
+                    abi_minor: abi::ABI_MINOR,
+                    op: abi::RegOp::Register.raw(),
+                    tid,
+                    message_size: size_of::<RegRequest>() as u32,
+                    ..Default::default()
+                };
+                // SAFETY: plain old data.
+                let bytes = unsafe { std::slice::from_raw_parts((&request as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) };
+                // SAFETY: dup of stdin gives the lowest free descriptor; a limit there makes every
+                // later open fail with EMFILE.
+                let free = unsafe { libc::dup(0) };
+                unsafe { libc::close(free) };
+                let limit = libc::rlimit { rlim_cur: free as libc::rlim_t, rlim_max: free as libc::rlim_t };
+                // SAFETY: valid pointer.
+                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+                handle(&shared, Caller { pid, uid }, bytes).0.status
+            });
+            let status = answer.unwrap_or(u32::MAX);
+            // SAFETY: writing 4 bytes to our pipe, then leaving without running the harness's exit.
+            unsafe {
+                libc::write(wr, (&status as *const u32).cast(), 4);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: closing our copy of the write end; reading the child's 4 bytes; reaping it.
+        let mut status = 0u32;
+        unsafe {
+            libc::close(wr);
+            assert_eq!(libc::read(rd, (&mut status as *mut u32).cast(), 4), 4);
+            libc::close(rd);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(RegStatus::try_from(status).map(|s| s.name()), Ok(RegStatus::Internal.name()), "status {status}");
+    }
+
     #[test]
     fn own_tid_resolves_to_itself() {
         // SAFETY: no preconditions.
