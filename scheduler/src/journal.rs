@@ -215,7 +215,7 @@ impl Journal {
     }
 
     /// The journal's size now, in bytes.
-    pub fn len(&self) -> u64 {
+    pub fn size(&self) -> u64 {
         self.live().bytes
     }
 
@@ -503,11 +503,11 @@ mod tests {
         let mut most = 0;
         for i in 0..10_000u32 {
             journal.client(5_000_000 + i).unwrap();
-            most = most.max(journal.len());
+            most = most.max(journal.size());
         }
         assert!(most <= 2 * COMPACT_AT + 64, "the journal reached {most} bytes");
         let text = std::fs::read_to_string(tmp.path().join("j")).unwrap();
-        assert_eq!(text.len() as u64, journal.len(), "the file in the directory is the journal written to");
+        assert_eq!(text.len() as u64, journal.size(), "the file in the directory is the journal written to");
         let open = parse(&text);
         assert_eq!(open.generation, 5);
         assert_eq!(open.demotions.get(&(me, start_time(me).unwrap())), Some(&(0, 0, 3)), "{}", &text[..200.min(text.len())]);
