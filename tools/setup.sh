@@ -51,6 +51,8 @@ APT_PACKAGES=(
   maven openjdk-17-jdk-headless
   # Scheduler: `morpheus top`'s test drives it in a real terminal (tmux send-keys / capture-pane).
   tmux
+  # Scheduler: the attack test A15 holds a syscall of the agent back (strace fault injection).
+  strace
   # add here
 )
 

@@ -37,6 +37,11 @@ for dir in "$work/plain" "$work/metrics"; do
 done
 sed "s|^ExecStart=/usr/bin/scx_morpheus|ExecStart=$work/scx_morpheus|" dist/scx_morpheus.service.d/metrics.conf \
   >"$work/metrics/scx_morpheus.service.d/metrics.conf"
+# The descriptor limit: set, and a number large enough for the default caps (256 domains at two
+# descriptors each, 64 connections, a descriptor per worker).
+nofile="$(sed -n 's/^LimitNOFILE=//p' dist/scx_morpheus.service)"
+[[ $nofile =~ ^[0-9]+$ ]] && ((nofile >= 4096)) ||
+  { echo "verify.sh: dist/scx_morpheus.service must set LimitNOFILE= to a number >= 4096 (found '$nofile')" >&2; exit 1; }
 verify_unit "$work/plain"
 verify_unit "$work/metrics"
 check_args dist/scx_morpheus.service

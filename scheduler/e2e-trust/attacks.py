@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Attack tests of the security review (S1-S12 and A01-A15, defined in scheduler/SECURITY.md): each one
-reproduces an attack with real unprivileged users against the real agent and checks it has no effect.
+"""Attack tests of the security reviews (S1-S12 of the first, A01-A15 of the second, each defined with
+its rule in scheduler/SECURITY.md): each one reproduces an attack with real unprivileged users against
+the real agent and checks it has no effect.
 
 Run as root (it creates the users `morpheus-atk` and `morpheus-vic` and the group `morpheus-trust`,
 idempotently, and removes them at the end; processes run as them through setpriv):
@@ -28,6 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.path.join(HERE, "client.py")
+ABUSE = os.path.join(HERE, "abuse.py")
 PYTHON = "/usr/bin/python3"  # a system interpreter every user can run
 ATTACKER, VICTIM, GROUP = "morpheus-atk", "morpheus-vic", "morpheus-trust"
 SCHED_IDLE = 5
@@ -62,22 +64,31 @@ def client(user, *args):
     return as_user(user, [PYTHON, CLIENT, *args])
 
 
+def abuse(user, *args):
+    return as_user(user, [PYTHON, ABUSE, *args])
+
+
+def outsider(args):
+    """A real unprivileged user outside the socket group (nobody, no supplementary groups)."""
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all", "--"] + args
+
+
 def uid(user):
     return pwd.getpwnam(user).pw_uid
 
 
 class Agent:
-    def __init__(self, binary, old, directory, extra=(), region_dir=None):
+    def __init__(self, binary, old, directory, extra=(), region_dir=None, verbose=True, wrap=(), popen=None):
         self.dir = directory
         self.socket = os.path.join(directory, "agent.sock")
-        args = [binary, "--backend", "sim", "--socket", self.socket, "--slice-us", "2000", "--grace-us", "2000", "-v"]
+        args = [binary, "--backend", "sim", "--socket", self.socket, "--slice-us", "2000", "--grace-us", "2000"] + (["-v"] if verbose else [])
         if old:
             args += ["--region", os.path.join(region_dir or directory, "region")]
         else:
             args += ["--socket-group", GROUP]
         self.stderr_path = os.path.join(tempfile.gettempdir(), f"trust-agent-{os.getpid()}-{time.monotonic_ns()}.log")
         self.stderr = open(self.stderr_path, "w")
-        self.proc = subprocess.Popen(args + list(extra), stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.proc = subprocess.Popen(list(wrap) + args + list(extra), stdout=subprocess.DEVNULL, stderr=self.stderr, **(popen or {}))
         STARTED.append(self.proc)
 
     def wait_ready(self, timeout=20):
@@ -122,6 +133,16 @@ class Agent:
 # Everything a test started or created, undone after each test whatever happened.
 STARTED = []
 CREATED = []
+GROUPS = []  # process groups (sessions) a test started, killed whole
+
+
+def kill_group(p):
+    """Kills the process group `p` leads (it and every process it forked), then reaps `p`."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
 
 
 def private_dir():
@@ -133,6 +154,11 @@ def private_dir():
 
 
 def cleanup():
+    while GROUPS:
+        try:
+            os.killpg(GROUPS.pop(), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     while STARTED:
         p = STARTED.pop()
         if p.poll() is None:
@@ -213,9 +239,9 @@ class Suite:
     def __init__(self, binary, old):
         self.bin, self.old = binary, old
 
-    def agent(self, directory=None, extra=(), region_dir=None):
+    def agent(self, directory=None, extra=(), region_dir=None, verbose=True, popen=None):
         d = directory or private_dir()
-        a = Agent(self.bin, self.old, d, extra, region_dir)
+        a = Agent(self.bin, self.old, d, extra, region_dir, verbose=verbose, popen=popen)
         if not a.wait_ready():
             log = a.log()
             a.stop()
@@ -436,6 +462,222 @@ class Suite:
         ok = out["results"] == [0] and out["tid"] == 1
         return ok, "a namespaced client (tid 1 in its namespace) registered" if ok else f"refused: {out}"
 
+    # --- bounded work and state per user (review 2: A03, A04, A05, A07, A12, A15) -------------------
+
+    def a03_subuid_domains(self):
+        """A03: a user's subordinate uids (newuidmap) count as one user: they take no more slots, connections or descriptors."""
+        # A temporary /etc/subuid range for the attacker beyond every range there, restored after.
+        path = "/etc/subuid"
+        saved = open(path).read() if os.path.exists(path) else None
+        ends = [int(f[1]) + int(f[2]) for f in (l.split(":") for l in (saved or "").splitlines()) if len(f) == 3 and f[1].isdigit() and f[2].isdigit()]
+        start, count = max([200_000_000] + ends), 4096
+        with open(path, "a") as f:
+            f.write(f"{'' if not saved or saved.endswith(chr(10)) else chr(10)}{ATTACKER}:{start}:{count}\n")
+        try:
+            return self._a03(start, count)
+        finally:
+            if saved is None:
+                os.unlink(path)
+            else:
+                with open(path, "w") as f:
+                    f.write(saved)
+
+    def _a03(self, start, count):
+        import resource
+
+        # systemd's soft limit for a service without LimitNOFILE=, here as the hard limit too (the
+        # agent may only raise its soft limit to the hard one): descriptors are bounded by the caps.
+        limit = {"preexec_fn": lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))}
+        a = self.agent(extra=["--max-workers", "64"], popen=limit)
+
+        def attacker(phase, n, seconds=60):
+            p = subprocess.Popen(abuse(ATTACKER, "subuid", "--socket", a.socket, "--phase", phase, "--count", str(n), "--seconds", str(seconds)),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            STARTED.append(p)
+            GROUPS.append(p.pid)
+            pid = first_line(p)["pid"]
+            # As newuidmap writes it: the user itself as 0, its subordinate range from 1. No gid_map:
+            # the process keeps its supplementary groups, the socket group too.
+            with open(f"/proc/{pid}/uid_map", "w") as f:
+                f.write(f"0 {uid(ATTACKER)} 1\n1 {start} {count}\n")
+            p.stdin.write("mapped\n")
+            p.stdin.flush()
+            return p, first_line(p, timeout=120)
+
+        def victim(n=1):
+            return first_line(spawn(client(VICTIM, "register-once", "--socket", a.socket, "--count", str(n))))["results"]
+
+        notes = []
+        # (a) slots: two processes, as two subordinate uids, 32 slots each (each uid's own cap).
+        p, held = attacker("slots", 32)
+        slots = victim()
+        notes.append(f"slots: attacker {held['processes']}, victim {slots}")
+        kill_group(p)
+        time.sleep(0.5)  # the attacker's threads are gone; the next reclaim frees their slots
+        # (b) connections: 64 trickling connections from four subordinate uids.
+        p, opened = attacker("conns", 64, seconds=8)
+        time.sleep(1.0)
+        conns = victim(10)
+        notes.append(f"connections: attacker opened {opened['opened']}, victim {conns}")
+        kill_group(p)
+        # (c) descriptors: one registration from each of 1100 subordinate uids.
+        p, dom = attacker("domains", 1100)
+        fds = len(os.listdir(f"/proc/{a.proc.pid}/fd")) if a.alive() else -1
+        last = victim()
+        notes.append(f"domains: attacker {dom['results']}, agent descriptors {fds}, victim {last}")
+        kill_group(p)
+        log = a.log()
+        alive = a.alive()
+        a.stop()
+        ok = alive and slots == [0] and conns == [0] * 10 and last == [0] and 0 <= fds < 256
+        return ok, "; ".join(notes) + ("" if ok else f"; agent alive={alive}; log tail: {log[-400:]}")
+
+    def a04_slow_metrics_client(self):
+        """A04: a client trickling its request to the OpenMetrics endpoint does not block root's scrapes."""
+        import urllib.request
+
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        a = self.agent(extra=["--metrics", f"127.0.0.1:{port}"])
+        slow = spawn(abuse(ATTACKER, "trickle-http", "--address", f"127.0.0.1:{port}", "--every", "0.5", "--seconds", "60"))
+        first_line(slow)
+        time.sleep(1.0)
+        answered = []
+        for _ in range(3):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    answered.append(r.status == 200 and b"# EOF" in r.read())
+            except OSError as e:
+                answered.append(f"error: {e}")
+        stop_all(slow)
+        a.stop()
+        ok = answered == [True] * 3
+        return ok, f"3 scrapes beside a trickling client: {answered}"
+
+    def a05_log_flood(self):
+        """A05: a flood of refused requests is neither logged line by line at default verbosity nor served faster than a bounded rate."""
+        a = self.agent(verbose=False)
+        idle0 = agent_cpu(a)
+        time.sleep(2.0)
+        idle = (agent_cpu(a) - idle0) / 2.0  # the agent's own CPU per second without the flood
+        before = a.log().count("\n")
+        cpu0 = agent_cpu(a)
+        t0 = time.monotonic()
+        out = first_line(spawn(abuse(ATTACKER, "refusal-flood", "--socket", a.socket, "--count", "16", "--seconds", "4")), timeout=60)
+        elapsed = time.monotonic() - t0
+        cpu = agent_cpu(a) - cpu0
+        during = a.log().count("\n") - before
+        # The refusals are still reported: one summary within the interval after the flood.
+        summarised = eventually(15.0, lambda: "refused" in a.log() and "NOT_CALLER_TID from uid %d" % uid(ATTACKER) in a.log())
+        lines = [l for l in a.log().splitlines()[before:]]
+        a.stop()
+        # The agent's budget: 50 refusals at once, then 50 a second, per user (one in flight per connection).
+        allowed = 50 + 50 * elapsed + 16
+        per = max(cpu - idle * elapsed, 0.0) / max(out["refusals"], 1) * 1000
+        ok = during <= 2 and summarised and out["refusals"] <= allowed
+        detail = (f"{out['refusals']} refusals answered in {elapsed:.1f} s (budget {allowed:.0f}), {out['closed']} closed; "
+                  f"{during} log line(s) during the flood; agent CPU {cpu:.2f} s ({idle * elapsed:.2f} s of it idle ticks; {per:.2f} ms per answered refusal); summary: "
+                  f"{next((l for l in lines if 'refused' in l), 'none')[:300]}")
+        return ok, detail
+
+    def a07_journal_bounded(self):
+        """A07: the effect journal stays bounded under registrations from new processes, and recovery restores an effect past 64 MiB."""
+        n = int(os.environ.get("A07_REGISTRATIONS", "4000"))
+        d = private_dir()
+        a = self.agent(d)
+        journal = os.path.join(d, "agent.sock.journal")
+        out = first_line(spawn(abuse(ATTACKER, "many-clients", "--socket", a.socket, "--count", str(n), "--parallel", "4")), timeout=max(600, n // 10))
+        size = os.path.getsize(journal)
+        a.stop()
+        grew_bounded = out["ok"] == n and size <= (64 << 10) + 256
+        # A journal a long-running agent could leave: 70 MiB of client lines, then the demotion of a
+        # victim thread that is in force (SCHED_IDLE, set here as the killed agent would have).
+        v = first_line(spawn(client(VICTIM, "busy", "--socket", "-", "--seconds", "60")))
+        tid = v["tid"]
+        os.sched_setscheduler(tid, SCHED_IDLE, os.sched_param(0))
+        with open(f"/proc/{tid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        line = b"client 4999999 1234567890\n"
+        with open(journal, "wb") as f:
+            f.write(b"instance 1\n")
+            chunk = line * ((1 << 20) // len(line))
+            for _ in range(70):
+                f.write(chunk)
+            f.write(f"demote {tid} {start} {os.SCHED_OTHER} 0 0\n".encode())
+        b = Agent(self.bin, self.old, d)
+        started = b.wait_ready(120)
+        restored = policy(tid) == os.SCHED_OTHER
+        log = b.log()
+        b.stop()
+        refused_naming = (not started) and "journal" in log
+        recovered = restored or refused_naming
+        ok = grew_bounded and recovered
+        return ok, (f"{n} registrations from new processes ({out}): journal {size} bytes ({size / n:.1f} per registration); "
+                    f"a demotion after 70 MiB: {'restored' if restored else 'start refused naming the journal' if refused_naming else 'NOT restored'}")
+
+    def a12_counter_overflow(self):
+        """A12: counters overflowed from the SCB (yield_count MAX, 0, MAX; preempt_seq MAX) do not crash a debug-build agent."""
+        a = self.agent()
+        out = first_line(spawn(abuse(ATTACKER, "yield-overflow", "--socket", a.socket, "--seconds", "10")), timeout=60)
+        time.sleep(0.5)
+        alive = a.alive()
+        reg = first_line(spawn(client(VICTIM, "register-once", "--socket", a.socket)))["results"] if alive else None
+        log = a.log()
+        a.stop()
+        hinted = out.get("hinted_past_max")
+        ok = alive and reg == [0] and hinted is True
+        return ok, (f"agent alive after the overflow; the hint past preempt_seq MAX came ({out.get('preempt_seq')}); victim registers"
+                    if ok else f"agent alive={alive}, hint past MAX={hinted}, victim={reg}; log: {log[-300:]}")
+
+    def a15_umask_race(self):
+        """A15: under umask 000 a non-member never connects to the registration socket, not even between its bind and its chmod."""
+        # The agent's chmod of the socket is held back 3 s (strace fault injection), so the window
+        # between bind and chmod is wide open every time: only the mode the socket was bound with
+        # decides whether the outsider gets in.
+        d = private_dir()
+        sock = os.path.join(d, "agent.sock")
+        spinner = subprocess.Popen(outsider([PYTHON, ABUSE, "connect-early", "--socket", sock, "--seconds", "30"]),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        STARTED.append(spinner)
+        wrap = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fchmodat,chmod", "-e", "inject=fchmodat,chmod:delay_enter=3000000"]
+        a = Agent(self.bin, self.old, d, wrap=wrap, popen={"umask": 0})
+        ready = a.wait_ready(60)
+        got = first_line(spinner, timeout=40)
+        status = None
+        if got["connected"]:
+            spinner.stdin.write("go\n")
+            spinner.stdin.flush()
+            status = first_line(spinner, timeout=30).get("status")
+        log = a.log()
+        # Stop the agent itself (strace's child; stopping strace alone would leave it running).
+        for child in children(a.proc.pid):
+            os.kill(child, signal.SIGTERM)
+        a.stop()
+        ok = ready and not got["connected"]
+        return ok, (f"the outsider never connected ({got['failed_connects']} attempts refused)" if ok
+                    else f"agent ready={ready}; outsider connected={got['connected']}, its REGISTER: {status}; {log[-200:]}")
+
+
+def children(pid):
+    """The child processes of `pid`."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def agent_cpu(a):
+    """CPU seconds (user + system) the agent process has used."""
+    with open(f"/proc/{a.proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 TESTS = {
     "S1": Suite.s1_symlink_clobber,
@@ -450,6 +692,12 @@ TESTS = {
     "S10": Suite.s10_directory_owner,
     "S11": Suite.s11_slot_generation,
     "S12": Suite.s12_pid_namespace,
+    "A03": Suite.a03_subuid_domains,
+    "A04": Suite.a04_slow_metrics_client,
+    "A05": Suite.a05_log_flood,
+    "A07": Suite.a07_journal_bounded,
+    "A12": Suite.a12_counter_overflow,
+    "A15": Suite.a15_umask_race,
 }
 
 
@@ -458,7 +706,7 @@ def main():
     p.add_argument("--bin", required=True, help="the scx_morpheus binary")
     p.add_argument("--old", action="store_true", help="start it as a 1.2-era agent (--region file)")
     p.add_argument("--keep-users", action="store_true")
-    p.add_argument("only", nargs="*", help="S1 ... S12 (default: all)")
+    p.add_argument("only", nargs="*", help="S1 ... S12, A03 ... (default: all)")
     a = p.parse_args()
     if os.geteuid() != 0:
         print("attacks.py: needs root (it creates the attacker and victim users)", file=sys.stderr)

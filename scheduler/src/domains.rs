@@ -50,6 +50,15 @@ pub trait RegionMaker: Send + Sync {
     fn name(&self, _uid: u32, _new: &NewRegion) -> Result<Option<PathBuf>> {
         Ok(None)
     }
+
+    /// How many domains this maker can hold at once (the kernel backend's array of maps).
+    fn capacity(&self) -> u32 {
+        u32::MAX
+    }
+
+    /// Lets go of domain `index`'s region (already retired, no worker left in it): it is no longer
+    /// reachable by its name `pin` or by the scheduler, and `index` may be given to a new domain.
+    fn release(&self, _uid: u32, _index: u32, _pin: Option<&std::path::Path>) {}
 }
 
 /// The sim backend's regions: a sealed, preallocated memfd per uid.
@@ -104,44 +113,144 @@ impl Workers {
     }
 }
 
-/// The regions of one agent instance, by trust domain.
+/// How many trust domains may be live at once: in all, and per owning user (a user and its
+/// subordinate uids, src/subuid.rs). Each live domain holds a region (the sim backend: one memfd
+/// descriptor; the kernel backend: a BPF map, two descriptors, and a slot of the program's array of
+/// maps), so without a cap one user with 65,536 subordinate uids exhausts the agent's descriptors.
+#[derive(Clone, Copy, Debug)]
+pub struct DomainLimits {
+    pub total: u32,
+    pub per_user: u32,
+}
+
+/// Why no domain could be given.
+#[derive(Debug)]
+pub enum DomainError {
+    /// `total` domains are live (every user's).
+    Full { total: u32 },
+    /// The owning user already has `live` domains (its own uid and its subordinate uids).
+    UserFull { owner: u32, live: u32 },
+    /// Creating the region failed (e.g. EMFILE: the agent is at its descriptor limit).
+    Create(anyhow::Error),
+}
+
+impl std::fmt::Display for DomainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DomainError::Full { total } => write!(f, "all {total} trust domains are in use (--max-domains)"),
+            DomainError::UserFull { owner, live } => {
+                write!(f, "user {owner} already has {live} trust domains (its uid and subordinate uids; --max-domains-per-user)")
+            }
+            DomainError::Create(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+/// The live domains, by uid, with the owner each one is charged to.
+struct Live {
+    by_uid: HashMap<u32, (Arc<Domain>, u32)>,
+    /// A uid whose domain is never freed ([`Domains::keep`]).
+    kept: Option<u32>,
+}
+
+/// The regions of one agent instance, by trust domain. A domain lives while a worker of its uid
+/// holds a slot: the registry frees it with its last worker ([`Domains::release`]), and its index is
+/// reused by the next domain created.
 pub struct Domains {
     /// What every region's header says (`scb_count` SCBs each), published with `generation`.
     params: RegionParams,
     generation: u64,
     maker: Arc<dyn RegionMaker>,
-    by_uid: Mutex<HashMap<u32, Arc<Domain>>>,
+    limits: DomainLimits,
+    live: Mutex<Live>,
 }
 
 impl Domains {
-    /// Regions made by `maker`, or (None) the sim backend's memfds.
-    pub fn new(params: RegionParams, generation: u64, maker: Option<Arc<dyn RegionMaker>>) -> Domains {
-        Domains { params, generation, maker: maker.unwrap_or_else(|| Arc::new(MemfdRegions)), by_uid: Mutex::new(HashMap::new()) }
+    /// Regions made by `maker`, or (None) the sim backend's memfds, at most `limits` live at once.
+    /// (`limits.total` is lowered to what the maker can hold.)
+    pub fn new(params: RegionParams, generation: u64, maker: Option<Arc<dyn RegionMaker>>, limits: DomainLimits) -> Domains {
+        let maker = maker.unwrap_or_else(|| Arc::new(MemfdRegions));
+        let limits = DomainLimits { total: limits.total.min(maker.capacity()), ..limits };
+        Domains { params, generation, maker, limits, live: Mutex::new(Live { by_uid: HashMap::new(), kept: None }) }
     }
 
-    /// The domain of `uid`, created (allocated, published, handed to the backend) on first use.
-    pub fn for_uid(&self, uid: u32) -> Result<Arc<Domain>> {
-        let mut by_uid = self.by_uid.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(domain) = by_uid.get(&uid) {
+    /// The caps in force.
+    pub fn limits(&self) -> DomainLimits {
+        self.limits
+    }
+
+    /// The domain of `uid`, made now and never freed (the agent's own uid's under the kernel backend:
+    /// the region pinned at PINNED_REGION_PATH, which checks map without registering).
+    pub fn keep(&self, uid: u32) -> std::result::Result<Arc<Domain>, DomainError> {
+        let domain = self.for_uid(uid, uid)?;
+        self.lock().kept = Some(uid);
+        Ok(domain)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The domain of `uid` (charged to user `owner`), created (allocated, published, handed to the
+    /// backend) if it is not live, unless the caps refuse it. Its index is the lowest one free.
+    pub fn for_uid(&self, uid: u32, owner: u32) -> std::result::Result<Arc<Domain>, DomainError> {
+        let mut live = self.lock();
+        if let Some((domain, _)) = live.by_uid.get(&uid) {
             return Ok(Arc::clone(domain));
         }
-        let index = by_uid.len() as u32;
+        if live.by_uid.len() as u32 >= self.limits.total {
+            return Err(DomainError::Full { total: self.limits.total });
+        }
+        let mine = live.by_uid.values().filter(|(_, o)| *o == owner).count() as u32;
+        if mine >= self.limits.per_user {
+            return Err(DomainError::UserFull { owner, live: mine });
+        }
+        let used: Vec<u32> = live.by_uid.values().map(|(d, _)| d.index).collect();
+        let index = (0..).find(|i| !used.contains(i)).expect("fewer than u32::MAX domains");
         let new = self
             .maker
             .create(uid, index, self.params.scb_count)
-            .with_context(|| format!("cannot create the region of uid {uid}"))?;
+            .with_context(|| format!("cannot create the region of uid {uid}"))
+            .map_err(DomainError::Create)?;
         new.region.publish_pressure(&crate::pressure::PressureFeed::new().sample(crate::monotonic_ns()));
         new.region.publish(&self.params, self.generation);
         // Named only now, after the header's release of generation (never a zeroed header by name).
-        let pin = self.maker.name(uid, &new).with_context(|| format!("cannot name the region of uid {uid}"))?;
+        let pin = match self.maker.name(uid, &new) {
+            Ok(pin) => pin,
+            Err(e) => {
+                new.region.retire();
+                self.maker.release(uid, index, None);
+                return Err(DomainError::Create(e.context(format!("cannot name the region of uid {uid}"))));
+            }
+        };
         let domain = Arc::new(Domain { index, region: Arc::new(new.region), fd: new.fd, pin });
-        by_uid.insert(uid, Arc::clone(&domain));
-        log::debug!("created the region of uid {uid} (domain {index}, {} slots)", self.params.scb_count);
+        live.by_uid.insert(uid, (Arc::clone(&domain), owner));
+        log::debug!("created the region of uid {uid} (user {owner}, domain {index}, {} slots)", self.params.scb_count);
         Ok(domain)
+    }
+
+    /// Frees `domain` (the domain of `uid`) once no worker holds a slot in it: the caller holds the
+    /// slot table's lock and has checked that. The region is retired first (generation 0, so a
+    /// runtime still mapping it detaches, spec/SCB.md §6), then the backend lets go of it (its map
+    /// slot and pin); the memfd or map is closed when the last reference goes, and the index is free.
+    pub fn release(&self, uid: u32, domain: &Arc<Domain>) {
+        let mut live = self.lock();
+        if live.kept == Some(uid) || !live.by_uid.get(&uid).is_some_and(|(d, _)| Arc::ptr_eq(d, domain)) {
+            return;
+        }
+        live.by_uid.remove(&uid);
+        domain.region.retire();
+        self.maker.release(uid, domain.index, domain.pin.as_deref());
+        log::debug!("freed the region of uid {uid} (domain {}): its last worker is gone", domain.index);
+    }
+
+    /// Domains live now.
+    pub fn live(&self) -> usize {
+        self.lock().by_uid.len()
     }
 
     /// Every region published so far (pressure updates, retirement).
     pub fn regions(&self) -> Vec<Arc<Region>> {
-        self.by_uid.lock().unwrap_or_else(|p| p.into_inner()).values().map(|d| Arc::clone(&d.region)).collect()
+        self.lock().by_uid.values().map(|(d, _)| Arc::clone(&d.region)).collect()
     }
 }

@@ -75,7 +75,7 @@ pub fn reg_request(data: &[u8]) {
 /// messages the way the socket reader cuts them (prefix, then its size), all from this process.
 pub fn agent_handler(data: &[u8]) {
     let params = RegionParams::enforced_with_defaults(4, abi::Backend::Sim);
-    let domains = Arc::new(Domains::new(params, 1, None));
+    let domains = Arc::new(Domains::new(params, 1, None, crate::domains::DomainLimits { total: 4, per_user: 4 }));
     let workers = Workers::new(8);
     let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
     let shared = Shared::new(domains, Arc::clone(&workers), None, None, limits);

@@ -214,6 +214,28 @@ impl RegionMaker for BpfRegions {
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).push(path.clone());
         Ok(Some(path))
     }
+
+    fn capacity(&self) -> u32 {
+        self.outer.max_entries()
+    }
+
+    /// Empties the program's `regions` slot `index` (a BPF program still running with the old inner
+    /// map keeps it alive until it returns: the kernel frees inner maps after an RCU grace period)
+    /// and removes the pin, so the index can take a new domain's map and no runtime finds the retired
+    /// region by name.
+    fn release(&self, uid: u32, index: u32, pin: Option<&Path>) {
+        if let Err(e) = self.outer.delete(&index.to_ne_bytes()) {
+            log::warn!("cannot empty slot {index} of the BPF regions map (uid {uid}): {e}");
+        }
+        if let Some(pin) = pin {
+            match fs::remove_file(pin) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("cannot remove the pin {} of uid {uid}'s freed region: {e}", pin.display()),
+            }
+            self.pinned.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| p != pin);
+        }
+    }
 }
 
 /// Pins the BPF object `fd` at `path` (BPF_OBJ_PIN).
@@ -727,7 +749,7 @@ impl KernelBackend {
             let slot = hint.slot;
             let Some(ack) = self.last_ack_seq(slot) else { continue };
             // The first request since the worker's last acknowledgement measures the reaction time.
-            if hint.preempt_seq == ack + 1 || self.hint_ack.get(&slot) != Some(&ack) {
+            if hint.preempt_seq == ack.wrapping_add(1) || self.hint_ack.get(&slot) != Some(&ack) {
                 self.reactions.hint.push(hint.overrun_ns);
             }
             self.hint_ack.insert(slot, ack);
@@ -933,6 +955,7 @@ mod tests {
     use morpheus::testing::BpfMount;
 
     const NEEDS: &str = "needs root and bpf(2) (bpffs mount, map creation)";
+    const LIMITS: crate::domains::DomainLimits = crate::domains::DomainLimits { total: 2, per_user: 2 };
 
     /// What a runtime that finds the pin gets: no file, or the SDK's verdict on the region.
     fn what_a_reader_finds(path: &Path) -> std::result::Result<(), String> {
@@ -963,6 +986,9 @@ mod tests {
         fn name(&self, uid: u32, new: &NewRegion) -> Result<Option<PathBuf>> {
             self.inner.name(uid, new)
         }
+        fn release(&self, uid: u32, index: u32, pin: Option<&Path>) {
+            self.inner.release(uid, index, pin)
+        }
     }
 
     #[test]
@@ -985,13 +1011,47 @@ mod tests {
             seen_before_publish: Mutex::new(None),
         });
         let params = RegionParams::enforced_with_defaults(4, abi::Backend::Kernel);
-        let domains = Domains::new(params, 7, Some(Arc::clone(&maker) as Arc<dyn RegionMaker>));
-        let domain = domains.for_uid(uid).unwrap();
+        let domains = Domains::new(params, 7, Some(Arc::clone(&maker) as Arc<dyn RegionMaker>), LIMITS);
+        let domain = domains.for_uid(uid, uid).unwrap();
 
         let before = maker.seen_before_publish.lock().unwrap().take().expect("create ran");
         assert_eq!(before, Ok(()), "a reader that found the pin before the header was published was refused");
         assert_eq!(domain.pin.as_deref(), Some(pin.as_path()));
         let region = morpheus::Region::open(&pin).expect("the pinned region validates once named");
         assert_eq!(region.attached_generation(), 7);
+    }
+
+    /// A03: a domain freed with its last worker is retired (generation 0), its slot of the
+    /// program's array of maps is emptied and its pin removed; the index goes to the next domain,
+    /// whose map (not the freed one) the slot then holds.
+    #[test]
+    #[ignore = "needs root and bpf(2): run with --ignored (//scheduler:region_pin_test does)"]
+    fn a_freed_region_is_retired_unpinned_and_its_index_reused() {
+        let mount = BpfMount::new().expect(NEEDS);
+        let template = create_region_map(0).expect(NEEDS);
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            inner_map_fd: template.as_fd().as_raw_fd() as u32,
+            ..Default::default()
+        };
+        let outer = MapHandle::create(MapType::ArrayOfMaps, Some("regions"), 4, 4, 2, &opts).expect(NEEDS);
+        let maker = Arc::new(BpfRegions { outer, pin_dir: Some(mount.dir.clone()), pinned: Arc::default() });
+        let params = RegionParams::enforced_with_defaults(4, abi::Backend::Kernel);
+        let domains = Domains::new(params, 7, Some(Arc::clone(&maker) as Arc<dyn RegionMaker>), LIMITS);
+        let first = domains.for_uid(40001, 40001).unwrap();
+        let first_pin = first.pin.clone().expect("pinned");
+        assert_eq!(first.index, 0);
+        let map_id = |index: u32| maker.outer.lookup(&index.to_ne_bytes(), MapFlags::ANY).unwrap().map(|v| u32::from_ne_bytes(v[..4].try_into().unwrap()));
+        let first_id = map_id(0).expect("slot 0 holds the first domain's map");
+        domains.release(40001, &first);
+        assert_eq!(first.region.generation(), 0, "retired");
+        assert!(!first_pin.exists(), "the freed region's pin is gone");
+        assert_eq!(map_id(0), None, "slot 0 of the array of maps is empty");
+        assert!(maker.pinned.lock().unwrap().is_empty());
+        let second = domains.for_uid(40002, 40002).unwrap();
+        assert_eq!(second.index, 0, "the freed index is reused");
+        let second_id = map_id(0).expect("slot 0 holds the second domain's map");
+        assert_ne!(second_id, first_id, "the slot holds the new map, not the freed one");
+        assert_eq!(domains.live(), 1);
     }
 }

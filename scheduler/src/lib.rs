@@ -22,6 +22,7 @@ pub mod sim;
 pub mod snapshot;
 pub mod stats;
 pub mod stats_socket;
+pub mod subuid;
 pub mod top;
 pub mod watch;
 

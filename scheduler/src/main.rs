@@ -8,7 +8,7 @@
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
 use scx_morpheus::{
-    backend, build_id, domains, journal, lock, monotonic_ns, openmetrics, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, watch,
+    backend, build_id, domains, journal, lock, monotonic_ns, openmetrics, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, subuid, watch,
 };
 
 use std::collections::VecDeque;
@@ -139,6 +139,22 @@ struct Opts {
     /// cannot take every slot. Also the size of each user's region.
     #[arg(long)]
     max_workers_per_uid: Option<u32>,
+
+    /// Trust domains (uids with a region of their own) live at once, every user's together. A domain
+    /// lives while a worker of its uid holds a slot; past the cap a new uid's registration is refused
+    /// (NO_FREE_SLOT). The kernel backend holds at most its array of maps' size.
+    #[arg(long, default_value_t = 256)]
+    max_domains: u32,
+
+    /// Trust domains one user may have live at once: its own uid and its subordinate uids (--subuid)
+    /// together. Past it, a registration from another of its uids is refused (PROCESS_LIMIT).
+    #[arg(long, default_value_t = 16)]
+    max_domains_per_user: u32,
+
+    /// The subordinate uid ranges (subuid(5)) whose uids are charged to their owner for slots,
+    /// connections, domains and refusals; re-read when it changes. A missing file has no ranges.
+    #[arg(long, value_name = "PATH", default_value = "/etc/subuid")]
+    subuid: PathBuf,
 
     /// Simulation backend: how often worker CPU time is sampled, in microseconds.
     #[arg(long, default_value_t = 1000)]
@@ -304,6 +320,27 @@ fn replay_gate(path: &std::path::Path, verbose: u8) -> Result<()> {
     }
 }
 
+/// Raises the soft descriptor limit to the hard one: every live trust domain, connection and worker
+/// holds descriptors, and systemd's default soft limit (1024) was exhausted by 1014 domains (A03).
+/// The unit also sets LimitNOFILE=; a failure here is logged, not fatal.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        log::warn!("cannot read RLIMIT_NOFILE: {}", std::io::Error::last_os_error());
+        return;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        // SAFETY: valid pointer; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            log::warn!("cannot raise RLIMIT_NOFILE from {} to {}: {}", limit.rlim_cur, limit.rlim_max, std::io::Error::last_os_error());
+            return;
+        }
+    }
+    log::debug!("descriptor limit (RLIMIT_NOFILE): {}", limit.rlim_max);
+}
+
 fn run(opts: Opts) -> Result<()> {
     if let Some(path) = &opts.replay_gate {
         return replay_gate(path, opts.verbose);
@@ -316,7 +353,15 @@ fn run(opts: Opts) -> Result<()> {
         return data.describe_meta(&mut std::io::stdout(), None);
     }
     let config = validate(&opts)?;
+    if opts.max_domains == 0 || opts.max_domains_per_user == 0 || opts.max_domains_per_user > opts.max_domains {
+        bail!(
+            "--max-domains {} / --max-domains-per-user {}: both must be at least 1, and the per-user cap at most --max-domains",
+            opts.max_domains,
+            opts.max_domains_per_user
+        );
+    }
     init_logging(config.verbose);
+    raise_descriptor_limit();
     install_signal_handlers()?;
     let stats_path = stats_socket::path_for(&config.socket_path);
     if let Some(interval) = opts.monitor {
@@ -427,13 +472,15 @@ fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::ne
     // its array of maps (kernel).
     let maker = backend.region_maker();
     let per_uid = if maker.is_some() { "one BPF region map per uid" } else { "one sealed memfd region per uid" };
-    let domains = Arc::new(domains::Domains::new(params.clone(), generation, maker));
+    let domain_limits = domains::DomainLimits { total: opts.max_domains, per_user: opts.max_domains_per_user };
+    let domains = Arc::new(domains::Domains::new(params.clone(), generation, maker, domain_limits));
+    let owners = Arc::new(subuid::Owners::load(&opts.subuid)?);
     // Fail at start-up, not at a registration, if a region cannot be allocated (S9): the agent's own
     // uid's region is made now (kernel: it is the one pinned at PINNED_REGION_PATH); for the sim a
     // probe is enough (its uid may never register).
     if backend.region_maker().is_some() {
         // SAFETY: no preconditions.
-        domains.for_uid(unsafe { libc::geteuid() }).context("cannot allocate the agent's own region")?;
+        domains.keep(unsafe { libc::geteuid() }).map_err(|e| anyhow::anyhow!("cannot allocate the agent's own region: {e}"))?;
     } else {
         region::Region::create_memfd("morpheus-region-probe", params.scb_count)
             .context("cannot allocate a region of --max-workers-per-uid slots")?;
@@ -462,6 +509,14 @@ fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::ne
         backend.slot_observer(),
         Some(Arc::clone(&journal)),
         limits,
+    )
+    .with_owners(Arc::clone(&owners));
+    log::info!(
+        "trust domains: at most {} live, {} per user; {} subordinate uid range(s) from {} charged to their owners",
+        domains.limits().total,
+        domains.limits().per_user,
+        owners.ranges(),
+        opts.subuid.display()
     );
     // The stats socket: before the registry thread starts (its bind runs under a strict umask).
     let publisher = stats_socket::StatsPublisher::launch(&dir, &socket_name)?;

@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -23,7 +25,8 @@ use crate::stats_socket::Reader;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Longest request head accepted.
 const MAX_REQUEST: usize = 8192;
-/// A client must send its request within this long (a silent one is cut off).
+/// A client must send its whole request head within this long (a silent or trickling one is cut off),
+/// and read the reply within as long again.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Label value escaping (OpenMetrics: backslash, double quote, newline).
@@ -134,32 +137,66 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serves scrapes until the process exits, one connection at a time.
+/// Connections served at once; one more is answered 503 at once and closed (a scraper retries).
+const MAX_CLIENTS: usize = 16;
+
+/// Serves scrapes until the process exits, each connection on its own thread (at most
+/// [`MAX_CLIENTS`]), so a client that trickles its request delays no one else's scrape (A04).
 pub fn serve(listener: TcpListener, stats: PathBuf) {
-    let mut reader: Option<Reader> = None;
+    let reader: Arc<Mutex<Option<Reader>>> = Arc::new(Mutex::new(None));
+    let stats = Arc::new(stats);
+    let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        if let Err(e) = answer(stream, &stats, &mut reader) {
-            log::debug!("--metrics: {e:#}");
+        let Ok(mut stream) = stream else { continue };
+        if active.load(Ordering::Acquire) >= MAX_CLIENTS {
+            let _ = stream.set_nonblocking(true);
+            let _ = respond(&mut stream, "503 Service Unavailable", "text/plain", "too many scrapes at once\n");
+            continue;
+        }
+        active.fetch_add(1, Ordering::AcqRel);
+        let (reader, stats, done) = (Arc::clone(&reader), Arc::clone(&stats), Arc::clone(&active));
+        let spawned = std::thread::Builder::new().name("metrics-client".into()).spawn(move || {
+            if let Err(e) = answer(stream, &stats, &reader) {
+                log::debug!("--metrics: {e:#}");
+            }
+            done.fetch_sub(1, Ordering::AcqRel);
+        });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::AcqRel);
+            log::warn!("--metrics: cannot start a thread for a scrape: {e}");
         }
     }
 }
 
-fn answer(mut stream: TcpStream, stats: &Path, reader: &mut Option<Reader>) -> Result<()> {
-    stream.set_read_timeout(Some(REQUEST_DEADLINE))?;
-    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
+/// The time left until `deadline`, or a TimedOut error once it has passed (a zero timeout would mean
+/// "block forever" to set_read_timeout).
+fn remaining(deadline: Instant) -> std::io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) if !left.is_zero() => Ok(left),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the request's deadline passed")),
+    }
+}
+
+fn answer(mut stream: TcpStream, stats: &Path, reader: &Mutex<Option<Reader>>) -> Result<()> {
+    // The whole request head must arrive by the deadline, however it is split (a byte every second
+    // would otherwise renew a per-read timeout for hours).
+    let deadline = Instant::now() + REQUEST_DEADLINE;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        stream.set_read_timeout(Some(remaining(deadline)?))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             return Ok(());
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > MAX_REQUEST {
+            stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
             return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
         }
     }
+    // The reply gets a deadline of its own (a client that stops reading is cut off).
+    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
     let text = String::from_utf8_lossy(&head);
     let mut first = text.lines().next().unwrap_or("").split_whitespace();
     let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
@@ -169,18 +206,22 @@ fn answer(mut stream: TcpStream, stats: &Path, reader: &mut Option<Reader>) -> R
     if target != "/metrics" {
         return respond(&mut stream, "404 Not Found", "text/plain", "see /metrics\n");
     }
-    let snapshot = (|| -> Result<Metrics> {
-        if reader.is_none() {
-            *reader = Some(Reader::connect(stats)?);
+    let snapshot = {
+        let mut reader = reader.lock().unwrap_or_else(|p| p.into_inner());
+        let snapshot = (|| -> Result<Metrics> {
+            if reader.is_none() {
+                *reader = Some(Reader::connect(stats)?);
+            }
+            reader.as_mut().expect("connected above").fetch()
+        })();
+        if snapshot.is_err() {
+            *reader = None;
         }
-        reader.as_mut().expect("connected above").fetch()
-    })();
+        snapshot
+    };
     match snapshot {
         Ok(m) => respond(&mut stream, "200 OK", CONTENT_TYPE, &render(&m)),
-        Err(e) => {
-            *reader = None;
-            respond(&mut stream, "503 Service Unavailable", "text/plain", &format!("the agent's stats are unavailable: {e:#}\n"))
-        }
+        Err(e) => respond(&mut stream, "503 Service Unavailable", "text/plain", &format!("the agent's stats are unavailable: {e:#}\n")),
     }
 }
 
@@ -204,5 +245,40 @@ mod tests {
         assert!(text.contains(r#"morpheus_build_info{backend="SIM",mode="",policy="",version="1.0 \"odd\"\\build\nx"} 1"#), "{text}");
         assert!(text.ends_with("\n# EOF\n"));
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE morpheus_ticks ")).count(), 1);
+    }
+
+    /// A04: a client trickling its request neither delays another client's scrape (served on its
+    /// own thread) nor holds its connection past the whole-request deadline (a byte every 100 ms
+    /// renewed a per-read timeout before: 8 KiB would have taken 14 minutes).
+    #[test]
+    fn a_trickling_client_blocks_no_scrape_and_is_cut_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stats = tempfile::tempdir().unwrap().path().join("no-stats.sock"); // 503: no agent
+        std::thread::spawn(move || serve(listener, stats));
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"G").unwrap();
+        let trickler = std::thread::spawn(move || {
+            // Bytes sent before the agent cut the connection (a write fails once it is closed).
+            let mut sent = 1u32;
+            while sent < 600 {
+                std::thread::sleep(Duration::from_millis(100));
+                if slow.write_all(b"E").is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+            sent
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let mut scrape = TcpStream::connect(addr).unwrap();
+        scrape.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        scrape.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        scrape.read_to_string(&mut reply).expect("the scrape is answered while the trickler still sends");
+        assert!(reply.starts_with("HTTP/1.1 503 "), "{reply}");
+        // 2 s of deadline is about 20 bytes; 600 bytes (a minute at least) means it was never cut.
+        let sent = trickler.join().unwrap();
+        assert!(sent < 600, "the trickling client was never cut off ({sent} bytes sent)");
     }
 }

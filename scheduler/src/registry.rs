@@ -26,11 +26,12 @@ use morpheus_abi as abi;
 use morpheus_abi::{RegReply, RegRequest, RegStatus, WorkerState};
 
 use crate::backend::SlotObserver;
-use crate::domains::{Assigned, Domain, Domains, Workers};
+use crate::domains::{Assigned, Domain, DomainError, Domains, Workers};
 use crate::journal::Journal;
 use crate::region::{self, Region, ScbRef};
 use morpheus::protocol;
 use crate::rundir::RuntimeDir;
+use crate::subuid::{Owners, SubuidMap};
 
 /// Connections served at once, and by one uid; more are closed at once (a flood cannot exhaust
 /// threads, and one user's flood cannot lock another out).
@@ -40,8 +41,20 @@ const MAX_CONNECTIONS_PER_UID: usize = 16;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A request must be complete this long after its first byte (a client trickling bytes is cut off).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
-/// How often slots of dead threads are looked for.
+/// How often slots of dead threads are looked for (and the subordinate uid file for a change).
 const RECLAIM_INTERVAL: Duration = Duration::from_millis(200);
+/// Refusals are logged one by one only at debug level; at the default level, at most one summary
+/// line per this interval says how many there were, of what, and from whom (A05: one member
+/// pipelining refusals produced 3,000 lines a second, and journald's rate limit then dropped the
+/// agent's real messages).
+const REFUSAL_SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
+/// Refused requests a user (with its subordinate uids) may cause per second, over all its
+/// connections, after a burst of as many: past that, each refusal is answered only after a delay
+/// (the connection's thread sleeps), and a connection that would wait longer than
+/// [`REFUSAL_MAX_WAIT`] is closed. A member cannot make the root agent do more than this much
+/// refused work per second, whatever the number of its connections.
+const REFUSALS_PER_SECOND: u32 = 50;
+const REFUSAL_MAX_WAIT: Duration = Duration::from_secs(1);
 /// `sun_path` of struct sockaddr_un, including the NUL.
 const SUN_PATH_MAX: usize = 108;
 
@@ -81,8 +94,83 @@ pub struct Shared {
     observer: Option<Arc<dyn SlotObserver>>,
     journal: Option<Arc<Journal>>,
     limits: Limits,
+    /// Who each uid is charged to (subordinate uids: their owner).
+    owners: Arc<Owners>,
+    /// Open connections by owning user.
     connections: Mutex<HashMap<u32, usize>>,
+    refusals: Refusals,
     stop: AtomicBool,
+}
+
+/// Refusals since the last summary, by (status, uid), and each user's refusal budget.
+#[derive(Default)]
+struct Refusals {
+    state: Mutex<RefusalState>,
+}
+
+#[derive(Default)]
+struct RefusalState {
+    since: Option<Instant>,
+    counts: HashMap<(&'static str, u32), u64>,
+    /// The latest reason given for each kind of refusal, shown with the summary.
+    details: HashMap<&'static str, String>,
+    /// Per owning user: when its budget is next whole (a token bucket kept as a theoretical
+    /// arrival time: each refusal moves it 1/REFUSALS_PER_SECOND later).
+    budget: HashMap<u32, Instant>,
+}
+
+impl Refusals {
+    /// Counts one refusal of `what` for `uid` (charged to `owner`); returns how long to hold the
+    /// reply back, or None: the connection is to be closed (its user is far over its rate; counted
+    /// as CONNECTION_CLOSED_RATE).
+    fn note(&self, what: &'static str, uid: u32, owner: u32) -> Option<Duration> {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.since.get_or_insert(now);
+        let step = Duration::from_secs(1) / REFUSALS_PER_SECOND;
+        let burst = step * REFUSALS_PER_SECOND;
+        let at = state.budget.get(&owner).copied().filter(|&t| t > now).unwrap_or(now) + step;
+        let wait = at.saturating_duration_since(now).saturating_sub(burst);
+        if wait > REFUSAL_MAX_WAIT {
+            *state.counts.entry(("CONNECTION_CLOSED_RATE", uid)).or_insert(0) += 1;
+            return None;
+        }
+        *state.counts.entry((what, uid)).or_insert(0) += 1;
+        state.budget.insert(owner, at);
+        Some(wait)
+    }
+
+    /// Records why the latest refusal of kind `what` was made (logged with the next summary).
+    fn detail(&self, what: &'static str, why: String) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).details.insert(what, why);
+    }
+
+    /// The summary line of the refusals since the last one, once per interval (None: nothing to say
+    /// yet). Users whose budget is whole again are forgotten.
+    fn summary(&self) -> Option<String> {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.budget.retain(|_, at| *at > now);
+        let since = state.since?;
+        let elapsed = now.saturating_duration_since(since);
+        if elapsed < REFUSAL_SUMMARY_INTERVAL {
+            return None;
+        }
+        let mut counts: Vec<((&'static str, u32), u64)> = state.counts.drain().collect();
+        state.since = None;
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let total: u64 = counts.iter().map(|c| c.1).sum();
+        const SHOWN: usize = 8;
+        let mut parts: Vec<String> = counts.iter().take(SHOWN).map(|((what, uid), n)| format!("{n} {what} from uid {uid}")).collect();
+        if counts.len() > SHOWN {
+            parts.push(format!("{} more kinds", counts.len() - SHOWN));
+        }
+        let mut details: Vec<(&'static str, String)> = state.details.drain().collect();
+        details.sort();
+        let details: Vec<String> = details.into_iter().map(|(what, why)| format!("{what}: {why}")).collect();
+        let latest = if details.is_empty() { String::new() } else { format!(" (latest reasons: {})", details.join("; ")) };
+        Some(format!("registration: refused {total} request(s) in the last {} s: {}{latest}", elapsed.as_secs(), parts.join(", ")))
+    }
 }
 
 /// What a reply carries as `region_path`: the domain's pin (kernel backend, for 1.2 clients; it lies
@@ -106,10 +194,41 @@ impl Shared {
             observer,
             journal,
             limits,
+            owners: Arc::new(Owners::fixed(SubuidMap::default())),
             connections: Mutex::new(HashMap::new()),
+            refusals: Refusals::default(),
             stop: AtomicBool::new(false),
         }
     }
+
+    /// Charges subordinate uids to their owners (`owners`) for every quota and limit.
+    pub fn with_owners(mut self, owners: Arc<Owners>) -> Shared {
+        self.owners = owners;
+        self
+    }
+}
+
+/// Whether `e` is the process (EMFILE) or the system (ENFILE) being out of descriptors.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// Whether an error chain has descriptor exhaustion at its root.
+fn chain_out_of_descriptors(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(out_of_descriptors))
+}
+
+/// The error logged when registration fails for want of descriptors (it names the limit, so the
+/// operator raises LimitNOFILE= rather than chasing a client).
+fn log_descriptor_exhaustion(what: &str, e: &dyn std::fmt::Display) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    log::error!(
+        "{what}: out of file descriptors ({e}); the agent's descriptor limit RLIMIT_NOFILE is {} (hard {}): raise LimitNOFILE= in its unit, or lower --max-domains",
+        limit.rlim_cur,
+        limit.rlim_max
+    );
 }
 
 /// The running registration service (a thread accepting connections).
@@ -121,23 +240,38 @@ pub struct Registry {
 /// The thread of process `pid` whose id in the caller's own pid namespace is `tid`: the last NSpid
 /// entry of /proc/<pid>/task/<t>/status (S12: a client in a container sends its namespace's tid).
 /// Returns its id in the agent's namespace.
-pub fn resolve_tid(pid: u32, tid: u32) -> Option<u32> {
+/// An Err is the agent being out of descriptors (EMFILE, ENFILE): not the caller's fault.
+pub fn resolve_tid(pid: u32, tid: u32) -> io::Result<Option<u32>> {
     if pid == 0 || tid == 0 {
-        return None;
+        return Ok(None);
     }
+    let exhausted = std::cell::Cell::new(None);
+    let note = |e: io::Error| {
+        if out_of_descriptors(&e) {
+            exhausted.set(Some(e));
+        }
+    };
     let ns_last = |t: u32| -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).map_err(note).ok()?;
         status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
     };
     // Fast path: same namespace.
     if ns_last(tid) == Some(tid) {
-        return Some(tid);
+        return Ok(Some(tid));
     }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    tasks
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|&t| ns_last(t) == Some(tid))
+    if let Some(e) = exhausted.take() {
+        return Err(e);
+    }
+    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(tasks) => tasks,
+        Err(e) if out_of_descriptors(&e) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let found = tasks.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&t| ns_last(t) == Some(tid));
+    match exhausted.take() {
+        Some(e) if found.is_none() => Err(e),
+        _ => Ok(found),
+    }
 }
 
 fn thread_alive(pid: u32, tid: u32) -> bool {
@@ -207,6 +341,13 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
                 Ok((stream, _)) => admit(stream, &shared),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if out_of_descriptors(&e) => {
+                    // The pending connection stays queued: wait for descriptors to come back
+                    // (a reclaim may free some) rather than spinning on a readable listener.
+                    log_descriptor_exhaustion("registration: cannot accept a connection", &e);
+                    std::thread::sleep(RECLAIM_INTERVAL);
+                    break;
+                }
                 Err(e) => {
                     log::warn!("registration: accept failed: {e}");
                     break;
@@ -215,6 +356,10 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         }
         if last_reclaim.elapsed() >= RECLAIM_INTERVAL {
             reclaim_dead(&shared);
+            shared.owners.refresh();
+            if let Some(line) = shared.refusals.summary() {
+                log::warn!("{line}");
+            }
             last_reclaim = Instant::now();
         }
     }
@@ -229,34 +374,40 @@ fn admit(stream: UnixStream, shared: &Arc<Shared>) {
             return;
         }
     };
+    // Connections are charged to the owning user: its subordinate uids share its limit (A03).
+    let owner = shared.owners.owner(caller.uid);
     {
         let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
         let total: usize = conns.values().sum();
-        let mine = conns.get(&caller.uid).copied().unwrap_or(0);
+        let mine = conns.get(&owner).copied().unwrap_or(0);
         if total >= MAX_CONNECTIONS || mine >= MAX_CONNECTIONS_PER_UID {
-            log::warn!(
-                "registration: closing a connection of uid {} ({mine} open for it, {total} in all; limits {MAX_CONNECTIONS_PER_UID} and {MAX_CONNECTIONS})",
+            log::debug!(
+                "registration: closing a connection of uid {} (user {owner}: {mine} open for it, {total} in all; limits {MAX_CONNECTIONS_PER_UID} and {MAX_CONNECTIONS})",
                 caller.uid
             );
+            let _ = shared.refusals.note("CONNECTION_LIMIT", caller.uid, owner);
             return;
         }
-        *conns.entry(caller.uid).or_insert(0) += 1;
+        *conns.entry(owner).or_insert(0) += 1;
     }
     let conn_shared = Arc::clone(shared);
     let spawned = std::thread::Builder::new().name("registry-conn".into()).spawn(move || {
         serve_connection(stream, caller, &conn_shared);
         let mut conns = conn_shared.connections.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = conns.get_mut(&caller.uid) {
+        if let Some(n) = conns.get_mut(&owner) {
             *n -= 1;
             if *n == 0 {
-                conns.remove(&caller.uid);
+                conns.remove(&owner);
             }
         }
     });
     if let Err(e) = spawned {
         let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = conns.get_mut(&caller.uid) {
+        if let Some(n) = conns.get_mut(&owner) {
             *n -= 1;
+            if *n == 0 {
+                conns.remove(&owner);
+            }
         }
         log::warn!("registration: cannot start a connection thread: {e}");
     }
@@ -406,6 +557,17 @@ fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
         if sized {
             reply.message_size = reply_len as u32;
         }
+        if reply.status != RegStatus::Ok.raw() {
+            let what = RegStatus::try_from(reply.status).map(|s| s.name()).unwrap_or("UNKNOWN");
+            match shared.refusals.note(what, caller.uid, shared.owners.owner(caller.uid)) {
+                Some(wait) if !wait.is_zero() => std::thread::sleep(wait),
+                Some(_) => {}
+                None => {
+                    log::debug!("registration from pid {}: closing the connection, its user is past {REFUSALS_PER_SECOND} refusals/s", caller.pid);
+                    return;
+                }
+            }
+        }
         let fd = domain.as_ref().map(|d| {
             use std::os::fd::AsFd;
             d.fd.as_fd()
@@ -480,53 +642,92 @@ pub fn handle(shared: &Shared, caller: Caller, bytes: &[u8]) -> (RegReply, Optio
 fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Option<Arc<Domain>>) {
     let pid = caller.pid;
     let client_tid = request.fields.tid;
-    let Some(tid) = resolve_tid(pid, client_tid) else {
-        log::info!("registration from pid {pid}: tid {client_tid} is not a thread of the caller");
-        return (refusal(RegStatus::NotCallerTid), None);
-    };
-    let domain = match shared.domains.for_uid(caller.uid) {
-        Ok(domain) => domain,
+    let tid = match resolve_tid(pid, client_tid) {
+        Ok(Some(tid)) => tid,
+        Ok(None) => {
+            shared.refusals.detail("NOT_CALLER_TID", format!("tid {client_tid} is not a thread of pid {pid}"));
+            log::debug!("registration from pid {pid}: tid {client_tid} is not a thread of the caller");
+            return (refusal(RegStatus::NotCallerTid), None);
+        }
         Err(e) => {
-            log::error!("registration from pid {pid} (uid {}): {e:#}", caller.uid);
+            log_descriptor_exhaustion(&format!("registration from pid {pid}"), &e);
             return (refusal(RegStatus::Internal), None);
         }
     };
+    // Slots and domains are charged to the user owning the caller's uid (A03).
+    let owner = shared.owners.owner(caller.uid);
     let mut workers = shared.workers.lock();
     if workers.iter().flatten().any(|w| w.tid == tid && w.pid == pid) {
         return (refusal(RegStatus::AlreadyRegistered), None);
     }
     let held = workers.iter().flatten().filter(|w| w.pid == pid).count() as u32;
     if held >= shared.limits.per_process {
-        log::warn!("registration from pid {pid}: refused, it already holds {held} slots (per-process cap {})", shared.limits.per_process);
+        let why = format!("pid {pid} already holds {held} slots (per-process cap {})", shared.limits.per_process);
+        log::debug!("registration from pid {pid}: refused, {why}");
+        shared.refusals.detail("PROCESS_LIMIT", why);
         return (refusal(RegStatus::ProcessLimit), None);
     }
-    let held_by_uid = workers.iter().flatten().filter(|w| w.uid == caller.uid).count() as u32;
-    if held_by_uid >= shared.limits.per_uid {
-        log::warn!(
-            "registration from pid {pid}: refused, uid {} already holds {held_by_uid} slots (per-uid cap {})",
-            caller.uid,
-            shared.limits.per_uid
+    let held_by_owner = workers.iter().flatten().filter(|w| shared.owners.owner(w.uid) == owner).count() as u32;
+    if held_by_owner >= shared.limits.per_uid {
+        let why = format!(
+            "user {owner} (uid {}) already holds {held_by_owner} slots with its subordinate uids (per-user cap {})",
+            caller.uid, shared.limits.per_uid
         );
+        log::debug!("registration from pid {pid}: refused, {why}");
+        shared.refusals.detail("PROCESS_LIMIT", why);
         return (refusal(RegStatus::ProcessLimit), None);
     }
+    // The domain is found or made under the table's lock, which its release also holds: a domain is
+    // never freed between here and its first worker's entry in the table.
+    let domain = match shared.domains.for_uid(caller.uid, owner) {
+        Ok(domain) => domain,
+        Err(e @ (DomainError::Full { .. } | DomainError::UserFull { .. })) => {
+            let (status, what) = match e {
+                DomainError::Full { .. } => (RegStatus::NoFreeSlot, "NO_FREE_SLOT"),
+                _ => (RegStatus::ProcessLimit, "PROCESS_LIMIT"),
+            };
+            log::debug!("registration from pid {pid} (uid {}): refused, {e}", caller.uid);
+            shared.refusals.detail(what, format!("uid {}: {e}", caller.uid));
+            return (refusal(status), None);
+        }
+        Err(DomainError::Create(e)) => {
+            if chain_out_of_descriptors(&e) {
+                log_descriptor_exhaustion(&format!("registration from pid {pid} (uid {})", caller.uid), &format!("{e:#}"));
+            } else {
+                log::error!("registration from pid {pid} (uid {}): {e:#}", caller.uid);
+            }
+            return (refusal(RegStatus::Internal), None);
+        }
+    };
     let used_local: Vec<u32> =
         workers.iter().flatten().filter(|w| Arc::ptr_eq(&w.domain, &domain)).map(|w| w.local).collect();
     let region = &domain.region;
     // INIT -> CLAIMED by CAS (§4): a slot a direct registrant of this domain took is skipped.
     let claim = |l: u32| protocol::claim(region.scb(l).worker_state(), WorkerState::Init).is_ok();
     let Some(local) = (0..region.scb_count()).find(|&l| !used_local.contains(&l) && claim(l)) else {
-        log::warn!("registration of tid {tid} (pid {pid}): all {} slots of its region are in use", domain.region.scb_count());
+        let why = format!("all {} slots of the region of uid {} are in use", domain.region.scb_count(), caller.uid);
+        log::debug!("registration of tid {tid} (pid {pid}): {why}");
+        shared.refusals.detail("NO_FREE_SLOT", why);
+        free_if_unused(shared, &workers, caller.uid, &domain);
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     let Some(global) = (0..workers.len() as u32).find(|&g| workers[g as usize].is_none()) else {
         protocol::abandon_claim(region.scb(local).worker_state());
-        log::warn!("registration of tid {tid} (pid {pid}): all {} slots are in use", workers.len());
+        let why = format!("all {} slots are in use", workers.len());
+        log::debug!("registration of tid {tid} (pid {pid}): {why}");
+        shared.refusals.detail("NO_FREE_SLOT", why);
+        free_if_unused(shared, &workers, caller.uid, &domain);
         return (refusal(RegStatus::NoFreeSlot), None);
     };
     if let Some(journal) = &shared.journal {
         if let Err(e) = journal.client(pid) {
-            log::error!("registration of tid {tid} (pid {pid}): {e:#}");
+            if chain_out_of_descriptors(&e) {
+                log_descriptor_exhaustion(&format!("registration of tid {tid} (pid {pid})"), &format!("{e:#}"));
+            } else {
+                log::error!("registration of tid {tid} (pid {pid}): {e:#}");
+            }
             protocol::abandon_claim(region.scb(local).worker_state());
+            free_if_unused(shared, &workers, caller.uid, &domain);
             return (refusal(RegStatus::Internal), None);
         }
     }
@@ -555,6 +756,7 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         if let Err(e) = observer.assigned(global, &assigned) {
             log::error!("registration of tid {tid} (pid {pid}) in slot {global}: backend refused: {e:#}");
             clear_slot(region, local, WorkerState::Registered.raw());
+            free_if_unused(shared, &workers, caller.uid, &domain);
             return (refusal(RegStatus::Internal), None);
         }
     }
@@ -597,7 +799,8 @@ fn unregister(shared: &Shared, caller: Caller, slot: u32) -> RegReply {
         .enumerate()
         .find_map(|(g, w)| w.as_ref().filter(|w| w.pid == caller.pid && w.local == slot).map(|_| g as u32));
     let Some(global) = found else {
-        log::info!("unregister of slot {slot} by pid {}: not a slot it holds", caller.pid);
+        log::debug!("unregister of slot {slot} by pid {}: not a slot it holds", caller.pid);
+        shared.refusals.detail("NOT_OWNER", format!("pid {} does not hold slot {slot}", caller.pid));
         return refusal(RegStatus::NotOwner);
     };
     let tid = workers[global as usize].as_ref().map(|w| w.tid).unwrap_or(0);
@@ -614,6 +817,15 @@ fn release(shared: &Shared, workers: &mut [Option<Assigned>], global: u32) {
     }
     let state = worker.domain.region.scb(worker.local).worker_state().load(Ordering::Acquire);
     clear_slot(&worker.domain.region, worker.local, state);
+    free_if_unused(shared, workers, worker.uid, &worker.domain);
+}
+
+/// Frees `domain` (of `uid`) if no slot of the table (whose lock the caller holds) is in it: a
+/// domain lives exactly as long as a worker of its uid holds a slot (A03).
+fn free_if_unused(shared: &Shared, workers: &[Option<Assigned>], uid: u32, domain: &Arc<Domain>) {
+    if !workers.iter().flatten().any(|w| Arc::ptr_eq(&w.domain, domain)) {
+        shared.domains.release(uid, domain);
+    }
 }
 
 /// The registrar's reclaim (spec/SCB.md §4): CAS the state found to CLAIMED (the agent's table, not
@@ -680,13 +892,101 @@ mod tests {
         assert!(copies.is_empty(), "registry.rs does these registrar steps itself, not through morpheus::protocol: {copies:?}");
     }
 
+    /// A05: a flood of refusals is one summary line per interval, naming counts, kinds, uids and
+    /// the latest reason; past its burst a user's refusals are held back at REFUSALS_PER_SECOND
+    /// (over all its uids and connections), and a connection far past it is closed.
+    #[test]
+    fn refusals_are_summarised_and_rate_limited_per_user() {
+        let refusals = Refusals::default();
+        let mut waited = Duration::ZERO;
+        let mut closed = 0;
+        for i in 0..1000u32 {
+            // Two subordinate uids of user 1001, charged together.
+            match refusals.note("NOT_CALLER_TID", 100000 + i % 2, 1001) {
+                Some(wait) => waited = waited.max(wait),
+                None => closed += 1,
+            }
+        }
+        refusals.detail("NOT_CALLER_TID", "tid 1 is not a thread of pid 9".into());
+        assert!(closed > 0, "a user 20 s past its budget keeps its connection");
+        assert!(waited > Duration::ZERO && waited <= REFUSAL_MAX_WAIT, "waited {waited:?}");
+        assert_eq!(refusals.note("NOT_OWNER", 1002, 1002), Some(Duration::ZERO), "another user's budget is its own");
+        assert_eq!(refusals.summary(), None, "no summary before the interval is over");
+        refusals.state.lock().unwrap().since = Some(Instant::now() - REFUSAL_SUMMARY_INTERVAL);
+        let line = refusals.summary().expect("a summary once the interval is over");
+        assert!(line.starts_with("registration: refused 1001 request(s) in the last 10 s: "), "{line}");
+        for part in ["CONNECTION_CLOSED_RATE from uid 100000", "NOT_CALLER_TID from uid 100001", "1 NOT_OWNER from uid 1002"] {
+            assert!(line.contains(part), "{part:?} missing: {line}");
+        }
+        assert!(line.ends_with("(latest reasons: NOT_CALLER_TID: tid 1 is not a thread of pid 9)"), "{line}");
+        assert_eq!(refusals.summary(), None, "counted afresh");
+    }
+
+    /// A03: a registration that finds the agent out of descriptors is INTERNAL (the agent's fault),
+    /// not NOT_CALLER_TID (which blamed the caller and hid the cause). Run in a forked child whose
+    /// descriptor limit is its lowest free descriptor, so every open fails with EMFILE.
+    #[test]
+    fn out_of_descriptors_is_internal_not_the_callers_fault() {
+        let mut fds = [0i32; 2];
+        // SAFETY: a pipe for the child's answer.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        // SAFETY: the child only builds the service, calls handle() and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let answer = std::panic::catch_unwind(|| {
+                let params = crate::region::RegionParams::enforced_with_defaults(4, abi::Backend::Sim);
+                let domains = Arc::new(Domains::new(params, 1, None, crate::domains::DomainLimits { total: 4, per_user: 4 }));
+                let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
+                let shared = Shared::new(domains, Workers::new(8), None, None, limits);
+                // SAFETY: no preconditions.
+                let (pid, tid, uid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32, libc::getuid()) };
+                let request = RegRequest {
+                    magic: abi::REG_MAGIC,
+                    abi_major: abi::ABI_MAJOR,
+                    abi_minor: abi::ABI_MINOR,
+                    op: abi::RegOp::Register.raw(),
+                    tid,
+                    message_size: size_of::<RegRequest>() as u32,
+                    ..Default::default()
+                };
+                // SAFETY: plain old data.
+                let bytes = unsafe { std::slice::from_raw_parts((&request as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) };
+                // SAFETY: dup of stdin gives the lowest free descriptor; a limit there makes every
+                // later open fail with EMFILE.
+                let free = unsafe { libc::dup(0) };
+                unsafe { libc::close(free) };
+                let limit = libc::rlimit { rlim_cur: free as libc::rlim_t, rlim_max: free as libc::rlim_t };
+                // SAFETY: valid pointer.
+                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+                handle(&shared, Caller { pid, uid }, bytes).0.status
+            });
+            let status = answer.unwrap_or(u32::MAX);
+            // SAFETY: writing 4 bytes to our pipe, then leaving without running the harness's exit.
+            unsafe {
+                libc::write(wr, (&status as *const u32).cast(), 4);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: closing our copy of the write end; reading the child's 4 bytes; reaping it.
+        let mut status = 0u32;
+        unsafe {
+            libc::close(wr);
+            assert_eq!(libc::read(rd, (&mut status as *mut u32).cast(), 4), 4);
+            libc::close(rd);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(RegStatus::try_from(status).map(|s| s.name()), Ok(RegStatus::Internal.name()), "status {status}");
+    }
+
     #[test]
     fn own_tid_resolves_to_itself() {
         // SAFETY: no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        assert_eq!(resolve_tid(std::process::id(), tid), Some(tid));
-        assert_eq!(resolve_tid(std::process::id(), 0), None);
-        assert_eq!(resolve_tid(1, tid), None, "a thread of another process");
+        assert_eq!(resolve_tid(std::process::id(), tid).unwrap(), Some(tid));
+        assert_eq!(resolve_tid(std::process::id(), 0).unwrap(), None);
+        assert_eq!(resolve_tid(1, tid).unwrap(), None, "a thread of another process");
     }
 
     #[test]

@@ -116,6 +116,27 @@ impl RuntimeDir {
         Ok(file)
     }
 
+    /// A second handle on the same directory (the journal keeps one to replace its file).
+    pub fn try_clone(&self) -> io::Result<RuntimeDir> {
+        Ok(RuntimeDir { fd: self.fd.try_clone()?, path: self.path.clone() })
+    }
+
+    /// Renames `from` to `to` inside the directory, replacing `to` atomically, then syncs the
+    /// directory so the rename survives a crash.
+    pub fn replace(&self, from: &str, to: &str) -> io::Result<()> {
+        let f = CString::new(from).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let t = CString::new(to).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: valid dirfds and names.
+        if unsafe { libc::renameat(self.fd.as_raw_fd(), f.as_ptr(), self.fd.as_raw_fd(), t.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fsync of our directory descriptor.
+        if unsafe { libc::fsync(self.fd.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn unlink(&self, name: &str) -> io::Result<()> {
         let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: valid dirfd and name.
@@ -143,8 +164,10 @@ impl RuntimeDir {
             log::info!("removing stale socket {} left by an earlier instance", path.display());
             self.unlink(name).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }
-        let listener =
-            UnixListener::bind(&path).with_context(|| format!("cannot bind registration socket {}", path.display()))?;
+        // Bound 0600 whatever the caller's umask (A15: under umask 000 the socket was 0777 until the
+        // chmod below, and a connection accepted in that window stayed usable to a non-member).
+        let listener = under_strict_umask(|| UnixListener::bind(&path))
+            .with_context(|| format!("cannot bind registration socket {}", path.display()))?;
         let (mode, gid) = match group {
             Some(gid) => (0o660, gid),
             None => (0o600, u32::MAX),
@@ -167,6 +190,19 @@ impl RuntimeDir {
     }
 }
 
+/// Runs `create` (a bind or a file creation) under umask 0o177, so what it creates has mode 0600 or
+/// stricter from its first instant: no window before a later chmod/chown in which another user can
+/// open or connect to it. The umask is the process's: a file created by another thread meanwhile
+/// only gets stricter permissions.
+pub fn under_strict_umask<T>(create: impl FnOnce() -> T) -> T {
+    // SAFETY: umask has no preconditions.
+    let old = unsafe { libc::umask(0o177) };
+    let out = create();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    out
+}
+
 /// The gid of group `name` (`--socket-group`), or a number.
 pub fn group_id(name: &str) -> Result<u32> {
     if let Ok(gid) = name.parse::<u32>() {
@@ -180,4 +216,29 @@ pub fn group_id(name: &str) -> Result<u32> {
     }
     // SAFETY: non-null entry from getgrnam.
     Ok(unsafe { (*entry).gr_gid })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A15: a socket bound through `under_strict_umask` is 0600 at once, even under umask 000 (the
+    /// mode is read before any chmod), and bind_socket binds through it.
+    #[test]
+    fn sockets_are_bound_private_under_a_permissive_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        // SAFETY: umask has no preconditions; restored below.
+        let old = unsafe { libc::umask(0) };
+        let bound = under_strict_umask(|| UnixListener::bind(&path));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let _listener = bound.unwrap();
+        let mode = std::fs::symlink_metadata(&path).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "bound with mode {mode:o}");
+        let source = include_str!("rundir.rs");
+        let code = &source[..source.find("#[cfg(test)]").expect("this test module")];
+        assert!(code.contains("under_strict_umask(|| UnixListener::bind(&path))"), "bind_socket binds outside the strict umask");
+        assert_eq!(code.matches("UnixListener::bind(").count(), 1, "a second bind in rundir.rs");
+    }
 }

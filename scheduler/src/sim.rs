@@ -489,7 +489,8 @@ impl SimBackend {
                 // The hint's fields first, the signal last (release): SCB.md §5.2.
                 scb.last_hint_ns().store(now_ns, Ordering::Relaxed);
                 scb.budget_remaining_ns().store(0, Ordering::Relaxed);
-                let seq = scb.preempt_seq().fetch_add(1, Ordering::Release) + 1;
+                // preempt_seq is in the runtime's memory (any value): the increment wraps, as fetch_add does.
+                let seq = scb.preempt_seq().fetch_add(1, Ordering::Release).wrapping_add(1);
                 self.counters.hints_emitted += 1;
                 let worker = self.workers[slot as usize].as_mut().expect("tracked above");
                 if !worker.hinted_since_yield {

@@ -55,12 +55,8 @@ impl StatsPublisher {
             }),
         );
         // Bound with mode 0600 from the start (umask), then chmod'ed explicitly: no window in which
-        // another user could connect. The registry thread, the only other file creator, is not started yet.
-        // SAFETY: umask has no preconditions.
-        let old = unsafe { libc::umask(0o177) };
-        let server = StatsServer::new(data).set_path(&path).launch();
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
+        // another user could connect.
+        let server = crate::rundir::under_strict_umask(|| StatsServer::new(data).set_path(&path).launch());
         let server = server.with_context(|| format!("cannot serve the stats socket {}", path.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;

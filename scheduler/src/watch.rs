@@ -110,8 +110,10 @@ impl WorkerWatch {
             let reason = scb.last_yield_reason().load(Ordering::Relaxed);
             let seq = scb.preempt_seq().load(Ordering::Acquire);
             let ack = scb.last_ack_seq().load(Ordering::Acquire);
+            // The SCB is the runtime's to write (any value, any order): the sum wraps, never panics.
             if yields > seen.yield_count {
-                seen.yields_by_reason[reason_index(reason)] += yields - seen.yield_count;
+                let by_reason = &mut seen.yields_by_reason[reason_index(reason)];
+                *by_reason = by_reason.wrapping_add(yields - seen.yield_count);
             }
             seen.yield_count = yields;
             let pending = seq > ack;

@@ -343,12 +343,18 @@ fn registration_refusals_and_release() {
     assert_eq!(status(&send(&mut s, &request(abi::RegOp::Unregister, 0, ok.slot))), RegStatus::Ok);
     let scb = scb_of(&region, ok.slot);
     assert_eq!((scb.tid, scb.pid, scb.worker_state), (0, 0, abi::WorkerState::Init.raw()));
+    // That was the uid's last worker: its domain is freed and its region retired (generation 0, so a
+    // runtime still mapping it detaches); the next registration gets a region of its own.
+    let mut generation = [0u8; 8];
+    region.read_exact_at(&mut generation, std::mem::offset_of!(abi::RegionHeader, generation) as u64).unwrap();
+    assert_eq!(u64::from_le_bytes(generation), 0, "the freed domain's region is retired");
 
     // A 1.3 request (40 bytes) with escapable NO and priority 5: written before REGISTERED; a reply
     // of the full size, which says so. Out-of-range values are INVALID_ARGUMENT, unknown tail MALFORMED.
     let v13 = RegRequest { message_size: size_of::<RegRequest>() as u32, escapable: abi::RegEscapable::No.raw(), priority: 5, ..request(abi::RegOp::Register, tid, 0) };
     let v13_bytes = |r: &RegRequest| unsafe { std::slice::from_raw_parts((r as *const RegRequest).cast::<u8>(), size_of::<RegRequest>()) }.to_vec();
-    let (reply, _) = send_for_fd(&mut s, &v13_bytes(&v13));
+    let (reply, region) = send_for_fd(&mut s, &v13_bytes(&v13));
+    let region = region.expect("region descriptor");
     assert_eq!(status(&reply), RegStatus::Ok);
     assert_eq!(reply.message_size as usize, size_of::<RegReply>());
     let scb = scb_of(&region, reply.slot);
