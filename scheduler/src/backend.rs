@@ -71,8 +71,9 @@ pub trait SlotObserver: Send + Sync {
     /// `slot` now belongs to `worker` (its thread, process, domain and SCB index). An error refuses
     /// the registration (reg_status INTERNAL) and the registry frees the slot again.
     fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()>;
-    /// `slot` was released (UNREGISTER, or its thread or process died). Lift anything in force for it.
-    fn released(&self, slot: u32, tid: u32, pid: u32);
+    /// `slot` was released (UNREGISTER, or its thread's descriptor said it exited): `worker` is who
+    /// held it. Lift anything in force for it, and forget only what still belongs to this holder.
+    fn released(&self, slot: u32, worker: &Assigned);
 }
 
 /// A scheduler backend. Created by [`open`]; driven by the agent's main loop on one thread.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::identity::Thread;
 use crate::journal::Journal;
 
 /// `cpu.max` of a capped cgroup: 10% of one CPU, enough to reach the next checkpoint, too little to
@@ -26,17 +27,21 @@ pub fn cgroup2_root() -> Option<PathBuf> {
     })
 }
 
-/// The worker's cgroup v2 directory under `root`, from /proc/<pid>/task/<tid>/cgroup. The root cgroup
-/// is refused: it has no `cpu.max`.
-pub fn cgroup_dir_of(root: &Path, pid: u32, tid: u32) -> Result<PathBuf> {
-    let file = format!("/proc/{pid}/task/{tid}/cgroup");
-    let text = fs::read_to_string(&file).with_context(|| format!("cannot read {file}"))?;
+/// The worker's cgroup v2 directory under `root`, from its `cgroup` file read through the thread's own
+/// /proc directory (the registered thread, never whoever carries its id now). The root cgroup is
+/// refused: it has no `cpu.max`, and capping it would cap everyone.
+pub fn cgroup_dir_of(root: &Path, thread: &Thread) -> Result<PathBuf> {
+    let tid = thread.tid;
+    let text = thread.read("cgroup").with_context(|| format!("cannot read the cgroup of thread {tid} (has it exited?)"))?;
     let rel = text
         .lines()
         .find_map(|line| line.strip_prefix("0::"))
-        .ok_or_else(|| anyhow!("{file} names no cgroup v2 membership"))?;
-    if rel == "/" {
+        .ok_or_else(|| anyhow!("thread {tid} has no cgroup v2 membership"))?;
+    if rel == "/" || rel.is_empty() {
         bail!("thread {tid} is in the root cgroup, which has no cpu.max; put the worker's process in a child cgroup");
+    }
+    if rel.split('/').any(|c| c == "..") {
+        bail!("thread {tid}: its cgroup path {rel:?} leaves the hierarchy");
     }
     Ok(root.join(rel.trim_start_matches('/')))
 }

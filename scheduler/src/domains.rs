@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
+use crate::identity::Thread;
 use crate::region::{Region, RegionParams};
 
 /// One trust domain's region and the descriptor handed to the clients that register in it.
@@ -74,9 +75,13 @@ impl RegionMaker for MemfdRegions {
 /// A slot the agent assigned: everything a backend may believe about its worker.
 #[derive(Clone)]
 pub struct Assigned {
-    /// The thread, in the agent's pid namespace (translated through NSpid at registration).
+    /// The thread, in the agent's pid namespace (translated at registration). A number, for logs and
+    /// keys: whoever acts on the thread or reads about it goes through `thread`.
     pub tid: u32,
     pub pid: u32,
+    /// The thread pinned at registration (src/identity.rs): liveness, /proc reads and every effect go
+    /// through it, never through the numbers, which a later thread may carry.
+    pub thread: Arc<Thread>,
     pub uid: u32,
     /// The region and the slot index in it (what the client was told).
     pub domain: Arc<Domain>,

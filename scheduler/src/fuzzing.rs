@@ -15,7 +15,8 @@ use morpheus_abi::{RegReply, RegRequest, RegStatus};
 
 use crate::domains::{Domains, Workers};
 use crate::region::RegionParams;
-use crate::registry::{self, Caller, Limits, Shared};
+use crate::identity::Peer;
+use crate::registry::{self, Limits, Shared};
 
 /// In a fuzzed request, this tid stands for the calling thread (so REGISTER can succeed).
 pub const CALLING_THREAD: u32 = 0xFFFF_FFFE;
@@ -79,8 +80,7 @@ pub fn agent_handler(data: &[u8]) {
     let workers = Workers::new(8);
     let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
     let shared = Shared::new(domains, Arc::clone(&workers), None, None, limits);
-    // SAFETY: no preconditions.
-    let caller = Caller { pid: std::process::id(), uid: unsafe { libc::getuid() } };
+    let caller = Peer::this_process().expect("pin this process");
     // SAFETY: no preconditions.
     let me = unsafe { libc::gettid() } as u32;
     let mut rest = data;
@@ -95,7 +95,7 @@ pub fn agent_handler(data: &[u8]) {
         if message[tid_at..tid_at + 4] == CALLING_THREAD.to_le_bytes() {
             message[tid_at..tid_at + 4].copy_from_slice(&me.to_le_bytes());
         }
-        let (reply, domain): (RegReply, _) = registry::handle(&shared, caller, &message);
+        let (reply, domain): (RegReply, _) = registry::handle(&shared, &caller, &message);
         assert_eq!(reply.magic, abi::REG_MAGIC);
         let status = RegStatus::try_from(reply.status).expect("a known reg_status");
         if let (RegStatus::Ok, Some(domain)) = (status, domain) {

@@ -432,15 +432,17 @@ impl Throttles {
             // Already capped for this episode (a repeated record); one cap per slot.
             return;
         }
-        let Some(&Assigned { tid, pid, .. }) = holder else {
+        let Some(Assigned { tid, thread, .. }) = holder else {
             log::debug!("throttle of slot {slot} not applied: the slot is free");
             return;
         };
+        let tid = *tid;
+        // The cgroup of the registered thread, read through its pinned descriptor (never by number).
         let result = self
             .cgroup2_root
             .as_deref()
             .ok_or_else(|| anyhow!("cgroup v2 is not mounted"))
-            .and_then(|root| cgroup::cgroup_dir_of(root, pid, tid))
+            .and_then(|root| cgroup::cgroup_dir_of(root, thread))
             .and_then(|dir| self.caps.cap(&dir).map(|()| dir));
         match result {
             Ok(cgroup) => {
@@ -498,6 +500,13 @@ impl Throttles {
 }
 
 /// Keeps the BPF tid -> slot map in step with the registry.
+///
+/// `worker_slots` is keyed by the bare tid, so an entry must not outlive its thread: the registry
+/// releases a slot the moment the thread's pidfd says it exited (src/registry.rs), and `released`
+/// then deletes the entry, but only while it still names that slot. The BPF side may delete a tid's
+/// entry itself when the task exits (`ops.exit_task`, the same rule from the kernel's side): the
+/// agent's delete of an entry that is already gone is not an error, and an entry that a later
+/// registration of the same tid wrote (another slot) is left alone.
 struct KernelSlots {
     worker_slots: MapHandle,
     throttles: Arc<Mutex<Throttles>>,
@@ -516,9 +525,22 @@ impl SlotObserver for KernelSlots {
         })
     }
 
-    fn released(&self, slot: u32, tid: u32, _pid: u32) {
-        if let Err(e) = self.worker_slots.delete(&tid.to_ne_bytes()) {
-            log::debug!("tid {tid} was not in the BPF worker_slots map: {e}");
+    fn released(&self, slot: u32, worker: &Assigned) {
+        let tid = worker.tid;
+        // Called under the registry's table lock, the only writer of entries: between this lookup and
+        // the delete no registration can write the tid again; only the BPF side may delete it.
+        let names_this_slot = match self.worker_slots.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
+            Ok(Some(bytes)) => read_record::<bpf_intf::morpheus_worker_slot>(&bytes).is_some_and(|v| v.slot == slot),
+            Ok(None) => false,
+            Err(e) => {
+                log::debug!("tid {tid}: cannot look up its BPF worker_slots entry: {e}");
+                true
+            }
+        };
+        if names_this_slot {
+            if let Err(e) = self.worker_slots.delete(&tid.to_ne_bytes()) {
+                log::debug!("tid {tid} was no longer in the BPF worker_slots map: {e}");
+            }
         }
         self.throttles.lock().unwrap().lift(slot, "slot released");
     }

@@ -8,6 +8,7 @@ pub mod build_id;
 pub mod cgroup;
 pub mod domains;
 pub mod fuzzing;
+pub mod identity;
 pub mod journal;
 #[cfg(feature = "kernel")]
 pub mod kernel; // The sched_ext backend (src/kernel.rs + src/bpf/), behind the cargo feature `kernel`.

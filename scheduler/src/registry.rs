@@ -3,8 +3,12 @@
 //! reg_request messages and reads one reg_reply per request; a successful REGISTER reply carries the
 //! descriptor of the caller's region (SCM_RIGHTS).
 //!
-//! Trust (§10): the caller is who SO_PEERCRED says (pid, uid). Its tid is translated into the agent's
-//! pid namespace through NSpid and must be a thread of that process. Slots are placed in the caller's
+//! Trust (§10): the caller is the process that connected, pinned at accept by a pidfd and its /proc
+//! directory (src/identity.rs), with the uid SO_PEERCRED says; once that process is gone the
+//! connection is closed before any further request is answered. The tid it names is looked up
+//! relative to its own /proc directory (translated through its pid namespace if it is not the
+//! agent's) and pinned for as long as the slot is held; the slot is freed as soon as that thread's
+//! descriptor says it exited. Slots are placed in the caller's
 //! trust domain (src/domains.rs) and recorded in the agent's own table, which is all the backends
 //! believe. Quotas are per process and per uid, connections are limited per uid, and every request has
 //! a whole-request deadline, so one user cannot starve another's registrations (S8). Every refusal is
@@ -13,7 +17,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::mem::{offset_of, size_of};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -27,6 +31,7 @@ use morpheus_abi::{RegReply, RegRequest, RegStatus, WorkerState};
 
 use crate::backend::SlotObserver;
 use crate::domains::{Assigned, Domain, DomainError, Domains, Workers};
+use crate::identity::{Peer, Refused};
 use crate::journal::Journal;
 use crate::region::{self, Region, ScbRef};
 use morpheus::protocol;
@@ -41,7 +46,9 @@ const MAX_CONNECTIONS_PER_UID: usize = 16;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A request must be complete this long after its first byte (a client trickling bytes is cut off).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
-/// How often slots of dead threads are looked for (and the subordinate uid file for a change).
+/// How often the subordinate uid file is checked for a change, and the slots of threads without a
+/// thread pidfd (kernels before 6.9) are checked through their /proc directory; a thread with one is
+/// released as soon as its pidfd polls readable.
 const RECLAIM_INTERVAL: Duration = Duration::from_millis(200);
 /// Refusals are logged one by one only at debug level; at the default level, at most one summary
 /// line per this interval says how many there were, of what, and from whom (A05: one member
@@ -73,13 +80,6 @@ pub fn check_socket_path(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Who is calling (SO_PEERCRED, in the agent's namespaces).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    pub pid: u32,
-    pub uid: u32,
-}
-
 /// Limits of the registration service, and the slice a new slot starts with.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -100,6 +100,9 @@ pub struct Shared {
     connections: Mutex<HashMap<u32, usize>>,
     refusals: Refusals,
     stop: AtomicBool,
+    /// An epoll set of the registered threads' pidfds (one-shot): readable once one of them exited.
+    /// None if it could not be created: every thread is then checked every RECLAIM_INTERVAL.
+    exits: Option<OwnedFd>,
 }
 
 /// Refusals since the last summary, by (status, uid), and each user's refusal budget.
@@ -198,6 +201,7 @@ impl Shared {
             connections: Mutex::new(HashMap::new()),
             refusals: Refusals::default(),
             stop: AtomicBool::new(false),
+            exits: epoll_set(),
         }
     }
 
@@ -231,51 +235,22 @@ fn log_descriptor_exhaustion(what: &str, e: &dyn std::fmt::Display) {
     );
 }
 
+/// A new epoll set, or None (logged) if the kernel refuses one.
+fn epoll_set() -> Option<OwnedFd> {
+    // SAFETY: a plain syscall; a non-negative result is a descriptor we own.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        log::warn!("registration: cannot create an epoll set ({}); exited workers are found every {RECLAIM_INTERVAL:?}", io::Error::last_os_error());
+        return None;
+    }
+    // SAFETY: as above.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The running registration service (a thread accepting connections).
 pub struct Registry {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-}
-
-/// The thread of process `pid` whose id in the caller's own pid namespace is `tid`: the last NSpid
-/// entry of /proc/<pid>/task/<t>/status (S12: a client in a container sends its namespace's tid).
-/// Returns its id in the agent's namespace.
-/// An Err is the agent being out of descriptors (EMFILE, ENFILE): not the caller's fault.
-pub fn resolve_tid(pid: u32, tid: u32) -> io::Result<Option<u32>> {
-    if pid == 0 || tid == 0 {
-        return Ok(None);
-    }
-    let exhausted = std::cell::Cell::new(None);
-    let note = |e: io::Error| {
-        if out_of_descriptors(&e) {
-            exhausted.set(Some(e));
-        }
-    };
-    let ns_last = |t: u32| -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).map_err(note).ok()?;
-        status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
-    };
-    // Fast path: same namespace.
-    if ns_last(tid) == Some(tid) {
-        return Ok(Some(tid));
-    }
-    if let Some(e) = exhausted.take() {
-        return Err(e);
-    }
-    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(tasks) => tasks,
-        Err(e) if out_of_descriptors(&e) => return Err(e),
-        Err(_) => return Ok(None),
-    };
-    let found = tasks.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&t| ns_last(t) == Some(tid));
-    match exhausted.take() {
-        Some(e) if found.is_none() => Err(e),
-        _ => Ok(found),
-    }
-}
-
-fn thread_alive(pid: u32, tid: u32) -> bool {
-    pid != 0 && tid != 0 && Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
 impl Registry {
@@ -317,25 +292,22 @@ impl Drop for Registry {
     }
 }
 
-fn peer_cred(stream: &UnixStream) -> io::Result<Caller> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: valid out-pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Caller { pid: cred.pid as u32, uid: cred.uid })
-}
-
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     let mut last_reclaim = Instant::now();
     while !shared.stop.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, 100) };
+        let mut pfds = [
+            libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: shared.exits.as_ref().map_or(-1, |e| e.as_raw_fd()), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(pfds.as_mut_ptr(), 2, 100) };
+        if pfds[1].revents & libc::POLLIN != 0 {
+            // A registered thread exited: consume the one-shot events, free its slot now.
+            let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+            // SAFETY: a valid epoll set and buffer; timeout 0.
+            unsafe { libc::epoll_wait(pfds[1].fd, events.as_mut_ptr(), events.len() as i32, 0) };
+            reclaim_dead(&shared);
+        }
         loop {
             match listener.accept() {
                 Ok((stream, _)) => admit(stream, &shared),
@@ -365,12 +337,17 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-/// Starts serving a new connection unless its uid, or everyone, is at the connection limit.
+/// Starts serving a new connection unless its uid, or everyone, is at the connection limit. The
+/// connection is bound to the process that connected (a caller already gone is closed at once).
 fn admit(stream: UnixStream, shared: &Arc<Shared>) {
-    let caller = match peer_cred(&stream) {
-        Ok(caller) => caller,
+    let caller = match Peer::of_connection(&stream) {
+        Ok(peer) => peer,
+        Err(e) if out_of_descriptors(&e) => {
+            log_descriptor_exhaustion("registration: cannot pin a connecting process", &e);
+            return;
+        }
         Err(e) => {
-            log::warn!("registration: SO_PEERCRED failed: {e}");
+            log::debug!("registration: closing a connection whose process cannot be pinned: {e}");
             return;
         }
     };
@@ -392,7 +369,7 @@ fn admit(stream: UnixStream, shared: &Arc<Shared>) {
     }
     let conn_shared = Arc::clone(shared);
     let spawned = std::thread::Builder::new().name("registry-conn".into()).spawn(move || {
-        serve_connection(stream, caller, &conn_shared);
+        serve_connection(stream, &caller, &conn_shared);
         let mut conns = conn_shared.connections.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = conns.get_mut(&owner) {
             *n -= 1;
@@ -534,7 +511,9 @@ pub fn request_size(prefix: &[u8]) -> std::result::Result<usize, String> {
     }
 }
 
-fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
+/// Serves one connection's requests in turn. Before each one the connecting process must still be
+/// alive: once it is gone the connection is closed unanswered (spec/SCB.md §10), whoever now holds it.
+fn serve_connection(mut stream: UnixStream, caller: &Peer, shared: &Shared) {
     let _ = stream.set_nonblocking(false);
     loop {
         let bytes = match read_request(&mut stream) {
@@ -546,6 +525,10 @@ fn serve_connection(mut stream: UnixStream, caller: Caller, shared: &Shared) {
                 return;
             }
         };
+        if !caller.alive() {
+            log::debug!("registration: closing a connection of pid {}, which has exited", caller.pid);
+            return;
+        }
         // A 1.0-1.2 client reads exactly the 1.2 reply; a sized client is told the reply's size.
         let sized = bytes.len() > REQUEST_PREFIX;
         let reply_len = if sized { size_of::<RegReply>() } else { REPLY_V1_2 };
@@ -624,7 +607,7 @@ pub fn parse_request(bytes: &[u8]) -> std::result::Result<Request, RegStatus> {
 }
 
 /// Answers one request; an OK REGISTER also names the domain whose descriptor goes with the reply.
-pub fn handle(shared: &Shared, caller: Caller, bytes: &[u8]) -> (RegReply, Option<Arc<Domain>>) {
+pub fn handle(shared: &Shared, caller: &Peer, bytes: &[u8]) -> (RegReply, Option<Arc<Domain>>) {
     let request = match parse_request(bytes) {
         Ok(request) => request,
         Err(status) => {
@@ -639,28 +622,34 @@ pub fn handle(shared: &Shared, caller: Caller, bytes: &[u8]) -> (RegReply, Optio
     }
 }
 
-fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Option<Arc<Domain>>) {
+fn register(shared: &Shared, caller: &Peer, request: &Request) -> (RegReply, Option<Arc<Domain>>) {
     let pid = caller.pid;
     let client_tid = request.fields.tid;
-    let tid = match resolve_tid(pid, client_tid) {
-        Ok(Some(tid)) => tid,
-        Ok(None) => {
+    let thread = match caller.thread(client_tid) {
+        Ok(thread) => Arc::new(thread),
+        Err(Refused::NotCallerThread) => {
             shared.refusals.detail("NOT_CALLER_TID", format!("tid {client_tid} is not a thread of pid {pid}"));
             log::debug!("registration from pid {pid}: tid {client_tid} is not a thread of the caller");
             return (refusal(RegStatus::NotCallerTid), None);
         }
-        Err(e) => {
+        Err(Refused::Resources(e)) if out_of_descriptors(&e) => {
             log_descriptor_exhaustion(&format!("registration from pid {pid}"), &e);
             return (refusal(RegStatus::Internal), None);
         }
+        Err(Refused::Resources(e)) => {
+            log::error!("registration from pid {pid}: cannot look up tid {client_tid}: {e}");
+            return (refusal(RegStatus::Internal), None);
+        }
     };
+    let tid = thread.tid;
     // Slots and domains are charged to the user owning the caller's uid (A03).
     let owner = shared.owners.owner(caller.uid);
     let mut workers = shared.workers.lock();
-    if workers.iter().flatten().any(|w| w.tid == tid && w.pid == pid) {
+    // Two live threads never share an id: a live holder of this id is this thread.
+    if workers.iter().flatten().any(|w| w.tid == tid && w.thread.alive()) {
         return (refusal(RegStatus::AlreadyRegistered), None);
     }
-    let held = workers.iter().flatten().filter(|w| w.pid == pid).count() as u32;
+    let held = workers.iter().flatten().filter(|w| w.thread.process == caller.key()).count() as u32;
     if held >= shared.limits.per_process {
         let why = format!("pid {pid} already holds {held} slots (per-process cap {})", shared.limits.per_process);
         log::debug!("registration from pid {pid}: refused, {why}");
@@ -751,7 +740,7 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
             scheduler_slice_ns: Some(shared.limits.slice_ns),
         },
     );
-    let assigned = Assigned { tid, pid, uid: caller.uid, domain: Arc::clone(&domain), local };
+    let assigned = Assigned { tid, pid, uid: caller.uid, thread: Arc::clone(&thread), domain: Arc::clone(&domain), local };
     if let Some(observer) = &shared.observer {
         if let Err(e) = observer.assigned(global, &assigned) {
             log::error!("registration of tid {tid} (pid {pid}) in slot {global}: backend refused: {e:#}");
@@ -761,6 +750,7 @@ fn register(shared: &Shared, caller: Caller, request: &Request) -> (RegReply, Op
         }
     }
     workers[global as usize] = Some(assigned);
+    watch_exit(shared, &thread);
     log::debug!("registered tid {tid} (pid {pid}, uid {}) in slot {local} of its region, slot generation {slot_generation}", caller.uid);
     let reply = RegReply {
         magic: abi::REG_MAGIC,
@@ -792,12 +782,14 @@ fn slot_fields<'a>(scb: &ScbRef<'a>) -> protocol::SlotFields<'a, AtomicU32, Atom
     }
 }
 
-fn unregister(shared: &Shared, caller: Caller, slot: u32) -> RegReply {
+/// Frees `slot` if a thread of the calling process holds it: the process as pinned (pid and start
+/// time), not a pid number another process may now carry.
+fn unregister(shared: &Shared, caller: &Peer, slot: u32) -> RegReply {
     let mut workers = shared.workers.lock();
     let found = workers
         .iter()
         .enumerate()
-        .find_map(|(g, w)| w.as_ref().filter(|w| w.pid == caller.pid && w.local == slot).map(|_| g as u32));
+        .find_map(|(g, w)| w.as_ref().filter(|w| w.thread.process == caller.key() && w.local == slot).map(|_| g as u32));
     let Some(global) = found else {
         log::debug!("unregister of slot {slot} by pid {}: not a slot it holds", caller.pid);
         shared.refusals.detail("NOT_OWNER", format!("pid {} does not hold slot {slot}", caller.pid));
@@ -813,7 +805,7 @@ fn unregister(shared: &Shared, caller: Caller, slot: u32) -> RegReply {
 fn release(shared: &Shared, workers: &mut [Option<Assigned>], global: u32) {
     let Some(worker) = workers[global as usize].take() else { return };
     if let Some(observer) = &shared.observer {
-        observer.released(global, worker.tid, worker.pid);
+        observer.released(global, &worker);
     }
     let state = worker.domain.region.scb(worker.local).worker_state().load(Ordering::Acquire);
     clear_slot(&worker.domain.region, worker.local, state);
@@ -850,12 +842,24 @@ fn clear_slot(region: &Region, slot: u32, seen: u32) {
     log::warn!("slot {slot} of {}: its state kept changing under the reclaim; left as it is", region.path().display());
 }
 
-/// Frees the slots of threads that exited without unregistering (crash, kill, forgotten shutdown).
+/// Asks for `thread`'s exit to wake the registry thread (one-shot: it fires once). A thread without a
+/// pidfd (kernels before 6.9) is checked every RECLAIM_INTERVAL instead.
+fn watch_exit(shared: &Shared, thread: &crate::identity::Thread) {
+    let (Some(fd), Some(exits)) = (thread.exit_fd(), &shared.exits) else { return };
+    let mut event = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: 0 };
+    // SAFETY: a valid epoll set and descriptor; the kernel drops the entry when the descriptor closes.
+    if unsafe { libc::epoll_ctl(exits.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut event) } != 0 {
+        log::warn!("registration: cannot watch tid {} for its exit ({}); it is checked every {RECLAIM_INTERVAL:?}", thread.tid, io::Error::last_os_error());
+    }
+}
+
+/// Frees the slots of threads that exited without unregistering (crash, kill, forgotten shutdown), as
+/// their descriptors say: a later thread with the same id is never taken for the worker.
 fn reclaim_dead(shared: &Shared) {
     let mut workers = shared.workers.lock();
     for global in 0..workers.len() as u32 {
         if let Some(w) = &workers[global as usize] {
-            if !thread_alive(w.pid, w.tid) {
+            if !w.thread.alive() {
                 log::info!("reclaimed slot {global}: thread {} of pid {} is gone", w.tid, w.pid);
                 release(shared, &mut workers, global);
             }
@@ -941,7 +945,9 @@ mod tests {
                 let limits = Limits { per_process: 3, per_uid: 4, slice_ns: abi::DEFAULT_SLICE_NS };
                 let shared = Shared::new(domains, Workers::new(8), None, None, limits);
                 // SAFETY: no preconditions.
-                let (pid, tid, uid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32, libc::getuid()) };
+                let tid = unsafe { libc::gettid() as u32 };
+                // The connection's process is pinned before the descriptors run out (as at accept).
+                let me = Peer::this_process().expect("pin this process");
                 let request = RegRequest {
                     magic: abi::REG_MAGIC,
                     abi_major: abi::ABI_MAJOR,
@@ -960,7 +966,7 @@ mod tests {
                 let limit = libc::rlimit { rlim_cur: free as libc::rlim_t, rlim_max: free as libc::rlim_t };
                 // SAFETY: valid pointer.
                 unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-                handle(&shared, Caller { pid, uid }, bytes).0.status
+                handle(&shared, &me, bytes).0.status
             });
             let status = answer.unwrap_or(u32::MAX);
             // SAFETY: writing 4 bytes to our pipe, then leaving without running the harness's exit.
@@ -980,13 +986,61 @@ mod tests {
         assert_eq!(RegStatus::try_from(status).map(|s| s.name()), Ok(RegStatus::Internal.name()), "status {status}");
     }
 
-    #[test]
-    fn own_tid_resolves_to_itself() {
+    fn shared(per_process: u32) -> Shared {
+        let params = crate::region::RegionParams::enforced_with_defaults(4, abi::Backend::Sim);
+        let domains = Arc::new(Domains::new(params, 1, None, crate::domains::DomainLimits { total: 4, per_user: 4 }));
+        Shared::new(domains, Workers::new(8), None, None, Limits { per_process, per_uid: 8, slice_ns: abi::DEFAULT_SLICE_NS })
+    }
+
+    fn request(op: abi::RegOp, tid: u32, slot: u32) -> Vec<u8> {
+        let r = RegRequest { magic: abi::REG_MAGIC, abi_major: abi::ABI_MAJOR, abi_minor: abi::ABI_MINOR, op: op.raw(), tid, slot, ..Default::default() };
+        // SAFETY: plain old data.
+        unsafe { std::slice::from_raw_parts((&r as *const RegRequest).cast::<u8>(), REQUEST_PREFIX) }.to_vec()
+    }
+
+    fn gettid() -> u32 {
         // SAFETY: no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        assert_eq!(resolve_tid(std::process::id(), tid).unwrap(), Some(tid));
-        assert_eq!(resolve_tid(std::process::id(), 0).unwrap(), None);
-        assert_eq!(resolve_tid(1, tid).unwrap(), None, "a thread of another process");
+        unsafe { libc::gettid() as u32 }
+    }
+
+    /// A13: a slot is freed when its thread's descriptor says the thread exited, and its id is then
+    /// no thread of the caller's.
+    #[test]
+    fn a_slot_is_freed_when_its_thread_exits_and_never_by_number() {
+        let shared = shared(4);
+        let me = Peer::this_process().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            wait.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let (reply, _) = handle(&shared, &me, &request(abi::RegOp::Register, tid, 0));
+        assert_eq!(reply.status, RegStatus::Ok.raw());
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Register, tid, 0)).0.status, RegStatus::AlreadyRegistered.raw());
+        go.send(()).unwrap();
+        h.join().unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while shared.workers.lock().iter().flatten().count() > 0 && Instant::now() < end {
+            reclaim_dead(&shared);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(shared.workers.lock().iter().flatten().count(), 0, "the dead thread's slot was not freed");
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Register, tid, 0)).0.status, RegStatus::NotCallerTid.raw(), "a dead tid");
+    }
+
+    #[test]
+    fn own_threads_register_and_other_processes_threads_do_not() {
+        let shared = shared(4);
+        let me = Peer::this_process().unwrap();
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Register, 1, 0)).0.status, RegStatus::NotCallerTid.raw());
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Register, 0, 0)).0.status, RegStatus::NotCallerTid.raw());
+        let (reply, domain) = handle(&shared, &me, &request(abi::RegOp::Register, gettid(), 0));
+        assert_eq!(reply.status, RegStatus::Ok.raw());
+        assert!(domain.is_some());
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Unregister, 0, reply.slot)).0.status, RegStatus::Ok.raw());
+        assert_eq!(handle(&shared, &me, &request(abi::RegOp::Unregister, 0, reply.slot)).0.status, RegStatus::NotOwner.raw());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The simulation backend: Morpheus on a kernel without sched_ext.
 //!
-//! Every tick it reads each registered worker's CPU time (/proc/<pid>/task/<tid>/schedstat, the
-//! kernel's sum_exec_runtime), keeps the CPU time since the worker's last yield point, and runs the
+//! Every tick it reads each registered worker's CPU time (schedstat, the kernel's sum_exec_runtime, read
+//! through the thread's /proc directory pinned at registration: never re-opened by number), keeps the CPU time since the worker's last yield point, and runs the
 //! same decision functions the BPF program runs (src/policy/morpheus_policy.h, through FFI): hints
 //! bump preempt_seq; escalations use effects a normal kernel offers — demoting the thread to
 //! SCHED_IDLE (KICK: there is no cross-CPU kick from userspace) or capping its cgroup v2 cpu.max
@@ -13,6 +13,12 @@
 //! one the backend loads in_critical again and undoes it at once if a section began meanwhile
 //! (`spared_in_critical`); a section entered while an effect is in force lifts it at the next tick
 //! (`held_in_critical`: the window is one tick).
+//!
+//! Identity (spec/SCB.md §10): a worker is the thread the registry pinned ([`Thread`]). Its files are
+//! opened through that descriptor; a demotion and its lift, which must name the tid, are applied only
+//! while the descriptor says the thread is alive ([`Thread::act`]), and a worker whose thread is gone
+//! is dropped without restoring anything (its id may belong to another thread by then). A cgroup is
+//! capped only as found through the descriptor.
 //!
 //! Precision: sum_exec_runtime of a thread that is on a CPU is brought up to date at the scheduler
 //! tick (CONFIG_HZ), so overruns are seen up to one kernel tick late.
@@ -32,6 +38,7 @@ use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecisio
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
 use crate::domains::{Assigned, Workers};
+use crate::identity::Thread;
 use crate::region::ScbRef;
 use crate::stats::{Counters, Reactions};
 
@@ -52,6 +59,8 @@ enum Effect {
 struct Worker {
     /// Which region the slot's SCB is in (the domain's mapping address): identity with tid, pid, slot.
     region_id: usize,
+    /// The registered thread (the slot's identity); tid and pid are its numbers, for logs and events.
+    thread: Arc<Thread>,
     tid: u32,
     pid: u32,
     local_slot: u32,
@@ -100,18 +109,18 @@ struct Cause {
 /// are dropped rather than growing without limit.
 const MAX_BUFFERED_EVENTS: usize = 4096;
 
-/// Slots the registry released since the last tick (lifted at the next tick, or at once by the tick
-/// noticing the SCB changed owner).
+/// Slots the registry released since the last tick, with the thread that held each (lifted at the
+/// next tick, or at once by the tick noticing the slot changed owner).
 #[derive(Default)]
-struct Released(Mutex<Vec<(u32, u32)>>);
+struct Released(Mutex<Vec<(u32, Arc<Thread>)>>);
 
 impl SlotObserver for Released {
     fn assigned(&self, _slot: u32, _worker: &Assigned) -> Result<()> {
         Ok(())
     }
-    fn released(&self, slot: u32, tid: u32, _pid: u32) {
+    fn released(&self, slot: u32, worker: &Assigned) {
         if let Ok(mut list) = self.0.lock() {
-            list.push((slot, tid));
+            list.push((slot, Arc::clone(&worker.thread)));
         }
     }
 }
@@ -154,17 +163,19 @@ impl SimBackend {
         })
     }
 
-    fn track(&self, tid: u32, pid: u32, local_slot: u32) -> Option<Worker> {
-        let dir = format!("/proc/{pid}/task/{tid}");
-        let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
-        let status = File::open(format!("{dir}/status")).ok()?;
+    /// Starts measuring `assigned`'s thread, through its pinned directory (None: it is gone).
+    fn track(&self, assigned: &Assigned) -> Option<Worker> {
+        let thread = Arc::clone(&assigned.thread);
+        let schedstat = thread.open("schedstat").ok()?;
+        let status = thread.open("status").ok()?;
         let run_ns = read_runtime(&schedstat)?;
         let voluntary_switches = read_voluntary_switches(&status)?;
         Some(Worker {
             region_id: 0,
-            tid,
-            pid,
-            local_slot,
+            thread,
+            tid: assigned.tid,
+            pid: assigned.pid,
+            local_slot: assigned.local,
             schedstat,
             status,
             run_ns,
@@ -177,50 +188,65 @@ impl SimBackend {
         })
     }
 
-    fn demote(&mut self, tid: u32) -> Option<Demotion> {
-        let tid = tid as libc::pid_t;
+    /// Demotes the registered thread to SCHED_IDLE, returning what to put back. The values are read and
+    /// the policy set by tid only between liveness checks of its descriptor (None: it is gone).
+    fn demote(&mut self, thread: &Thread) -> Option<Demotion> {
+        let tid = thread.tid;
         // SAFETY: plain syscalls on a thread id; failures are reported through errno.
-        unsafe {
-            let policy = libc::sched_getscheduler(tid);
-            if policy < 0 {
-                return None;
-            }
+        let read = thread.act(|t| unsafe {
+            let policy = libc::sched_getscheduler(t);
             let mut param = libc::sched_param { sched_priority: 0 };
-            libc::sched_getparam(tid, &mut param);
+            libc::sched_getparam(t, &mut param);
             *libc::__errno_location() = 0;
-            let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
-            // Recorded durably first, so the next instance can undo it if this one is killed (S7).
-            if let Some(journal) = &self.config.journal {
-                if let Err(e) = journal.demoting(tid as u32, policy, param.sched_priority, nice) {
-                    log::warn!("not demoting tid {tid}: {e:#}");
-                    return None;
-                }
-            }
-            let idle = libc::sched_param { sched_priority: 0 };
-            if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &idle) != 0 {
-                if let Some(journal) = &self.config.journal {
-                    journal.restored(tid as u32);
-                }
+            let nice = libc::getpriority(libc::PRIO_PROCESS, t as libc::id_t);
+            (policy >= 0).then_some((policy, param.sched_priority, nice))
+        });
+        let Some((Some((policy, priority, nice)), true)) = read else { return None };
+        // Recorded durably first, so the next instance can undo it if this one is killed (S7).
+        if let Some(journal) = &self.config.journal {
+            if let Err(e) = journal.demoting(tid, policy, priority, nice) {
+                log::warn!("not demoting tid {tid}: {e:#}");
                 return None;
             }
-            Some(Demotion { policy, priority: param.sched_priority, nice })
+        }
+        let idle = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as above.
+        let set = thread.act(|t| unsafe { libc::sched_setscheduler(t, libc::SCHED_IDLE, &idle) == 0 });
+        match set {
+            Some((true, alive)) => {
+                if !alive {
+                    log::warn!("tid {tid} exited while it was being demoted (its id was used for a few system calls after the last check)");
+                }
+                Some(Demotion { policy, priority, nice })
+            }
+            _ => {
+                if let Some(journal) = &self.config.journal {
+                    journal.restored(tid);
+                }
+                None
+            }
         }
     }
 
-    fn restore(tid: u32, demotion: &Demotion) -> bool {
-        let tid = tid as libc::pid_t;
+    /// Puts back what a demotion took, if the registered thread is still alive. None: it is gone, and
+    /// nothing is applied (its id may be another thread's by now); Some(false): the call failed.
+    fn restore(thread: &Thread, demotion: &Demotion) -> Option<bool> {
         let param = libc::sched_param { sched_priority: demotion.priority };
         // SAFETY: as in demote.
-        unsafe {
-            let ok = libc::sched_setscheduler(tid, demotion.policy, &param) == 0;
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, demotion.nice);
+        let (ok, alive) = thread.act(|t| unsafe {
+            let ok = libc::sched_setscheduler(t, demotion.policy, &param) == 0;
+            libc::setpriority(libc::PRIO_PROCESS, t as libc::id_t, demotion.nice);
             ok
+        })?;
+        if !alive {
+            log::warn!("tid {} exited while its demotion was being lifted", thread.tid);
         }
+        Some(ok)
     }
 
-    /// The worker's cgroup (v2) directory, if its cpu.max is writable.
-    fn cappable_cgroup_of(&self, pid: u32, tid: u32) -> Option<PathBuf> {
-        let dir = cgroup::cgroup_dir_of(self.cgroup2_root.as_ref()?, pid, tid).ok()?;
+    /// The worker's cgroup (v2) directory, found through its descriptor, if its cpu.max is writable.
+    fn cappable_cgroup_of(&self, thread: &Thread) -> Option<PathBuf> {
+        let dir = cgroup::cgroup_dir_of(self.cgroup2_root.as_ref()?, thread).ok()?;
         let writable = std::fs::OpenOptions::new().write(true).open(dir.join("cpu.max")).is_ok();
         writable.then_some(dir)
     }
@@ -245,11 +271,12 @@ impl SimBackend {
 
     /// Applies one escalation step; returns the effects it took. `demoted` says the thread is already
     /// demoted by an earlier step, so a demotion fallback would change nothing and is not taken.
-    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32, cause: Cause, demoted: bool) -> Vec<Effect> {
+    fn apply(&mut self, slot: u32, action: u32, thread: &Thread, pid: u32, cause: Cause, demoted: bool) -> Vec<Effect> {
+        let tid = thread.tid;
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
         if want_throttle {
-            if let Some(cgroup) = self.cappable_cgroup_of(pid, tid) {
+            if let Some(cgroup) = self.cappable_cgroup_of(thread) {
                 match self.caps.cap(&cgroup) {
                     Ok(()) => {
                         self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
@@ -275,7 +302,7 @@ impl SimBackend {
         if demoted {
             return effects;
         }
-        match self.demote(tid) {
+        match self.demote(thread) {
             Some(demotion) => {
                 self.counters.actions[EscalationAction::Demote.raw() as usize] += 1;
                 log::debug!("slot {slot}: demoted tid {tid} to SCHED_IDLE");
@@ -290,23 +317,26 @@ impl SimBackend {
         effects
     }
 
-    /// Undoes every effect of an episode and marks it closed in the SCB.
-    fn lift(&mut self, slot: u32, tid: u32, pid: u32, episode: Episode, why: &str) {
+    /// Undoes every effect of an episode and marks it closed in the SCB. A demotion of a thread that is
+    /// gone is dropped, not restored by its id.
+    fn lift(&mut self, slot: u32, thread: &Arc<Thread>, pid: u32, episode: Episode, why: &str) {
+        let tid = thread.tid;
         // Undoing is not about an overrun: overrun_ns 0; preempt_seq names the request escalated for.
         let cause = Cause { preempt_seq: episode.state.preempt_seq, overrun_ns: 0 };
         for effect in episode.effects {
             match effect {
                 Effect::Demoted(demotion) => {
-                    let restored = Self::restore(tid, &demotion);
+                    let restored = Self::restore(thread, &demotion);
                     if let Some(journal) = &self.config.journal {
                         journal.restored(tid);
                     }
-                    if restored {
-                        self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
-                        self.record(slot, tid, pid, EscalationAction::Restore, cause);
-                    } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
-                        // ESRCH: the thread is gone, nothing to restore.
-                        self.counters.effect_errors += 1;
+                    match restored {
+                        Some(true) => {
+                            self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
+                            self.record(slot, tid, pid, EscalationAction::Restore, cause);
+                        }
+                        Some(false) => self.counters.effect_errors += 1,
+                        None => log::debug!("slot {slot}: tid {tid} is gone; its demotion is dropped, not restored"),
                     }
                 }
                 Effect::Throttled(cgroup) => match self.caps.release(&cgroup) {
@@ -321,7 +351,7 @@ impl SimBackend {
                 },
             }
         }
-        if let Some(assigned) = self.table.get(slot).filter(|a| a.tid == tid) {
+        if let Some(assigned) = self.table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, thread)) {
             assigned.domain.region.scb(assigned.local).escalated().store(0, Ordering::Relaxed);
         }
         log::debug!("slot {slot}: escalation of tid {tid} lifted ({why})");
@@ -331,7 +361,7 @@ impl SimBackend {
         if let Some(mut worker) = self.workers[slot as usize].take() {
             let episode = std::mem::take(&mut worker.episode);
             if episode.state.open != 0 || !episode.effects.is_empty() {
-                self.lift(slot, worker.tid, worker.pid, episode, why);
+                self.lift(slot, &worker.thread, worker.pid, episode, why);
             }
         }
     }
@@ -360,7 +390,7 @@ impl SimBackend {
             self.counters.gate[verdict as usize] += 1;
         }
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
-        let (tid, pid) = (worker.tid, worker.pid);
+        let (tid, pid, thread) = (worker.tid, worker.pid, Arc::clone(&worker.thread));
         if worker.episode.state.open != 0 && input.in_critical != 0 && !worker.episode.effects.is_empty() {
             // An effect was in force over a section entered after it took hold: lifted now, one tick late.
             self.counters.held_in_critical += 1;
@@ -380,7 +410,7 @@ impl SimBackend {
         }
         let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
         let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
-        let effects = self.apply(slot, action, tid, pid, cause, demoted);
+        let effects = self.apply(slot, action, &thread, pid, cause, demoted);
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
         worker.episode.effects.extend(effects);
         policy::escalation_commit(&mut worker.episode.state, step, &input, now_ns);
@@ -412,10 +442,10 @@ impl SimBackend {
     /// Lifts the worker's episode for a lift step of the state machine.
     fn close(&mut self, slot: u32, step: EscalationStep, input: &GateInput, now_ns: u64, why: &str) {
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
-        let (tid, pid) = (worker.tid, worker.pid);
+        let (thread, pid) = (Arc::clone(&worker.thread), worker.pid);
         let mut episode = std::mem::take(&mut worker.episode);
         policy::escalation_commit(&mut episode.state, step, input, now_ns);
-        self.lift(slot, tid, pid, episode, why);
+        self.lift(slot, &thread, pid, episode, why);
     }
 
     fn tick_slot(&mut self, slot: u32, now_ns: u64) {
@@ -429,20 +459,20 @@ impl SimBackend {
         let region = Arc::clone(&assigned.domain.region);
         let scb = region.scb(assigned.local);
         let state = scb.worker_state().load(Ordering::Acquire);
-        let (tid, pid) = (assigned.tid, assigned.pid);
+        let tid = assigned.tid;
         let local_slot = assigned.local;
         let active = state == WorkerState::Registered.raw()
             || state == WorkerState::Running.raw()
             || state == WorkerState::Quiescing.raw();
         let same = self.workers[slot as usize].as_ref().is_some_and(|w| {
-            w.tid == tid && w.pid == pid && w.local_slot == local_slot && w.region_id == Arc::as_ptr(&region) as usize
+            Arc::ptr_eq(&w.thread, &assigned.thread) && w.local_slot == local_slot && w.region_id == Arc::as_ptr(&region) as usize
         });
         if !active || !same {
             self.drop_worker(slot, "slot released");
             if !active {
                 return;
             }
-            let Some(mut worker) = self.track(tid, pid, local_slot) else { return };
+            let Some(mut worker) = self.track(&assigned) else { return };
             worker.region_id = Arc::as_ptr(&region) as usize;
             worker.last_ack = scb.last_ack_seq().load(Ordering::Acquire);
             worker.last_yield_count = scb.yield_count().load(Ordering::Relaxed);
@@ -453,7 +483,8 @@ impl SimBackend {
         let worker = self.workers[slot as usize].as_mut().expect("tracked above");
 
         let Some(run_ns) = read_runtime(&worker.schedstat) else {
-            // The thread is gone; the registry reclaims the slot.
+            // The thread is gone (a read through its descriptor failed); the registry frees the slot,
+            // and its id is never opened again.
             self.drop_worker(slot, "thread exited");
             return;
         };
@@ -527,9 +558,9 @@ impl Backend for SimBackend {
     }
 
     fn tick(&mut self, now_ns: u64, level: u32) -> Result<()> {
-        let released: Vec<(u32, u32)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
-        for (slot, tid) in released {
-            if self.workers[slot as usize].as_ref().is_some_and(|w| w.tid == tid) {
+        let released: Vec<(u32, Arc<Thread>)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        for (slot, thread) in released {
+            if self.workers[slot as usize].as_ref().is_some_and(|w| Arc::ptr_eq(&w.thread, &thread)) {
                 self.drop_worker(slot, "unregistered");
             }
         }

@@ -83,7 +83,7 @@ fn reason_index(raw: u32) -> usize {
 }
 
 fn same_owner(a: &Assigned, b: &Assigned) -> bool {
-    a.tid == b.tid && a.pid == b.pid && a.local == b.local && std::sync::Arc::ptr_eq(&a.domain, &b.domain)
+    std::sync::Arc::ptr_eq(&a.thread, &b.thread) && a.local == b.local && std::sync::Arc::ptr_eq(&a.domain, &b.domain)
 }
 
 impl WorkerWatch {
