@@ -10,8 +10,9 @@
 //!   directory fails, even after the number has been reused.
 //! * A thread the caller names is found with one lookup relative to that directory (`task/<tid>`);
 //!   a caller in another pid namespace (a container, S12) has its tid translated by the kernel through
-//!   its pid namespace (`NS_GET_PID_FROM_PIDNS`, one ioctl). No request scans the caller's threads, so
-//!   its cost does not grow with them.
+//!   its pid namespace (`NS_GET_PID_FROM_PIDNS`, one ioctl; before Linux 6.11 only its main thread,
+//!   whose id there is read once at accept). No request scans the caller's threads, so its cost does
+//!   not grow with them.
 //! * A registered worker is a [`Thread`]: its `/proc/<pid>/task/<tid>` directory, opened relative to
 //!   the caller's directory, and a pidfd of the thread (`PIDFD_THREAD`, Linux 6.9+). Its liveness is
 //!   asked of them; everything read about it (schedstat, status, cgroup) is read through the
@@ -102,6 +103,11 @@ pub fn start_time_of(stat: &str) -> Option<u64> {
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The last NSpid entry of a `status` file: the id in the task's own pid namespace.
+fn last_nspid(status: &str) -> Option<u32> {
+    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+}
+
 /// Descriptors or memory ran out: the agent's own trouble, reported as such (never as the caller's).
 fn is_resources(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM))
@@ -119,6 +125,9 @@ pub struct Peer {
     dir: OwnedFd,
     /// The caller's pid namespace, when it is not the agent's: tids are translated through it.
     foreign_ns: Option<OwnedFd>,
+    /// The process's id in its own pid namespace (the last NSpid entry): its main thread's tid there,
+    /// the one tid translatable on kernels without NS_GET_PID_FROM_PIDNS.
+    inner_pid: u32,
 }
 
 impl Peer {
@@ -175,7 +184,8 @@ impl Peer {
         let ours = std::fs::metadata("/proc/self/ns/pid")?;
         let (theirs_meta, ours_dev) = (theirs.metadata()?, ours.dev());
         let foreign_ns = (theirs_meta.ino() != ours.ino() || theirs_meta.dev() != ours_dev).then(|| OwnedFd::from(theirs));
-        Ok(Peer { pid, uid, start, pidfd, dir, foreign_ns })
+        let inner_pid = if foreign_ns.is_some() { last_nspid(&read_at(dir.as_fd(), "status")?).unwrap_or(0) } else { pid };
+        Ok(Peer { pid, uid, start, pidfd, dir, foreign_ns, inner_pid })
     }
 
     /// The process's identity, to compare with the one a worker was registered by.
@@ -200,10 +210,14 @@ impl Peer {
             Some(ns) => {
                 // SAFETY: an ioctl on our namespace descriptor with an integer argument.
                 let rc = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PID_FROM_PIDNS, tid as libc::c_ulong) };
-                if rc <= 0 {
+                if rc > 0 {
+                    rc as u32
+                } else if io::Error::last_os_error().raw_os_error() == Some(libc::ENOTTY) && tid == self.inner_pid {
+                    // Before Linux 6.11: only the main thread's translation is known (NSpid at accept).
+                    self.pid
+                } else {
                     return Err(refuse(io::Error::last_os_error()));
                 }
-                rc as u32
             }
         };
         let dir = open_at(self.dir.as_fd(), &format!("task/{global}"), libc::O_RDONLY | libc::O_DIRECTORY).map_err(refuse)?;
@@ -219,9 +233,7 @@ impl Peer {
         if self.foreign_ns.is_some() {
             // The translation and the lookup are two steps: the thread found must still carry `tid`
             // in the caller's namespace (the last NSpid entry).
-            let status = read_at(dir.as_fd(), "status").map_err(refuse)?;
-            let inner = status.lines().find_map(|l| l.strip_prefix("NSpid:")).and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok());
-            if inner != Some(tid) {
+            if last_nspid(&read_at(dir.as_fd(), "status").map_err(refuse)?) != Some(tid) {
                 return Err(Refused::NotCallerThread);
             }
         }
