@@ -3,6 +3,11 @@
 its rule in scheduler/SECURITY.md): each one reproduces an attack with real unprivileged users against
 the real agent and checks it has no effect.
 
+Attacks that need a process or thread to get a dead one's id do it deterministically: as root,
+clone3() with set_tid (spawn_at.c, compiled here with cc) creates the victim with exactly that pid,
+while the agent is stopped (SIGSTOP) so it cannot notice the death before the reuse; then it
+continues. No verdict depends on winning a race against pid_max.
+
 Run as root (it creates the users `morpheus-atk` and `morpheus-vic` and the group `morpheus-trust`,
 idempotently, and removes them at the end; processes run as them through setpriv):
 
@@ -28,6 +33,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "abi", "python"))
+import morpheus_abi  # noqa: E402
 CLIENT = os.path.join(HERE, "client.py")
 ABUSE = os.path.join(HERE, "abuse.py")
 PYTHON = "/usr/bin/python3"  # a system interpreter every user can run
@@ -113,8 +120,27 @@ class Agent:
         with open(self.stderr_path) as f:
             return f.read()
 
+    def pause(self):
+        """SIGSTOP, returning once every thread of the agent is stopped."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+        def stopped():
+            try:
+                tasks = os.listdir(f"/proc/{self.proc.pid}/task")
+                states = [open(f"/proc/{self.proc.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tasks]
+            except OSError:
+                return False
+            return all(st in ("T", "t") for st in states)
+
+        if not eventually(10.0, stopped):
+            raise RuntimeError("the agent did not stop")
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def stop(self):
         if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(10)
@@ -143,6 +169,10 @@ def kill_group(p):
     except ProcessLookupError:
         pass
     p.wait()
+# Processes created at an exact pid: (spawn_at process, the pid it created).
+PLACED = []
+# cgroup directories a test created (removed once empty).
+CGROUPS = []
 
 
 def private_dir():
@@ -159,6 +189,11 @@ def cleanup():
             os.killpg(GROUPS.pop(), signal.SIGKILL)
         except ProcessLookupError:
             pass
+    while PLACED:
+        helper, pid = PLACED.pop()
+        if helper.poll() is None:  # not yet reaped by its parent: `pid` is still the process we made
+            os.kill(pid, signal.SIGKILL)
+            helper.wait()
     while STARTED:
         p = STARTED.pop()
         if p.poll() is None:
@@ -166,6 +201,10 @@ def cleanup():
             p.wait()
     while CREATED:
         shutil.rmtree(CREATED.pop(), ignore_errors=True)
+    while CGROUPS:
+        d = CGROUPS.pop()
+        if eventually(5.0, lambda: not open(os.path.join(d, "cgroup.procs")).read().strip()):
+            os.rmdir(d)
 
 
 def status_file():
@@ -226,6 +265,52 @@ def read_status(path):
             return json.load(f)
     except (OSError, ValueError):
         return {}
+
+
+def nice_of(pid):
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return None
+
+
+def spawn_at_binary():
+    """spawn_at.c, compiled once per run."""
+    if not SPAWN_AT:
+        d = tempfile.mkdtemp(prefix="morpheus-trust-spawn-")
+        os.chmod(d, 0o755)
+        out = os.path.join(d, "spawn_at")
+        subprocess.run(["cc", "-O2", "-Wall", "-o", out, os.path.join(HERE, "spawn_at.c")], check=True)
+        SPAWN_AT.append(out)
+    return SPAWN_AT[0]
+
+
+SPAWN_AT = []
+
+
+def spawn_at(pid, user, args, cgroup=None):
+    """Creates a process of `user` with exactly `pid` running `args`; returns its spawn_at parent
+    once the process runs `args` (its uid is the user's and it has exec'd)."""
+    helper = subprocess.Popen([spawn_at_binary(), str(pid), user] + ([cgroup] if cgroup else []) + ["--"] + args,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    PLACED.append((helper, pid))
+
+    def running():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uids = next(l for l in f if l.startswith("Uid:")).split()
+            return int(uids[1]) == uid(user) and os.readlink(f"/proc/{pid}/exe") != os.path.realpath(spawn_at_binary())
+        except (OSError, StopIteration):
+            return False
+
+    if not eventually(10.0, running):
+        helper.kill()
+        raise RuntimeError(f"spawn_at {pid} {user}: the process did not start: {helper.stderr.read() if helper.poll() is not None else ''}")
+    return helper
+
+
+def gone(pid):
+    return not os.path.exists(f"/proc/{pid}")
 
 
 def stop_all(*procs):
@@ -659,6 +744,172 @@ class Suite:
         return ok, (f"the outsider never connected ({got['failed_connects']} attempts refused)" if ok
                     else f"agent ready={ready}; outsider connected={got['connected']}, its REGISTER: {status}; {log[-200:]}")
 
+    # --- identity (the second review) ----------------------------------------------------------------
+
+    def kept_connection_attack(self, agent, victim_args, orders_for, cgroup=None):
+        """A01/A08/A11: secA keeps a connection whose process exited; the victim gets exactly that pid;
+        secA then sends `orders_for(victim_pid)` on the old connection. Returns (results, victim_pid)."""
+        attacker = subprocess.Popen(client(ATTACKER, "keep-conn", "--socket", agent.socket, "--seconds", "30"),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        STARTED.append(attacker)
+        dead = first_line(attacker)["dead_pid"]
+        if not eventually(5.0, lambda: gone(dead)):
+            raise RuntimeError(f"pid {dead} was not freed")
+        spawn_at(dead, VICTIM, victim_args(dead), cgroup)
+        attacker.stdin.write(json.dumps(orders_for(dead)) + "\n")
+        attacker.stdin.flush()
+        return first_line(attacker)["results"], dead
+
+    def a01_pid_reuse_on_a_kept_connection(self):
+        """A01: a connection whose process exited cannot register the threads of the process that gets its pid."""
+        a = self.agent(extra=["--mode", "enforced", "--policy", "kick"])
+        busy = [PYTHON, CLIENT, "busy", "--socket", a.socket, "--seconds", "60"]
+        results, victim = self.kept_connection_attack(a, lambda pid: busy, lambda pid: {"register": [int(t) for t in os.listdir(f"/proc/{pid}/task")]})
+        untouched = never(3.0, lambda: policy(victim) == SCHED_IDLE)
+        log = a.log()
+        a.stop()
+        refused = bool(results) and all(r != 0 for r in results)
+        ok = refused and untouched
+        return ok, f"REGISTERs on the old connection: {results}; victim never demoted" if ok else f"REGISTERs: {results}, victim demoted: {not untouched}; agent: {log[-300:]}"
+
+    def a08_unregister_through_a_reused_pid(self):
+        """A08: a connection whose process exited cannot UNREGISTER the worker of the process that gets its pid."""
+        a = self.agent()
+        status = status_file()
+        worker = [PYTHON, CLIENT, "spin-registered", "--socket", a.socket, "--status", status, "--seconds", "60"]
+
+        def orders(pid):
+            eventually(10.0, lambda: "slot" in read_status(status))  # the victim holds its slot
+            return {"unregister": list(range(8))}
+
+        results, victim = self.kept_connection_attack(a, lambda pid: worker, orders)
+        registered = "slot" in read_status(status)
+        time.sleep(0.3)
+        log = a.log()
+        a.stop()
+        released = f"(pid {victim})" in log and "unregistered tid" in log
+        ok = registered and all(r != 0 for r in results) and not released
+        return ok, f"UNREGISTERs on the old connection: {results}; the victim's slot kept" if ok else f"victim registered={registered}, UNREGISTERs: {results}, released: {released}"
+
+    def a11_throttle_through_a_reused_pid(self):
+        """A11: throttle never caps the cgroup of a process that got a dead caller's pid."""
+        root = next((line.split()[4] for line in open("/proc/self/mountinfo") if line.split(" - ")[1].split()[0] == "cgroup2"), None)
+        if root is None:
+            return False, "set-up failed: no cgroup v2 mounted"
+        group = os.path.join(root, f"morpheus-a11-victim-{os.getpid()}")
+        os.mkdir(group)
+        CGROUPS.append(group)
+        has_cpu = "cpu" in open(os.path.join(root, "cgroup.controllers")).read().split()
+        wrap = ()
+        if not has_cpu:
+            # No cpu controller in this cgroup v2: the agent runs in a private mount namespace in which
+            # the victim's (real) cgroup directory is overlaid by a tmpfs holding a cpu.max file.
+            wrap = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                    'mount -t tmpfs -o size=64k tmpfs "$0" && printf "max 100000\\n" > "$0/cpu.max" && exec "$@"', group]
+        a = Agent(self.bin, self.old, private_dir(), ["--mode", "enforced", "--policy", "throttle"], wrap=wrap)
+        if not a.wait_ready():
+            log = a.log()
+            a.stop()
+            return False, f"agent did not start: {log[-300:]}"
+
+        def cpu_max():
+            return run(["nsenter", "-t", str(a.proc.pid), "-m", "cat", os.path.join(group, "cpu.max")]).stdout.strip()
+
+        before = cpu_max()
+        busy = [PYTHON, CLIENT, "busy", "--socket", a.socket, "--seconds", "60"]
+        results, victim = self.kept_connection_attack(a, lambda pid: busy, lambda pid: {"register": [pid]}, cgroup=group)
+        member = open(os.path.join(group, "cgroup.procs")).read().split()
+        untouched = never(3.0, lambda: cpu_max() != before)
+        after = cpu_max()
+        a.stop()
+        ok = str(victim) in member and before.startswith("max") and untouched and all(r != 0 for r in results)
+        return ok, f"REGISTERs: {results}; the victim's cgroup kept cpu.max '{after}'" if ok else f"victim in its cgroup: {str(victim) in member}, REGISTERs: {results}, cpu.max '{before}' -> '{after}'"
+
+    def a13_registration_outlives_its_process(self):
+        """A13: a registration dies with its process; a process that gets its pid is never treated as the worker."""
+        a = self.agent(extra=["--mode", "enforced", "--policy", "kick"])
+        attacker = subprocess.Popen(client(ATTACKER, "register-then-exit", "--socket", a.socket, "--critical"),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        STARTED.append(attacker)
+        info = first_line(attacker)
+        if info.get("status") != 0:
+            a.stop()
+            return False, f"set-up failed: the attacker could not register: {info}"
+        pid = info["pid"]
+        time.sleep(0.2)  # a few ticks: the agent tracks the worker
+        a.pause()
+        attacker.stdin.write("exit\n")
+        attacker.stdin.flush()
+        attacker.wait(30)
+        spawn_at(pid, VICTIM, [PYTHON, CLIENT, "busy", "--socket", a.socket, "--seconds", "60"])
+        a.resume()
+        untouched = never(3.0, lambda: policy(pid) == SCHED_IDLE)
+        log = a.log()
+        a.stop()
+        return untouched, f"pid {pid} reused by another user's process, never demoted" if untouched else f"the new process at pid {pid} was demoted: {log[-300:]}"
+
+    def a02_lift_of_a_reused_tid(self):
+        """A02: lifting a demotion never restores a thread id that another user's thread now has."""
+        a = self.agent(extra=["--mode", "enforced", "--policy", "kick"])
+        attacker = subprocess.Popen(client(ATTACKER, "register-then-exit", "--socket", a.socket, "--batch-nice", "--until-demoted", "--seconds", "20"),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        STARTED.append(attacker)
+        info = first_line(attacker)
+        if info.get("status") != 0 or not first_line(attacker, 30).get("demoted"):
+            a.stop()
+            return False, f"set-up failed: the attacker was not registered and demoted: {info}"
+        tid = info["tid"]
+        a.pause()
+        attacker.stdin.write("exit\n")
+        attacker.stdin.flush()
+        attacker.wait(60)
+        spawn_at(tid, VICTIM, [PYTHON, CLIENT, "busy", "--socket", a.socket, "--seconds", "60"])
+        own = (policy(tid), nice_of(tid))
+        a.resume()
+        kept = never(3.0, lambda: (policy(tid), nice_of(tid)) != own)
+        now = (policy(tid), nice_of(tid))
+        a.stop()
+        ok = own == (os.SCHED_OTHER, 0) and kept
+        return ok, f"the new thread {tid} kept policy {own[0]} nice {own[1]}" if ok else f"thread {tid}: policy/nice {own} -> {now} (the attacker's SCHED_BATCH is 3, nice 19)"
+
+    def a06_thread_scan_amplification(self):
+        """A06: a refused REGISTER costs the agent about the same whatever the caller's thread count."""
+        a = self.agent()
+
+        def serving_ns():
+            """CPU time (ns, schedstat) of the agent's connection threads: the work of serving them."""
+            total = 0
+            for t in os.listdir(f"/proc/{a.proc.pid}/task"):
+                try:
+                    if open(f"/proc/{a.proc.pid}/task/{t}/comm").read().strip() == "registry-conn":
+                        total += int(open(f"/proc/{a.proc.pid}/task/{t}/schedstat").read().split()[0])
+                except OSError:
+                    pass
+            return total
+
+        cost = {}
+        for threads in (1, 3000):
+            flood = subprocess.Popen(client(ATTACKER, "refusal-flood", "--socket", a.socket, "--count", str(threads), "--seconds", "3"),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            STARTED.append(flood)
+            ready = first_line(flood, 60)
+            before = serving_ns()
+            flood.stdin.write("go\n")
+            flood.stdin.flush()
+            out = first_line(flood, 120)
+            spent = serving_ns() - before  # the connection is still open: its thread is still there
+            flood.stdin.write("close\n")
+            flood.stdin.flush()
+            flood.wait(30)
+            if out.get("statuses") != [morpheus_abi.RegStatus.NOT_CALLER_TID] or not out.get("requests"):
+                a.stop()
+                return False, f"set-up failed: {threads}-thread caller ({ready}): {out}"
+            cost[threads] = spent / 1e6 / out["requests"]
+        a.stop()
+        ratio = cost[3000] / max(cost[1], 1e-6)
+        detail = f"agent CPU per refused REGISTER: {cost[1]:.3f} ms (1 thread), {cost[3000]:.3f} ms (3000 threads), x{ratio:.1f}"
+        return ratio <= 5.0, detail
+
 
 def children(pid):
     """The child processes of `pid`."""
@@ -698,6 +949,12 @@ TESTS = {
     "A07": Suite.a07_journal_bounded,
     "A12": Suite.a12_counter_overflow,
     "A15": Suite.a15_umask_race,
+    "A01": Suite.a01_pid_reuse_on_a_kept_connection,
+    "A02": Suite.a02_lift_of_a_reused_tid,
+    "A06": Suite.a06_thread_scan_amplification,
+    "A08": Suite.a08_unregister_through_a_reused_pid,
+    "A11": Suite.a11_throttle_through_a_reused_pid,
+    "A13": Suite.a13_registration_outlives_its_process,
 }
 
 
@@ -706,7 +963,7 @@ def main():
     p.add_argument("--bin", required=True, help="the scx_morpheus binary")
     p.add_argument("--old", action="store_true", help="start it as a 1.2-era agent (--region file)")
     p.add_argument("--keep-users", action="store_true")
-    p.add_argument("only", nargs="*", help="S1 ... S12, A03 ... (default: all)")
+    p.add_argument("only", nargs="*", help="S1 ... S12, A01 ... (default: all)")
     a = p.parse_args()
     if os.geteuid() != 0:
         print("attacks.py: needs root (it creates the attacker and victim users)", file=sys.stderr)

@@ -114,6 +114,9 @@ class Registration:
         put(self.region, m.Scb.IN_CRITICAL, 0, self.scb)
         put(self.region, m.Scb.WORKER_STATE, m.WorkerState.RUNNING, self.scb)
 
+    def set_critical(self, on):
+        put(self.region, m.Scb.IN_CRITICAL, 1 if on else 0, self.scb)
+
     def unregister(self):
         reply, _ = exchange(self.sock, request(m.RegOp.UNREGISTER, slot=self.reply["slot"]))
         return reply["status"]
@@ -145,6 +148,61 @@ def spin(seconds, status_file=None, reg=None):
                 json.dump(state, f)
             os.replace(tmp, status_file)
             next_status = now + 0.05
+
+
+def scb_of(region, slot):
+    return get(region, m.RegionHeader.HEADER_SIZE) + slot * get(region, m.RegionHeader.SCB_STRIDE)
+
+
+def stdin_ready():
+    import select
+
+    return bool(select.select([sys.stdin], [], [], 0)[0])
+
+
+def kept_connection(socket_path):
+    """A connection whose peer is a dead process: a child connects, hands the socket to this process
+    over SCM_RIGHTS and exits, and this process reaps it. Returns (connection, the child's pid)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(socket_path)
+            socket.send_fds(theirs, [b"c"], [s.fileno()])
+        finally:
+            os._exit(0)
+    _msg, fds, _flags, _addr = socket.recv_fds(mine, 1, 1)
+    os.waitpid(pid, 0)
+    return socket.socket(fileno=fds[0]), pid
+
+
+def on_kept_connection(conn, orders):
+    """Carries out `orders` ({"register": [tids], "unregister": [slots]}) on a kept connection. A slot
+    granted is marked escapable, RUNNING and never acknowledged. Returns each reply's status, or
+    "closed" once the agent closed the connection."""
+    results, regions = [], []
+    for tid in orders.get("register", []):
+        try:
+            reply, fd = exchange(conn, request(m.RegOp.REGISTER, tid, sized=True, escapable=2))
+        except (OSError, ConnectionError):
+            results.append("closed")
+            continue
+        results.append(reply["status"])
+        if reply["status"] == m.RegStatus.OK and fd is not None:
+            region = map_fd(fd)
+            at = scb_of(region, reply["slot"])
+            put(region, m.Scb.ESCAPABLE, 1, at)
+            put(region, m.Scb.IN_CRITICAL, 0, at)
+            put(region, m.Scb.WORKER_STATE, m.WorkerState.RUNNING, at)
+            regions.append(region)
+    for slot in orders.get("unregister", []):
+        try:
+            reply, _ = exchange(conn, request(m.RegOp.UNREGISTER, slot=slot))
+            results.append(reply["status"])
+        except (OSError, ConnectionError):
+            results.append("closed")
+    return results, regions
 
 
 def reachable_regions(paths):
@@ -220,7 +278,7 @@ def attack(kind, region, fd, victim_pid, victim_tid):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["spin-registered", "busy", "attack", "register-once", "flood-conns", "hog-slots"])
+    p.add_argument("action", choices=["spin-registered", "busy", "attack", "register-once", "flood-conns", "hog-slots", "keep-conn", "register-then-exit", "refusal-flood"])
     p.add_argument("--socket", required=True)
     p.add_argument("--status")
     p.add_argument("--seconds", type=float, default=30)
@@ -231,8 +289,78 @@ def main():
     p.add_argument("--victim-pid", type=int, default=0)
     p.add_argument("--victim-tid", type=int, default=0)
     p.add_argument("--count", type=int, default=1)
+    p.add_argument("--connections", type=int, default=1)
+    p.add_argument("--batch-nice", action="store_true", help="register-then-exit: SCHED_BATCH and nice 19 first")
+    p.add_argument("--critical", action="store_true", help="register-then-exit: hold in_critical until told to exit")
+    p.add_argument("--until-demoted", action="store_true", help="register-then-exit: spin until demoted first")
     a = p.parse_args()
 
+    if a.action == "keep-conn":
+        # A01/A08/A11: the connection outlives the process that made it; orders come on stdin (JSON).
+        conn, dead = kept_connection(a.socket)
+        print(json.dumps({"dead_pid": dead}), flush=True)
+        orders = json.loads(sys.stdin.readline())
+        results, _regions = on_kept_connection(conn, orders)
+        print(json.dumps({"results": results}), flush=True)
+        time.sleep(a.seconds)
+        return
+    if a.action == "register-then-exit":
+        # A02/A13: a worker that registers, goes RUNNING unacknowledged, and exits on "exit" (stdin)
+        # without unregistering, so that its id can be given to another user's thread.
+        if a.batch_nice:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, 0, 19)
+        reg = Registration(a.socket, sized=True, escapable=2)
+        if reg.region is None:
+            print(json.dumps({"status": reg.reply["status"]}), flush=True)
+            return
+        reg.start_running(True)
+        reg.set_critical(a.critical)
+        print(json.dumps({"status": 0, "pid": os.getpid(), "tid": reg.tid}), flush=True)
+        if a.until_demoted:
+            end = time.monotonic() + a.seconds
+            x = 1
+            while policy_of(0) != 5 and time.monotonic() < end:  # SCHED_IDLE
+                for _ in range(20000):
+                    x = (x * 6364136223846793005 + 1) & 0xFFFFFFFFFFFFFFFF
+            print(json.dumps({"demoted": policy_of(0) == 5}), flush=True)
+            # Keep running (never sleeping, never acknowledging) so the demotion stays in force.
+            while not stdin_ready():
+                for _ in range(20000):
+                    x = (x * 6364136223846793005 + 1) & 0xFFFFFFFFFFFFFFFF
+        else:
+            sys.stdin.readline()
+        reg.set_critical(False)
+        os._exit(0)
+    if a.action == "refusal-flood":
+        # A06: `count` threads in all (idle), then REGISTERs of a tid that is not the caller's, one at a
+        # time (the agent holds refusals back past a per-user rate; nothing is pipelined). After the
+        # report the connections stay open until "close" on stdin, so their agent threads can be read.
+        threading.stack_size(128 << 10)
+        stop = threading.Event()
+        idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(a.count - 1)]
+        for t in idle:
+            t.start()
+        conns = []
+        for _ in range(a.connections):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(a.socket)
+            s.settimeout(60)
+            conns.append(s)
+        print(json.dumps({"threads": threading.active_count()}), flush=True)
+        sys.stdin.readline()
+        sent, statuses = 0, set()
+        end = time.monotonic() + a.seconds
+        data = request(m.RegOp.REGISTER, 1, sized=True)
+        while time.monotonic() < end:
+            for s in conns:
+                reply, _ = exchange(s, data)
+                statuses.add(reply["status"])
+                sent += 1
+        print(json.dumps({"requests": sent, "statuses": sorted(statuses)}), flush=True)
+        sys.stdin.readline()
+        stop.set()
+        return
     if a.action == "busy":
         print(json.dumps({"pid": os.getpid(), "tid": gettid()}), flush=True)
         spin(a.seconds, a.status)
