@@ -7,8 +7,8 @@
 //! `BPF_F_MMAPABLE` array map that its BPF program reaches through an array of maps, by the domain's
 //! index ([`RegionMaker`], src/kernel.rs).
 //!
-//! [`Workers`] is the only source of a worker's identity the backends use: the tid and pid the agent
-//! checked at registration, never the ones stored in an SCB (S3).
+//! [`Workers`] is the only source of a worker's identity the backends use: the thread the agent pinned
+//! at registration (src/identity.rs), never the tid and pid stored in an SCB (S3).
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
