@@ -179,7 +179,9 @@ impl Peer {
         if exited(pidfd.as_fd()) {
             return Err(gone());
         }
-        let start = read_at(dir.as_fd(), "stat").ok().as_deref().and_then(start_time_of).ok_or_else(gone)?;
+        // The main thread's stat (its start time is the process's): /proc/<pid>/stat would sum over every
+        // thread, work that grows with the caller's thread count.
+        let start = read_at(dir.as_fd(), &format!("task/{pid}/stat")).ok().as_deref().and_then(start_time_of).ok_or_else(gone)?;
         let theirs = File::from(open_at(dir.as_fd(), "ns/pid", libc::O_RDONLY)?);
         let ours = std::fs::metadata("/proc/self/ns/pid")?;
         let (theirs_meta, ours_dev) = (theirs.metadata()?, ours.dev());
