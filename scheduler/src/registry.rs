@@ -860,7 +860,7 @@ fn reclaim_dead(shared: &Shared) {
     for global in 0..workers.len() as u32 {
         if let Some(w) = &workers[global as usize] {
             if !w.thread.alive() {
-                log::info!("reclaimed slot {global}: thread {} of pid {} is gone", w.tid, w.pid);
+                log::debug!("reclaimed slot {global}: thread {} of pid {} is gone", w.tid, w.pid);
                 release(shared, &mut workers, global);
             }
         }
