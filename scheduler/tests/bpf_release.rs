@@ -10,10 +10,10 @@
 use std::process::Command;
 
 const OBJECT: &str = concat!(env!("OUT_DIR"), "/bpf.bpf.o");
-const SOURCE: &str = include_str!("../src/bpf/main.bpf.c");
-const SOURCE_NAME: &str = "main.bpf.c";
+const SOURCE: &str = include_str!("../src/bpf/worker.bpf.c");
+const SOURCE_NAME: &str = "worker.bpf.c";
 
-/// The lines of main.bpf.c that change `preempt_seq` with an atomic builtin.
+/// The lines of worker.bpf.c that change `preempt_seq` with an atomic builtin.
 fn increment_lines() -> Vec<usize> {
     SOURCE
         .lines()
@@ -23,7 +23,7 @@ fn increment_lines() -> Vec<usize> {
         .collect()
 }
 
-/// The object's instructions, each with the main.bpf.c line the line table gives it (if any).
+/// The object's instructions, each with the worker.bpf.c line the line table gives it (if any).
 fn disassembly() -> Vec<(Option<usize>, String)> {
     let objdump = std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-19".to_string());
     let out = Command::new(&objdump)
