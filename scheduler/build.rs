@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Builds the sched_ext BPF program (src/bpf/main.bpf.c) and its Rust skeleton with scx_cargo's
-//! BpfBuilder when the `kernel` feature is on. The BPF side includes the generated
-//! abi/c/morpheus_abi.h and the shared policy header src/policy/morpheus_policy.h in place (through
-//! src/bpf/intf.h), never copies of them.
+//! Builds the sched_ext BPF program and its Rust skeleton with scx_cargo's BpfBuilder when the
+//! `kernel` feature is on. The program is four files by concern (src/bpf/morpheus.bpf.h lists them),
+//! each compiled on its own and joined by libbpf's static linker into one object, `bpf.bpf.o` in
+//! OUT_DIR (the per-file objects stay beside it: tests/bpf_release.rs reads the worker layer's). The
+//! BPF side includes the generated abi/c/morpheus_abi.h and the shared policy header
+//! src/policy/morpheus_policy.h in place (through src/bpf/intf.h), never copies of them.
 
 fn main() {
     build_id();
@@ -79,7 +81,10 @@ mod kernel {
             .expect("scx_cargo could not set up the BPF build (is clang-19 installed? see tools/setup.sh)")
             .enable_intf("src/bpf/intf.h", "bpf_intf.rs")
             .enable_skel("src/bpf/main.bpf.c", "bpf")
-            .build()
+            .add_source("src/bpf/cpumax.bpf.c")
+            .add_source("src/bpf/worker.bpf.c")
+            .add_source("src/bpf/replay.bpf.c")
+            .compile_link_gen()
             .expect("building the BPF scheduler failed");
     }
 }

@@ -24,7 +24,7 @@
 //!   cgroup with cpu.max until the BPF side's state machine lifts the episode (UNTHROTTLE record:
 //!   acknowledged, not RUNNING, a critical section, or `throttle_max_ns`). Under sched_ext the
 //!   kernel does not enforce cpu.max for our tasks; it hands the value to ops.cgroup_set_bandwidth and
-//!   the BPF program enforces it (src/bpf/main.bpf.c, `cgroup_bw`).
+//!   the BPF program enforces it (src/bpf/cpumax.bpf.c, `cgroup_bw`).
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
 mod bpf_intf {

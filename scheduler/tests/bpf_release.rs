@@ -5,15 +5,20 @@
 //! for a `__sync_fetch_and_add` whose result is unused, orders nothing on arm64 and is forbidden.
 //! The source can look right while the object is wrong, so this reads the object cargo built
 //! (scheduler/build.rs, in OUT_DIR) with llvm-objdump and its line table.
+//!
+//! Also: the worker layer (src/bpf/worker.bpf.c) and the conformance replays (replay.bpf.c) are
+//! linked as they are by a program without sched_ext, so their objects must reference nothing of
+//! sched_ext's, and the worker layer nothing of its host's beyond the host interface
+//! (src/bpf/morpheus.bpf.h).
 #![cfg(feature = "kernel")]
 
 use std::process::Command;
 
 const OBJECT: &str = concat!(env!("OUT_DIR"), "/bpf.bpf.o");
-const SOURCE: &str = include_str!("../src/bpf/main.bpf.c");
-const SOURCE_NAME: &str = "main.bpf.c";
+const SOURCE: &str = include_str!("../src/bpf/worker.bpf.c");
+const SOURCE_NAME: &str = "worker.bpf.c";
 
-/// The lines of main.bpf.c that change `preempt_seq` with an atomic builtin.
+/// The lines of worker.bpf.c that change `preempt_seq` with an atomic builtin.
 fn increment_lines() -> Vec<usize> {
     SOURCE
         .lines()
@@ -23,7 +28,7 @@ fn increment_lines() -> Vec<usize> {
         .collect()
 }
 
-/// The object's instructions, each with the main.bpf.c line the line table gives it (if any).
+/// The object's instructions, each with the worker.bpf.c line the line table gives it (if any).
 fn disassembly() -> Vec<(Option<usize>, String)> {
     let objdump = std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-19".to_string());
     let out = Command::new(&objdump)
@@ -67,4 +72,45 @@ fn preempt_seq_is_incremented_with_the_fetching_atomic_add() {
             "{SOURCE_NAME}:{line} has a non-fetching atomic add, which is not a release: {at:?}"
         );
     }
+}
+
+/// The symbols of one of the per-file objects build.rs leaves in OUT_DIR: (name, undefined).
+fn symbols(object: &str) -> Vec<(String, bool)> {
+    let path = format!("{}/{object}", env!("OUT_DIR"));
+    let objdump = std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-19".to_string());
+    let out = Command::new(&objdump)
+        .args(["-t", &path])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {objdump} (tools/setup.sh installs llvm-19; LLVM_OBJDUMP overrides): {e}"));
+    assert!(out.status.success(), "{objdump} failed on {path}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.len() > 17 && line.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit))
+        .filter_map(|line| line.split_whitespace().last().map(|name| (name.to_string(), line.contains("*UND*"))))
+        .collect()
+}
+
+/// Kernel functions any BPF program may call: the open-coded number iterator behind `bpf_for`.
+const GENERIC_KFUNCS: [&str; 3] = ["bpf_iter_num_new", "bpf_iter_num_next", "bpf_iter_num_destroy"];
+
+#[test]
+fn worker_layer_reaches_its_host_only_through_the_host_interface() {
+    let symbols = symbols("worker.bpf.o");
+    assert!(symbols.iter().any(|(name, undefined)| name == "worker_running" && !undefined), "worker.bpf.o defines no worker_running: {symbols:?}");
+    let sched_ext: Vec<&String> = symbols.iter().map(|(name, _)| name).filter(|name| name.contains("scx")).collect();
+    assert!(sched_ext.is_empty(), "worker.bpf.o names sched_ext symbols (a tracing backend could not link it): {sched_ext:?}");
+    let outside: Vec<&String> = symbols
+        .iter()
+        .filter(|(name, undefined)| *undefined && !name.starts_with("morpheus_host_") && !GENERIC_KFUNCS.contains(&name.as_str()))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(outside.is_empty(), "worker.bpf.o needs symbols outside the host interface (morpheus_host_*, src/bpf/morpheus.bpf.h): {outside:?}");
+}
+
+#[test]
+fn conformance_replay_needs_no_sched_ext() {
+    let symbols = symbols("replay.bpf.o");
+    assert!(symbols.iter().any(|(name, undefined)| name == "gate_replay" && !undefined), "replay.bpf.o defines no gate_replay: {symbols:?}");
+    let sched_ext: Vec<&String> = symbols.iter().map(|(name, _)| name).filter(|name| name.contains("scx")).collect();
+    assert!(sched_ext.is_empty(), "replay.bpf.o names sched_ext symbols: {sched_ext:?}");
 }

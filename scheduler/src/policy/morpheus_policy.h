@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The scheduler's decisions as pure functions: the one source of the policy, compiled into the BPF
- * program (src/bpf/main.bpf.c), into the agent's simulation backend (through src/policy/policy.c) and
+ * program's worker layer and conformance replays (src/bpf/worker.bpf.c, replay.bpf.c), into the agent's simulation backend (through src/policy/policy.c) and
  * into the conformance policy agent (conformance/agents/policy/), and tested table-driven by
  * policy_test.cc. Normative text: spec/SCB.md §5.2 (hints) and §5.6 (escalation gate and its state
  * machine).
@@ -9,7 +9,7 @@
  * Shared memory is touched in three places only, morpheus_gate_load(), morpheus_effect_may_hold() and
  * (replays only) morpheus_gate_config_of_header(), through accessors each build defines before
  * including this header: MORPHEUS_LOAD_ACQUIRE(p), MORPHEUS_LOAD_RELAXED(p) and MORPHEUS_FULL_BARRIER(). The defaults below are the C11 builtins
- * (userspace C and C++); the BPF program defines its own.
+ * (userspace C and C++); the BPF program defines its own (src/bpf/morpheus.bpf.h).
  */
 #ifndef MORPHEUS_POLICY_H
 #define MORPHEUS_POLICY_H

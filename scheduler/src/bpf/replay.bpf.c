@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Conformance replay: the escalation gate and its state machine, answered by the same code the live
+ * path runs (escalation_decide, morpheus.bpf.h) on a scenario's region image. SEC("syscall") programs,
+ * run with BPF_PROG_TEST_RUN and never attached; like the worker layer they need no sched_ext.
+ */
+#include "morpheus.bpf.h"
+
+/*
+ * Conformance replay (spec/CONFORMANCE.md §2.7; `scx_morpheus --replay-gate`): the gate on the SCB of
+ * ctx->slot in the replay domain's region map, which the agent has filled with a scenario's region image, under the
+ * configuration that image's header states. Run with BPF_PROG_TEST_RUN, never attached. Returns the
+ * verdict, or -ERANGE for a slot the map cannot hold.
+ */
+SEC("syscall")
+int gate_replay(struct morpheus_gate_replay_ctx *ctx)
+{
+	struct morpheus_gate_config cfg;
+	struct morpheus_gate_input in = {};
+	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+	struct morpheus_scb *scb;
+
+	if (!r)
+		return -ENOENT;
+	scb = scb_of(r, ctx->slot);
+	if (!scb)
+		return -ERANGE;
+	morpheus_gate_config_of_header(&r->hdr, &cfg);
+	return morpheus_gate_decide(&cfg, scb, ctx->runtime_ns, &in);
+}
+
+/*
+ * Conformance replay of the escalation state machine (`scx_morpheus --replay-gate`, `escalate` cases):
+ * the gate and the next step on the SCB of ctx->slot at time ctx->now_ns, with the episode kept in the
+ * slot's worker_ctx between runs (ctx->reset clears it: a new scenario), under the configuration the
+ * image's header states. The step is recorded as the
+ * live path records it, without its effects. Results go back in ctx; returns 0 or a negative errno.
+ */
+SEC("syscall")
+int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
+{
+	struct morpheus_gate_config cfg;
+	struct morpheus_gate_input in = {};
+	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+	enum morpheus_gate_verdict verdict;
+	enum morpheus_escalation_step step;
+	struct morpheus_scb *scb;
+	struct worker_ctx *w;
+	u32 slot = ctx->slot;
+
+	if (!r)
+		return -ENOENT;
+	scb = scb_of(r, slot);
+	w = worker_ctx_of(slot);
+	if (!scb || !w)
+		return -ERANGE;
+	if (ctx->reset)
+		__builtin_memset(&w->esc, 0, sizeof(w->esc));
+	morpheus_gate_config_of_header(&r->hdr, &cfg);
+	step = escalation_decide(&cfg, scb, &w->esc, ctx->runtime_ns, ctx->now_ns, &in, &verdict);
+	morpheus_escalation_commit(&w->esc, step, &in, ctx->now_ns);
+	ctx->verdict = verdict;
+	ctx->step = step;
+	ctx->escalated = w->esc.open;
+	ctx->steps = w->esc.steps;
+	return 0;
+}
