@@ -37,14 +37,15 @@ use crate::stats::{Counters, Reactions};
 
 /// A demotion in force: what to put back.
 #[derive(Debug)]
-struct Demotion {
+pub(crate) struct Demotion {
     policy: libc::c_int,
     priority: libc::c_int,
     nice: libc::c_int,
 }
 
+/// An escalation effect in force (the simulation and tracing backends carry them out in the agent).
 #[derive(Debug)]
-enum Effect {
+pub(crate) enum Effect {
     Demoted(Demotion),
     Throttled(PathBuf),
 }
@@ -80,20 +81,29 @@ pub struct SimBackend {
     config: Config,
     workers: Vec<Option<Worker>>,
     counters: Counters,
+    effects: Effects,
+    released: Arc<Released>,
+    reactions: Reactions,
+}
+
+/// The escalation effects any kernel offers, carried out by the agent: SCHED_IDLE demotion (KICK, and
+/// THROTTLE's fallback) and the cgroup v2 cpu.max cap (THROTTLE), each journalled before it is applied
+/// (S7) and undone exactly; one record per action taken or undone. The simulation backend decides
+/// when; the tracing backend (src/trace.rs) applies what its BPF side decided.
+pub(crate) struct Effects {
+    config: Config,
     caps: Caps,
     cgroup2_root: Option<PathBuf>,
-    released: Arc<Released>,
     warned_no_cgroup: bool,
     /// escalation_event records since the last `take_events` (one per action taken or undone).
     events: Vec<abi::EscalationEvent>,
-    reactions: Reactions,
 }
 
 /// Why an escalation step is taken: the request it answers and how far past slice + grace.
 #[derive(Clone, Copy, Debug)]
-struct Cause {
-    preempt_seq: u64,
-    overrun_ns: u64,
+pub(crate) struct Cause {
+    pub(crate) preempt_seq: u64,
+    pub(crate) overrun_ns: u64,
 }
 
 /// Bound on buffered events between two drains (the agent drains every tick); beyond it the oldest
@@ -103,7 +113,14 @@ const MAX_BUFFERED_EVENTS: usize = 4096;
 /// Slots the registry released since the last tick (lifted at the next tick, or at once by the tick
 /// noticing the SCB changed owner).
 #[derive(Default)]
-struct Released(Mutex<Vec<(u32, u32)>>);
+pub(crate) struct Released(Mutex<Vec<(u32, u32)>>);
+
+impl Released {
+    /// The (slot, tid) pairs released since the last call.
+    pub(crate) fn take(&self) -> Vec<(u32, u32)> {
+        self.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default()
+    }
+}
 
 impl SlotObserver for Released {
     fn assigned(&self, _slot: u32, _worker: &Assigned) -> Result<()> {
@@ -136,48 +153,23 @@ fn read_voluntary_switches(file: &File) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())
 }
 
-impl SimBackend {
-    /// The sim backend publishes no region itself: the agent gives each uid its own (src/domains.rs)
-    /// and records who holds which slot in `table`, which is what this backend watches.
-    pub fn open(config: &Config, table: Arc<Workers>) -> Result<SimBackend> {
-        Ok(SimBackend {
-            table,
+impl Effects {
+    pub(crate) fn new(config: &Config) -> Effects {
+        Effects {
             config: config.clone(),
-            workers: (0..config.max_workers).map(|_| None).collect(),
-            counters: Counters::default(),
             caps: Caps::with_journal(config.journal.clone()),
             cgroup2_root: cgroup::cgroup2_root(),
-            released: Arc::new(Released::default()),
             warned_no_cgroup: false,
             events: Vec::new(),
-            reactions: Reactions::default(),
-        })
+        }
     }
 
-    fn track(&self, tid: u32, pid: u32, local_slot: u32) -> Option<Worker> {
-        let dir = format!("/proc/{pid}/task/{tid}");
-        let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
-        let status = File::open(format!("{dir}/status")).ok()?;
-        let run_ns = read_runtime(&schedstat)?;
-        let voluntary_switches = read_voluntary_switches(&status)?;
-        Some(Worker {
-            region_id: 0,
-            tid,
-            pid,
-            local_slot,
-            schedstat,
-            status,
-            run_ns,
-            voluntary_switches,
-            since_yield_ns: 0,
-            last_ack: 0,
-            last_yield_count: 0,
-            hinted_since_yield: false,
-            episode: Episode::default(),
-        })
+    /// The escalation_event records since the last call.
+    pub(crate) fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
+        std::mem::take(&mut self.events)
     }
 
-    fn demote(&mut self, tid: u32) -> Option<Demotion> {
+    pub(crate) fn demote(&mut self, tid: u32) -> Option<Demotion> {
         let tid = tid as libc::pid_t;
         // SAFETY: plain syscalls on a thread id; failures are reported through errno.
         unsafe {
@@ -207,7 +199,7 @@ impl SimBackend {
         }
     }
 
-    fn restore(tid: u32, demotion: &Demotion) -> bool {
+    pub(crate) fn restore(tid: u32, demotion: &Demotion) -> bool {
         let tid = tid as libc::pid_t;
         let param = libc::sched_param { sched_priority: demotion.priority };
         // SAFETY: as in demote.
@@ -226,7 +218,7 @@ impl SimBackend {
     }
 
     /// Records one escalation action as an escalation_event (spec/SCB.md §8).
-    fn record(&mut self, slot: u32, tid: u32, pid: u32, action: EscalationAction, cause: Cause) {
+    pub(crate) fn record(&mut self, slot: u32, tid: u32, pid: u32, action: EscalationAction, cause: Cause) {
         if self.events.len() >= MAX_BUFFERED_EVENTS {
             self.events.remove(0);
         }
@@ -245,14 +237,24 @@ impl SimBackend {
 
     /// Applies one escalation step; returns the effects it took. `demoted` says the thread is already
     /// demoted by an earlier step, so a demotion fallback would change nothing and is not taken.
-    fn apply(&mut self, slot: u32, action: u32, tid: u32, pid: u32, cause: Cause, demoted: bool) -> Vec<Effect> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &mut self,
+        counters: &mut Counters,
+        slot: u32,
+        action: u32,
+        tid: u32,
+        pid: u32,
+        cause: Cause,
+        demoted: bool,
+    ) -> Vec<Effect> {
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
         if want_throttle {
             if let Some(cgroup) = self.cappable_cgroup_of(pid, tid) {
                 match self.caps.cap(&cgroup) {
                     Ok(()) => {
-                        self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
+                        counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
                         log::debug!("slot {slot}: throttled {} (tid {tid})", cgroup.display());
                         self.record(slot, tid, pid, EscalationAction::Throttle, cause);
                         effects.push(Effect::Throttled(cgroup));
@@ -260,11 +262,11 @@ impl SimBackend {
                     }
                     Err(e) => {
                         log::debug!("slot {slot}: {e:#}");
-                        self.counters.effect_errors += 1;
+                        counters.effect_errors += 1;
                     }
                 }
             }
-            self.counters.fallbacks += 1;
+            counters.fallbacks += 1;
             if !self.warned_no_cgroup {
                 log::warn!(
                     "CGROUP_THROTTLE: tid {tid} (pid {pid}) is not in a writable cgroup v2 with cpu.max; demoting the thread with SCHED_IDLE instead"
@@ -277,54 +279,114 @@ impl SimBackend {
         }
         match self.demote(tid) {
             Some(demotion) => {
-                self.counters.actions[EscalationAction::Demote.raw() as usize] += 1;
+                counters.actions[EscalationAction::Demote.raw() as usize] += 1;
                 log::debug!("slot {slot}: demoted tid {tid} to SCHED_IDLE");
                 self.record(slot, tid, pid, EscalationAction::Demote, cause);
                 effects.push(Effect::Demoted(demotion));
             }
             None => {
-                self.counters.effect_errors += 1;
+                counters.effect_errors += 1;
                 log::debug!("slot {slot}: cannot demote tid {tid}: {}", std::io::Error::last_os_error());
             }
         }
         effects
     }
 
-    /// Undoes every effect of an episode and marks it closed in the SCB.
-    fn lift(&mut self, slot: u32, tid: u32, pid: u32, episode: Episode, why: &str) {
+    /// Undoes every effect of an episode (opened for request `preempt_seq`) and marks it closed in the
+    /// SCB the agent's `table` names for the slot.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lift(
+        &mut self,
+        counters: &mut Counters,
+        table: &Workers,
+        slot: u32,
+        tid: u32,
+        pid: u32,
+        effects: Vec<Effect>,
+        preempt_seq: u64,
+        why: &str,
+    ) {
         // Undoing is not about an overrun: overrun_ns 0; preempt_seq names the request escalated for.
-        let cause = Cause { preempt_seq: episode.state.preempt_seq, overrun_ns: 0 };
-        for effect in episode.effects {
+        let cause = Cause { preempt_seq, overrun_ns: 0 };
+        for effect in effects {
             match effect {
                 Effect::Demoted(demotion) => {
                     let restored = Self::restore(tid, &demotion);
+                    // Taken before the journal's own system calls can overwrite errno.
+                    let errno = std::io::Error::last_os_error().raw_os_error();
                     if let Some(journal) = &self.config.journal {
                         journal.restored(tid);
                     }
                     if restored {
-                        self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
+                        counters.actions[EscalationAction::Restore.raw() as usize] += 1;
                         self.record(slot, tid, pid, EscalationAction::Restore, cause);
-                    } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+                    } else if errno != Some(libc::ESRCH) {
                         // ESRCH: the thread is gone, nothing to restore.
-                        self.counters.effect_errors += 1;
+                        counters.effect_errors += 1;
                     }
                 }
                 Effect::Throttled(cgroup) => match self.caps.release(&cgroup) {
                     Ok(()) => {
-                        self.counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
+                        counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
                         self.record(slot, tid, pid, EscalationAction::Unthrottle, cause);
                     }
                     Err(e) => {
                         log::warn!("slot {slot}: {e:#}");
-                        self.counters.effect_errors += 1;
+                        counters.effect_errors += 1;
                     }
                 },
             }
         }
-        if let Some(assigned) = self.table.get(slot).filter(|a| a.tid == tid) {
+        if let Some(assigned) = table.get(slot).filter(|a| a.tid == tid) {
             assigned.domain.region.scb(assigned.local).escalated().store(0, Ordering::Relaxed);
         }
         log::debug!("slot {slot}: escalation of tid {tid} lifted ({why})");
+    }
+
+}
+
+impl SimBackend {
+    /// The sim backend publishes no region itself: the agent gives each uid its own (src/domains.rs)
+    /// and records who holds which slot in `table`, which is what this backend watches.
+    pub fn open(config: &Config, table: Arc<Workers>) -> Result<SimBackend> {
+        Ok(SimBackend {
+            table,
+            config: config.clone(),
+            workers: (0..config.max_workers).map(|_| None).collect(),
+            counters: Counters::default(),
+            effects: Effects::new(config),
+            released: Arc::new(Released::default()),
+            reactions: Reactions::default(),
+        })
+    }
+
+    fn track(&self, tid: u32, pid: u32, local_slot: u32) -> Option<Worker> {
+        let dir = format!("/proc/{pid}/task/{tid}");
+        let schedstat = File::open(format!("{dir}/schedstat")).ok()?;
+        let status = File::open(format!("{dir}/status")).ok()?;
+        let run_ns = read_runtime(&schedstat)?;
+        let voluntary_switches = read_voluntary_switches(&status)?;
+        Some(Worker {
+            region_id: 0,
+            tid,
+            pid,
+            local_slot,
+            schedstat,
+            status,
+            run_ns,
+            voluntary_switches,
+            since_yield_ns: 0,
+            last_ack: 0,
+            last_yield_count: 0,
+            hinted_since_yield: false,
+            episode: Episode::default(),
+        })
+    }
+
+    /// Undoes every effect of an episode and marks it closed in the SCB.
+    fn lift(&mut self, slot: u32, tid: u32, pid: u32, episode: Episode, why: &str) {
+        let preempt_seq = episode.state.preempt_seq;
+        self.effects.lift(&mut self.counters, &self.table, slot, tid, pid, episode.effects, preempt_seq, why);
     }
 
     fn drop_worker(&mut self, slot: u32, why: &str) {
@@ -380,7 +442,7 @@ impl SimBackend {
         }
         let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
         let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
-        let effects = self.apply(slot, action, tid, pid, cause, demoted);
+        let effects = self.effects.apply(&mut self.counters, slot, action, tid, pid, cause, demoted);
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
         worker.episode.effects.extend(effects);
         policy::escalation_commit(&mut worker.episode.state, step, &input, now_ns);
@@ -526,7 +588,7 @@ impl Backend for SimBackend {
     }
 
     fn tick(&mut self, now_ns: u64, level: u32) -> Result<()> {
-        let released: Vec<(u32, u32)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        let released = self.released.take();
         for (slot, tid) in released {
             if self.workers[slot as usize].as_ref().is_some_and(|w| w.tid == tid) {
                 self.drop_worker(slot, "unregistered");
@@ -549,7 +611,7 @@ impl Backend for SimBackend {
     }
 
     fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
-        std::mem::take(&mut self.events)
+        self.effects.take_events()
     }
 
     fn counters(&self) -> Counters {
