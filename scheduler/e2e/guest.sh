@@ -134,6 +134,17 @@ if start_agent /tmp/observer.log --mode observer; then
 	check "cooperative worker's acknowledgements caught up (last_ack_seq <= preempt_seq)" \
 		test "$(field cooperative last_ack_seq /tmp/observer.out)" -le "$(field cooperative preempt_seq /tmp/observer.out)"
 	check "cooperative worker was never escalated" test "$(field cooperative escalations /tmp/observer.out)" = 0
+	# A worker thread that exits without unregistering, and a child process given its tid at once
+	# (clone3 set_tid) that burns 200 ms of CPU (40 slices): the exited worker's SCB gets no hint,
+	# as the scheduler never takes the child for that worker (worker_slots is keyed by tid).
+	morpheus-e2e-worker --tid-reuse 200 >/tmp/tid-reuse.out 2>&1
+	check "tid reuse ran (exit $?)" test $? -eq 0
+	cat /tmp/tid-reuse.out
+	r0=$(field tid_reuse preempt_seq_start /tmp/tid-reuse.out)
+	r1=$(field tid_reuse preempt_seq /tmp/tid-reuse.out)
+	check "the child that took the exited worker's tid burned its CPU ($(field tid_reuse child_cpu_ms /tmp/tid-reuse.out) ms)" \
+		test "$(field tid_reuse child_cpu_ms /tmp/tid-reuse.out)" -ge 200
+	check "it was never taken for that worker: no hint in its SCB ($r0 -> $r1)" test -n "$r0" -a "$r0" = "$r1"
 	drained=$(agent_stat /backend_counters/hint_records)
 	stop_agent /tmp/observer.log
 	check "the agent drained the hint ring's records (${drained:-none})" test "${drained:-0}" -gt 0
@@ -162,6 +173,7 @@ if start_agent /tmp/enforced.log --mode enforced --policy kick; then
 	critical=$(agent_stat /gate_verdicts/critical)
 	echo "e2e: gate verdicts escalate=$escalate not_escapable=$not_escapable critical=$critical"
 	stop_agent /tmp/enforced.log
+	sed -n 's/.*verified_insns: /e2e-veristat: enforced-kick /p' /tmp/enforced.log
 	check "gate escalated at least once (ESCALATE=$escalate)" test "${escalate:-0}" -gt 0
 	check "gate blocked the escapable=0 worker (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
 	check "gate blocked the critical-section worker (CRITICAL=$critical)" test "${critical:-0}" -gt 0
@@ -226,6 +238,7 @@ if [ -d "$CG" ] && start_agent /tmp/hybrid.log --mode enforced --policy hybrid -
 	kicks=$(agent_stat /backend_counters/kicks)
 	throttles=$(agent_stat /backend_counters/throttles)
 	stop_agent /tmp/hybrid.log
+	sed -n 's/.*verified_insns: /e2e-veristat: enforced-hybrid /p' /tmp/hybrid.log
 	echo "e2e: hybrid BPF counters: kicks=$kicks throttles=$throttles"
 	check "hybrid kicked (kicks=$kicks)" test "${kicks:-0}" -gt 0
 	check "hybrid throttled after kicking (throttles=$throttles)" test "${throttles:-0}" -gt 0

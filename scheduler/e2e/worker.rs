@@ -11,6 +11,7 @@
 //!        morpheus-e2e-worker [--cgroup DIR] --stress SECTIONS
 //!        morpheus-e2e-worker --bench-cpu ITERATIONS --threads N
 //!        morpheus-e2e-worker --scb-of PID SLOT
+//!        morpheus-e2e-worker --tid-reuse MS
 //! roles: cooperative   checkpoint_sync between pieces of work, sched_yield when it says so; escapable
 //!        spin          never checkpoints, escapable (the one enforced mode must escalate)
 //!        critical      never checkpoints, escapable, but inside a critical section throughout
@@ -31,6 +32,11 @@
 //!        /proc/PID/maps and /proc/PID/mem; the slot's `pid` must be PID), one `key=value` line: the
 //!        report of the workers of SDKs whose API does not expose the SCB (Node, Java), which run this
 //!        while their worker is still registered (and, for `critical`, still in its section).
+//! --tid-reuse (root): a registered worker thread exits without unregistering (a raw exit(2): no
+//!        destructor runs, as when a thread dies with its process), and as soon as its tid is free a
+//!        child process is made with that tid (clone3 with set_tid), which burns MS ms of CPU (many
+//!        slices) without registering. One `role=tid_reuse` line: the exited worker's preempt_seq
+//!        before the child ran and after. The scheduler must never take the child for that worker.
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -258,6 +264,83 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
     Ok(line)
 }
 
+/// `--tid-reuse MS`: see the module comment. The verdict does not depend on timing: the tid is taken
+/// exactly (set_tid), the child's work is counted in its own CPU time, and the line is written only
+/// once the child has exited.
+fn tid_reuse(burn_ms: f64) -> Result<String, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(u32, u32, usize), String>>();
+    let handle = std::thread::spawn(move || {
+        match register(Role::Spin).and_then(|worker| ScbView::of(&worker).map(|scb| (worker, scb))) {
+            Ok((worker, scb)) => {
+                let _ = tx.send(Ok((gettid(), worker.slot().unwrap_or(u32::MAX), scb.0 as usize)));
+                // Nothing unregisters it: the registration and the region mapping outlive the thread.
+                std::mem::forget(worker);
+                // SAFETY: ends this thread only, holding no lock; its stack is never used again.
+                unsafe { libc::syscall(libc::SYS_exit, 0) };
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    });
+    // Never joined: the thread did not return through the runtime.
+    std::mem::forget(handle);
+    let (tid, slot, scb) = rx.recv().map_err(|e| format!("the worker thread ended without a word: {e}"))??;
+    let scb = ScbView(scb as *const Scb);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The tid is free once the thread has left the process's task list.
+    let task = format!("/proc/self/task/{tid}");
+    while std::path::Path::new(&task).exists() {
+        if Instant::now() > deadline {
+            return Err(format!("thread {tid} did not exit within 60 s"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seq0 = load!(scb, preempt_seq, AtomicU64, Ordering::Acquire);
+    let set_tid = [tid as libc::pid_t];
+    // SAFETY: clone_args is plain data; all-zero is its documented default.
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.exit_signal = libc::SIGCHLD as u64;
+    args.set_tid = set_tid.as_ptr() as u64;
+    args.set_tid_size = 1;
+    let child = loop {
+        // SAFETY: a fork-like clone3 (no shared memory or stack); the child only computes and exits.
+        let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const libc::clone_args, size_of::<libc::clone_args>()) };
+        if r == 0 {
+            while thread_cpu_ms() < burn_ms {
+                burn(20_000);
+            }
+            // SAFETY: leaves the child without running the parent's handlers.
+            unsafe { libc::_exit(0) };
+        }
+        if r > 0 {
+            break r as libc::pid_t;
+        }
+        let err = std::io::Error::last_os_error();
+        // EEXIST: the tid is not released yet (the thread's exit is still being completed).
+        if err.raw_os_error() != Some(libc::EEXIST) || Instant::now() > deadline {
+            return Err(format!("clone3 with set_tid {tid}: {err}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled in by wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child.
+    if unsafe { libc::wait4(child, &mut status, 0, &mut usage) } != child {
+        return Err(format!("wait4 of child {child}: {}", std::io::Error::last_os_error()));
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!("child {child} with tid {tid} failed (status {status:#x})"));
+    }
+    let child_cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) as f64 * 1e3
+        + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) as f64 / 1e3;
+    Ok(format!(
+        "role=tid_reuse slot={slot} tid={tid} child={child} child_cpu_ms={child_cpu_ms:.0} preempt_seq_start={seq0} preempt_seq={}",
+        load!(scb, preempt_seq, AtomicU64, Ordering::Acquire),
+    ))
+}
+
 /// CPU time this thread has consumed, in milliseconds.
 fn thread_cpu_ms() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -336,7 +419,7 @@ fn scb_of(pid: u32, slot: u32) -> Result<String, String> {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] (--seconds S | --until FILE) ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N | --scb-of PID SLOT");
+    eprintln!("usage: morpheus-e2e-worker [--cgroup DIR] [--forge-header] [--ready FILE] [--attack TARGET] (--seconds S | --until FILE) ROLE... | [--cgroup DIR] --stress SECTIONS | --bench-cpu ITERATIONS --threads N | --scb-of PID SLOT | --tid-reuse MS");
     eprintln!("roles: cooperative spin critical unescapable");
     ExitCode::from(2)
 }
@@ -359,6 +442,22 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("morpheus-e2e-worker: --scb-of: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--tid-reuse") {
+        let Some(ms) = args.get(1).and_then(|v| v.parse::<f64>().ok()).filter(|&ms| ms > 0.0 && ms <= 60_000.0) else {
+            eprintln!("morpheus-e2e-worker: --tid-reuse needs a CPU time in ms, in (0, 60000]");
+            return usage();
+        };
+        return match tid_reuse(ms) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("morpheus-e2e-worker: --tid-reuse: {e}");
                 ExitCode::FAILURE
             }
         };

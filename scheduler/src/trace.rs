@@ -18,6 +18,8 @@
 //!   reports the episode lifted (or its slot is released, or the episode is seen closed). Right after
 //!   applying one, in_critical is loaded again and the effect undone at once if a section began
 //!   meanwhile (spec/SCB.md §5.6).
+//! * A thread's exit reaches the worker layer when its task_struct is freed (worker_exit), so a thread
+//!   that gets an exited worker's tid is never taken for it.
 //! * Needs BPF with BTF (tp_btf programs attach by the kernel's BTF): [`probe`] says what is missing.
 
 #[allow(clippy::all, dead_code)]
@@ -193,7 +195,7 @@ impl TraceBackend {
 
         let links = vec![
             skel.progs.morpheus_switch.attach().context("cannot attach tp_btf/sched_switch (no sched_switch tracepoint in the kernel's BTF?)")?,
-            skel.progs.morpheus_task_exit.attach().context("cannot attach tp_btf/sched_process_exit (no sched_process_exit tracepoint in the kernel's BTF?)")?,
+            skel.progs.morpheus_task_free.attach().context("cannot attach tp_btf/sched_process_free (no sched_process_free tracepoint in the kernel's BTF?)")?,
         ];
         let ret = run_syscall_prog(&skel.progs.trace_init).context("BPF_PROG_TEST_RUN of trace_init failed")?;
         if ret != 0 {
@@ -325,7 +327,7 @@ impl TraceBackend {
 fn log_verifier_complexity() {
     let mut progs: Vec<(String, u32)> = libbpf_rs::query::ProgInfoIter::default()
         .map(|info| (info.name.to_string_lossy().into_owned(), info.verified_insns))
-        .filter(|(name, _)| ["morpheus_switch", "morpheus_task_e", "trace_init"].contains(&name.as_str()))
+        .filter(|(name, _)| ["morpheus_switch", "morpheus_task_f", "trace_init"].contains(&name.as_str()))
         .collect();
     progs.sort();
     progs.dedup_by(|a, b| a.0 == b.0);

@@ -76,7 +76,7 @@ static __always_inline bool bw_exhausted(struct cgroup_bw *bw, u64 now)
  */
 static __always_inline bool hold_allowed(struct task_struct *p)
 {
-	if (!worker_in_critical(p->pid))
+	if (!worker_in_critical(p->pid, p->start_time))
 		return true;
 	count(MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
 	return false;
@@ -122,7 +122,7 @@ __hidden void cpumax_dispatch(void)
 			bw = task_bw(p, &cgid);
 			if (!bw || !bw_exhausted(bw, now)) {
 				/* A held task cannot run, so cannot enter a section: this sees holds that began inside one. */
-				if (worker_in_critical(p->pid))
+				if (worker_in_critical(p->pid, p->start_time))
 					count(MORPHEUS_CNT_HELD_IN_CRITICAL);
 				scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, queue_vtime(p));
 				scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);

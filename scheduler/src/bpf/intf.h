@@ -31,7 +31,8 @@ struct morpheus_region {
  * Value of the `worker_slots` map (key: tid), written only by the agent at registration: the
  * agent's slot number (index of `workers`, and the slot in hint and escalation records), and the
  * domain and SCB index of the worker's SCB. The BPF side learns a worker's SCB only from here, never
- * from a tid, pid or slot written in an SCB.
+ * from a tid, pid or slot written in an SCB. An entry is removed by the agent (unregistration), or
+ * by the BPF side when the thread it was bound to exits (worker_exit, src/bpf/worker.bpf.c).
  */
 struct morpheus_worker_slot {
 	morpheus_u32 slot;
@@ -76,6 +77,8 @@ struct worker_ctx {
 	morpheus_u64 run_start_ns; /* when the current run started (valid while cpu >= 0) */
 	morpheus_u64 seen_ack_seq; /* last_ack_seq at the last yield point */
 	morpheus_u64 verdict_seq;  /* preempt_seq for which last_verdict was counted */
+	morpheus_u64 start_ns;     /* the bound thread's start time (task_struct.start_time): with tid, which
+				    * thread this is, as a tid names one live thread at a time; 0 once it exited */
 	struct morpheus_escalation esc; /* the escalation episode (shared state machine) */
 	morpheus_u32 tid;          /* thread this bookkeeping belongs to (a slot can be reused) */
 	morpheus_u32 pid;          /* its process (the task's own tgid, never an SCB's pid) */
@@ -110,6 +113,8 @@ enum morpheus_counter {
 	MORPHEUS_CNT_HOLDS_SPARED_CRITICAL, /* cpu.max hold skipped: the worker was in a critical section */
 	MORPHEUS_CNT_HELD_IN_CRITICAL,    /* a worker released from the hold was in a section while held: must stay 0 */
 	MORPHEUS_CNT_DEMOTED_ENQUEUES,    /* enqueues of a worker with an open episode into the demoted queue */
+	MORPHEUS_CNT_TID_REUSED,          /* runs of a thread whose tid names a worker bound to an exited thread (not that worker) */
+	MORPHEUS_CNT_WORKER_EXITS,        /* worker_slots entries removed because their thread exited */
 	MORPHEUS_NR_COUNTERS,
 };
 

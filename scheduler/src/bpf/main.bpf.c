@@ -119,7 +119,7 @@ static __always_inline void release_lifted(void)
 	bpf_for_each(scx_dsq, p, DEMOTED_DSQ, 0) {
 		u64 vtime, level;
 
-		if (worker_episode_open(p->pid))
+		if (worker_episode_open(p->pid, p->start_time))
 			continue;
 		vtime = p->scx.dsq_vtime;
 		level = READ_ONCE(vtime_now);
@@ -149,7 +149,7 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 	 * A worker whose episode is open waits in DEMOTED_DSQ, behind every other runnable task, and
 	 * preempts no one when it wakes.
 	 */
-	if (worker_demoted(p->pid)) {
+	if (worker_demoted(p->pid, p->start_time)) {
 		s32 idle;
 
 		scx_bpf_dsq_insert_vtime(p, DEMOTED_DSQ, base_slice(), vtime, enq_flags);
@@ -291,7 +291,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 	 * run, it has a short slice and any task waking on its CPU preempts it. Not inside a critical
 	 * section: the effect re-checks in_critical where it takes hold.
 	 */
-	if (worker_running(p->pid, p->tgid, cpu)) {
+	if (worker_running(p->pid, p->tgid, p->start_time, cpu)) {
 		u32 cpu_key = cpu;
 		struct cpu_run *run = bpf_map_lookup_elem(&cpu_runs, &cpu_key);
 
@@ -306,13 +306,24 @@ void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 {
 	vtime_stopping(p);
 	cpumax_stopping(p);
-	worker_stopping(p->pid, scx_bpf_task_cpu(p), runnable);
+	worker_stopping(p->pid, p->start_time, scx_bpf_task_cpu(p), runnable);
 }
 
 /* A task entering sched_ext starts level with the tasks running now. */
 void BPF_STRUCT_OPS(morpheus_enable, struct task_struct *p)
 {
 	scx_bpf_task_set_dsq_vtime(p, READ_ONCE(vtime_now));
+}
+
+/*
+ * A task leaves sched_ext: it exited (after its last switch, or on kernels before sched_ext_dead()
+ * when its task_struct is freed), its fork failed, or the scheduler is being unloaded. Only a task
+ * that exited leaves the worker layer (exit_state is set once it is a zombie or dead).
+ */
+void BPF_STRUCT_OPS(morpheus_exit_task, struct task_struct *p, struct scx_exit_task_args *args)
+{
+	if (p->exit_state)
+		worker_exit(p->pid, p->start_time);
 }
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(morpheus_init)
@@ -350,6 +361,7 @@ SCX_OPS_DEFINE(morpheus_ops,
 	       .stopping = (void *)morpheus_stopping,
 	       .tick = (void *)morpheus_tick,
 	       .enable = (void *)morpheus_enable,
+	       .exit_task = (void *)morpheus_exit_task,
 	       .cgroup_set_bandwidth = (void *)morpheus_cgroup_set_bandwidth,
 	       .init = (void *)morpheus_init,
 	       .exit = (void *)morpheus_exit,

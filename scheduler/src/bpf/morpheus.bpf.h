@@ -136,8 +136,9 @@ escalation_decide(const struct morpheus_gate_config *cfg, struct morpheus_scb *s
 }
 
 /*
- * The worker layer (worker.bpf.c). A thread is named by its tid (task_struct.pid) and its process by
- * its pid (tgid); `cpu` is the CPU a thread runs on.
+ * The worker layer (worker.bpf.c). A thread is named by its tid (task_struct.pid) and its start time
+ * `start_ns` (task_struct.start_time), which tells it from a thread that had the same tid before it;
+ * its process by its pid (tgid); `cpu` is the CPU a thread runs on.
  */
 
 /* The region of trust domain `domain`, or NULL if the agent has made none there. */
@@ -149,27 +150,28 @@ __hidden struct worker_ctx *worker_ctx_of(u32 slot);
  * worker and make sure the check timer comes by the end of its slice. True if the worker's escalation
  * episode is open and it is not in a critical section, so its run is to be demoted (the host's job).
  */
-__hidden bool worker_running(u32 tid, u32 pid, s32 cpu);
+__hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu);
 /*
  * The run of thread `tid` ends (`cpu`: the CPU it ran on); `runnable`: it was preempted or its slice
  * ended, rather than sleeping or blocking (a yield point). Hints and escalation for an overrun.
  */
-__hidden void worker_stopping(u32 tid, s32 cpu, bool runnable);
+__hidden void worker_stopping(u32 tid, u64 start_ns, s32 cpu, bool runnable);
 /* Whether thread `tid` is a registered worker whose escalation episode is open. */
-__hidden bool worker_episode_open(u32 tid);
+__hidden bool worker_episode_open(u32 tid, u64 start_ns);
 /*
  * Whether thread `tid`, a worker with an open episode, is to wait behind every other runnable task
  * now: not if it entered a critical section since the decision (in_critical loaded here again,
  * SCB.md §5.6; counted as a kick spared).
  */
-__hidden bool worker_demoted(u32 tid);
+__hidden bool worker_demoted(u32 tid, u64 start_ns);
 /* Whether thread `tid` is a registered worker inside a critical section (in_critical loaded now). */
-__hidden bool worker_in_critical(u32 tid);
+__hidden bool worker_in_critical(u32 tid, u64 start_ns);
 /*
- * Thread `tid` exits: if it is a registered worker, its worker_slots record is deleted (the agent's
- * release finds it gone), so a thread that reuses the tid is never taken for the worker.
+ * Thread `tid` exited: from then on no thread is taken for the worker it was, and its worker_slots
+ * entry is removed. Called once the thread can run no more (sched_ext: ops.exit_task of a task that
+ * exited; a tracing program: sched_process_exit or sched_process_free).
  */
-__hidden void worker_exit(u32 tid);
+__hidden void worker_exit(u32 tid, u64 start_ns);
 /* Start the check timer (from the host's initialisation, once). 0 or a negative errno. */
 __hidden s32 worker_timer_start(void);
 

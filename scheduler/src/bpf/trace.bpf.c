@@ -7,7 +7,10 @@
  *   the task switched in (worker_running) on this CPU: the worker layer's accounting of a registered
  *   thread's CPU time since its last yield point, exact to the context switch, and its check timer
  *   brought forward to the end of the slice of a worker that starts running.
- * - tp_btf/sched_process_exit forgets an exiting thread's worker_slots record (worker_exit).
+ * - tp_btf/sched_process_free tells the worker layer that a thread exited (worker_exit), once it can
+ *   run no more: its task_struct is being freed, after its last context switch (an exiting thread
+ *   still runs after sched_process_exit). The tid may have been given to a new thread by then; the
+ *   worker layer tells the two apart by the start time.
  * - trace_init (SEC("syscall"), run once by the agent) starts the worker layer's check timer. The
  *   timer's callback is verified with this program; the verifier refuses bpf_timer in kprobe,
  *   tracepoint, raw tracepoint and perf event programs, but tp_btf programs are BPF_PROG_TYPE_TRACING,
@@ -37,16 +40,16 @@ int BPF_PROG(morpheus_switch, bool preempt, struct task_struct *prev, struct tas
 {
 	s32 cpu = bpf_get_smp_processor_id();
 
-	worker_stopping(prev->pid, cpu, preempt || prev_state == TASK_RUNNING);
-	worker_running(next->pid, next->tgid, cpu);
+	worker_stopping(prev->pid, prev->start_time, cpu, preempt || prev_state == TASK_RUNNING);
+	worker_running(next->pid, next->tgid, next->start_time, cpu);
 	return 0;
 }
 
-/* A thread exits (the tracepoint fires for every thread, not only a group's last). */
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(morpheus_task_exit, struct task_struct *p)
+/* A thread's task_struct is freed (every thread, not only a group's last). */
+SEC("tp_btf/sched_process_free")
+int BPF_PROG(morpheus_task_free, struct task_struct *p)
 {
-	worker_exit(p->pid);
+	worker_exit(p->pid, p->start_time);
 	return 0;
 }
 

@@ -131,6 +131,24 @@ struct {
 	__type(value, u32);
 } cpu_worker SEC(".maps");
 
+/*
+ * The slot each thread's bookkeeping is bound to, by tid (set at the thread's first run in the slot,
+ * see worker_running): how the thread's exit finds its slot when the agent has removed its
+ * worker_slots entry already. One per bound slot at most.
+ */
+struct bound_thread {
+	u64 start_ns; /* the thread's start time (struct worker_ctx's start_ns) */
+	u32 slot;
+	u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MORPHEUS_MAX_WORKERS);
+	__type(key, u32);
+	__type(value, struct bound_thread);
+} bound_threads SEC(".maps");
+
 struct check_timer {
 	struct bpf_timer timer;
 };
@@ -173,12 +191,31 @@ static __always_inline struct morpheus_scb *scb_at(u32 domain, u32 local)
 	return scb_of(r, local);
 }
 
-/* The SCB of thread `tid` if it is a registered worker, else NULL. */
-static __always_inline struct morpheus_scb *worker_scb_of(u32 tid)
+/*
+ * Whether the bookkeeping w of the slot that thread `tid`'s worker_slots entry ws names is bound to
+ * another thread that had this tid (their start times tell them apart): that thread exited, as a tid
+ * names one live thread at a time, and ws is its registration, not yet removed (worker_exit runs after
+ * the tid is released). Thread `tid` is then not that worker.
+ */
+static __always_inline bool bound_elsewhere(struct worker_ctx *w, struct morpheus_worker_slot *ws, u32 tid,
+					    u64 start_ns)
+{
+	return w->tid == tid && w->domain == ws->domain && w->local == ws->local && w->start_ns &&
+	       w->start_ns != start_ns;
+}
+
+/* The SCB of thread `tid` (started at `start_ns`) if it is a registered worker, else NULL. */
+static __always_inline struct morpheus_scb *worker_scb_of(u32 tid, u64 start_ns)
 {
 	struct morpheus_worker_slot *ws = worker_slot_of(tid);
+	struct worker_ctx *w;
+	u32 slot;
 
 	if (!ws)
+		return NULL;
+	slot = ws->slot;
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (w && bound_elsewhere(w, ws, tid, start_ns))
 		return NULL;
 	return scb_at(ws->domain, ws->local);
 }
@@ -554,8 +591,11 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	return 0;
 }
 
-/* The bookkeeping of thread `tid` if it is a registered worker whose escalation episode is open, else NULL. */
-static __always_inline struct worker_ctx *open_episode_of(u32 tid)
+/*
+ * The bookkeeping of thread `tid` (started at `start_ns`) if it is a registered worker whose
+ * escalation episode is open, else NULL.
+ */
+static __always_inline struct worker_ctx *open_episode_of(u32 tid, u64 start_ns)
 {
 	struct morpheus_worker_slot *ws;
 	struct worker_ctx *w;
@@ -569,7 +609,7 @@ static __always_inline struct worker_ctx *open_episode_of(u32 tid)
 		return NULL;
 	slot = ws->slot;
 	w = bpf_map_lookup_elem(&workers, &slot);
-	if (!w || w->tid != tid || !READ_ONCE(w->esc.open))
+	if (!w || w->tid != tid || w->start_ns != start_ns || !READ_ONCE(w->esc.open))
 		return NULL;
 	return w;
 }
@@ -586,8 +626,35 @@ __hidden struct worker_ctx *worker_ctx_of(u32 slot)
 	return bpf_map_lookup_elem(&workers, &slot);
 }
 
-/* A run of thread `tid` (process `pid`) starts on `cpu`; true: demote it (morpheus.bpf.h). */
-__hidden bool worker_running(u32 tid, u32 pid, s32 cpu)
+/*
+ * Bind slot `slot` (bookkeeping w, not yet changed) to thread `tid` started at `start_ns`, in
+ * bound_threads: the slot's previous thread is no longer found there, and a slot this thread was
+ * bound to before (it was registered again elsewhere) is bound to it no more.
+ */
+static __always_inline void bind_thread(struct worker_ctx *w, u32 slot, u32 tid, u64 start_ns)
+{
+	struct bound_thread *old, new = { .start_ns = start_ns, .slot = slot };
+	u32 old_tid = w->tid;
+
+	old = bpf_map_lookup_elem(&bound_threads, &old_tid);
+	if (old && old->slot == slot && old->start_ns == w->start_ns)
+		bpf_map_delete_elem(&bound_threads, &old_tid);
+	old = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (old && old->slot != slot && old->start_ns == start_ns) {
+		u32 prev = old->slot;
+		struct worker_ctx *pw = bpf_map_lookup_elem(&workers, &prev);
+
+		if (pw && pw->tid == tid && pw->start_ns == start_ns)
+			pw->start_ns = 0;
+	}
+	bpf_map_update_elem(&bound_threads, &tid, &new, BPF_ANY);
+}
+
+/*
+ * A run of thread `tid` (process `pid`, started at `start_ns`) starts on `cpu`; true: demote it
+ * (morpheus.bpf.h).
+ */
+__hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 {
 	struct check_timer *timer;
 	struct morpheus_worker_slot *ws;
@@ -609,10 +676,20 @@ __hidden bool worker_running(u32 tid, u32 pid, s32 cpu)
 		count(MORPHEUS_CNT_STALE_SLOTS);
 		return false;
 	}
+	if (bound_elsewhere(w, ws, tid, start_ns)) {
+		count(MORPHEUS_CNT_TID_REUSED);
+		return false;
+	}
 	now = bpf_ktime_get_ns();
-	if (w->tid != tid || w->domain != ws->domain || w->local != ws->local) {
-		/* First run of a newly registered thread in this slot: its SCB is where the agent says. */
+	if (w->tid != tid || w->domain != ws->domain || w->local != ws->local || w->start_ns != start_ns) {
+		/*
+		 * First run of a newly registered thread in this slot (or of one registered again after
+		 * the slot's thread exited): its SCB is where the agent says. The registering thread is
+		 * alive and holds its tid until it exits, so the first thread to run with that tid is it.
+		 */
+		bind_thread(w, slot, tid, start_ns);
 		w->tid = tid;
+		w->start_ns = start_ns;
 		w->pid = pid;
 		w->domain = ws->domain;
 		w->local = ws->local;
@@ -648,8 +725,8 @@ __hidden bool worker_running(u32 tid, u32 pid, s32 cpu)
 	return demote;
 }
 
-/* The run of thread `tid` on `task_cpu` ends (morpheus.bpf.h). */
-__hidden void worker_stopping(u32 tid, s32 task_cpu, bool runnable)
+/* The run of thread `tid` (started at `start_ns`) on `task_cpu` ends (morpheus.bpf.h). */
+__hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable)
 {
 	struct morpheus_worker_slot *ws;
 	struct morpheus_scb *scb;
@@ -670,7 +747,7 @@ __hidden void worker_stopping(u32 tid, s32 task_cpu, bool runnable)
 	}
 	slot = ws->slot;
 	w = bpf_map_lookup_elem(&workers, &slot);
-	if (!w || w->tid != tid || w->cpu < 0)
+	if (!w || w->tid != tid || w->start_ns != start_ns || w->cpu < 0)
 		return;
 	scb = scb_at(w->domain, w->local);
 	if (!scb)
@@ -698,9 +775,9 @@ __hidden void worker_stopping(u32 tid, s32 task_cpu, bool runnable)
 }
 
 /* Whether thread `tid` is a registered worker whose escalation episode is open (morpheus.bpf.h). */
-__hidden bool worker_episode_open(u32 tid)
+__hidden bool worker_episode_open(u32 tid, u64 start_ns)
 {
-	return open_episode_of(tid) != NULL;
+	return open_episode_of(tid, start_ns) != NULL;
 }
 
 /*
@@ -708,9 +785,9 @@ __hidden bool worker_episode_open(u32 tid)
  * section. This is where a kick takes effect, so in_critical is loaded here again (SCB.md §5.6): a
  * section begun since the decision keeps the worker's place.
  */
-__hidden bool worker_demoted(u32 tid)
+__hidden bool worker_demoted(u32 tid, u64 start_ns)
 {
-	struct worker_ctx *w = open_episode_of(tid);
+	struct worker_ctx *w = open_episode_of(tid, start_ns);
 	struct morpheus_scb *scb;
 
 	if (!w)
@@ -725,18 +802,11 @@ __hidden bool worker_demoted(u32 tid)
 }
 
 /* Whether thread `tid` is a registered worker inside a critical section (morpheus.bpf.h). */
-__hidden bool worker_in_critical(u32 tid)
+__hidden bool worker_in_critical(u32 tid, u64 start_ns)
 {
-	struct morpheus_scb *scb = worker_scb_of(tid);
+	struct morpheus_scb *scb = worker_scb_of(tid, start_ns);
 
 	return scb && !morpheus_effect_may_hold(scb);
-}
-
-/* Thread `tid` exits: a registered worker's tid -> slot record goes (morpheus.bpf.h). */
-__hidden void worker_exit(u32 tid)
-{
-	if (bpf_map_lookup_elem(&worker_slots, &tid))
-		bpf_map_delete_elem(&worker_slots, &tid);
 }
 
 /* Start the check timer, once (morpheus.bpf.h). */
@@ -752,4 +822,33 @@ __hidden s32 worker_timer_start(void)
 	bpf_timer_set_callback(&t->timer, check_timer_fn);
 	timer_expires_ns = bpf_ktime_get_ns() + check_interval_ns;
 	return bpf_timer_start(&t->timer, check_interval_ns, 0);
+}
+
+/*
+ * Thread `tid` (started at `start_ns`) exited (morpheus.bpf.h). If a slot is bound to it, the slot's
+ * next registration binds afresh whatever its tid, and the thread's worker_slots entry, if the agent
+ * has not removed it yet and it still names that slot, is removed: a thread that later gets the tid
+ * is never found through it. An entry the agent wrote since for another thread is left alone.
+ */
+__hidden void worker_exit(u32 tid, u64 start_ns)
+{
+	struct morpheus_worker_slot *ws;
+	struct bound_thread *b;
+	struct worker_ctx *w;
+	u32 slot;
+
+	b = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!b || b->start_ns != start_ns)
+		return;
+	slot = b->slot;
+	bpf_map_delete_elem(&bound_threads, &tid);
+	w = bpf_map_lookup_elem(&workers, &slot);
+	if (!w || w->tid != tid || w->start_ns != start_ns)
+		return;
+	w->start_ns = 0;
+	ws = bpf_map_lookup_elem(&worker_slots, &tid);
+	if (ws && ws->slot == slot && ws->domain == w->domain && ws->local == w->local) {
+		bpf_map_delete_elem(&worker_slots, &tid);
+		count(MORPHEUS_CNT_WORKER_EXITS);
+	}
 }
