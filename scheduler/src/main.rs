@@ -2,8 +2,9 @@
 //! scx_morpheus: the Morpheus scheduler agent.
 //!
 //! Publishes the region of Shared Control Blocks, serves worker registrations on a Unix socket, keeps
-//! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`) or the
-//! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
+//! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`), BPF
+//! tracing programs beside the kernel's own scheduler (`trace`) for kernels with BPF and BTF but no
+//! sched_ext, or the simulation backend (`sim`) for any kernel. Normative protocol: spec/SCB.md.
 
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
