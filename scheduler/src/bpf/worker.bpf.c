@@ -446,11 +446,13 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 }
 
 /*
- * How long worker w, on a CPU since w->run_start_ns, can go without a check: until its slice ends;
- * a check interval once it is near or past it (the enforcement's resolution: hint, then the gate at
- * slice + grace); a grace period while its episode is open (it runs demoted, so any waking task
- * preempts it; what is left to decide is a repeated kick, once per grace period, or a lift). A
- * runtime an acknowledgement has since reset only makes the check come early.
+ * How long worker w, on a CPU since w->run_start_ns, can go without a check: until its slice ends,
+ * however near that is (a check that comes a little before the end, for another CPU's worker, must
+ * not put the hint a whole check interval past it); a check interval once it is past it (the
+ * enforcement's resolution: further hints, then the gate at slice + grace); a grace period while its
+ * episode is open (it runs demoted, so any waking task preempts it; what is left to decide is a
+ * repeated kick, once per grace period, or a lift). A runtime an acknowledgement has since reset
+ * only makes the check come early.
  */
 static __always_inline u64 check_due_in(struct worker_ctx *w, u64 now)
 {
@@ -460,7 +462,7 @@ static __always_inline u64 check_due_in(struct worker_ctx *w, u64 now)
 		runtime += now - w->run_start_ns;
 	if (READ_ONCE(w->esc.open))
 		return cfg_grace_ns > check_interval_ns ? cfg_grace_ns : check_interval_ns;
-	if (runtime + check_interval_ns >= slice)
+	if (runtime >= slice)
 		return check_interval_ns;
 	return slice - runtime;
 }
