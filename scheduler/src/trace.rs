@@ -56,6 +56,9 @@ pub const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// without BTF gets (the real programs still load from [`BTF_VMLINUX`]).
 pub const BTF_PATH_ENV: &str = "MORPHEUS_TEST_BTF_PATH";
 
+/// statfs's f_type of a bpffs mount (include/uapi/linux/magic.h).
+const BPF_FS_MAGIC: libc::c_long = 0xcafe4a11;
+
 /// How often the agent ticks while workers are registered: it only drains records for the stats (an
 /// escalation record wakes it at once) and samples the SCBs.
 const AGENT_TICK: Duration = Duration::from_millis(10);
@@ -63,8 +66,9 @@ const AGENT_TICK: Duration = Duration::from_millis(10);
 /// How often the agent ticks while no worker is registered.
 const AGENT_IDLE_TICK: Duration = Duration::from_millis(100);
 
-/// Whether this kernel can run the tracing backend: its BTF is published and bpf(2) creates a map.
-/// The error names what is missing.
+/// Whether this machine can run the tracing backend: the kernel's BTF is published, bpf(2) creates a
+/// map for this process, and bpffs is mounted where the regions are pinned. The error names what is
+/// missing.
 pub fn probe() -> Result<()> {
     let btf = std::env::var_os(BTF_PATH_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(BTF_VMLINUX));
     if !btf.is_file() {
@@ -95,6 +99,20 @@ pub fn probe() -> Result<()> {
     }
     // SAFETY: the fd was just created here and is not used again.
     unsafe { libc::close(fd) };
+    // The regions are pinned under PIN_DIR (spec/SCB.md §1.3), which needs bpffs mounted there.
+    let bpffs = Path::new(abi::PIN_DIR).parent().unwrap_or(Path::new("/"));
+    // SAFETY: statfs is a plain C struct, all-zero a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let cpath = std::ffi::CString::new(bpffs.as_os_str().as_encoded_bytes()).context("the bpffs path holds a NUL byte")?;
+    // SAFETY: a NUL-terminated path and a statfs buffer that outlive the call.
+    let rc = unsafe { libc::statfs(cpath.as_ptr(), &mut st) };
+    if rc != 0 || st.f_type != BPF_FS_MAGIC {
+        bail!(
+            "bpffs is not mounted on {} (the tracing backend pins each uid's region there; mount it with `mount -t bpf bpf {}`)",
+            bpffs.display(),
+            bpffs.display()
+        );
+    }
     Ok(())
 }
 

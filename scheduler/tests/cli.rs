@@ -241,6 +241,42 @@ fn trace_backend_names_the_missing_btf() {
     assert!(!dir.path().join("sock").exists(), "a socket was left behind");
 }
 
+/// Without bpffs where the regions are pinned (a tmpfs over /sys/fs/bpf in a mount namespace of the
+/// agent's own), `--backend trace` fails naming bpffs, and auto falls back to sim saying why.
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_backend_names_a_missing_bpffs_and_auto_falls_back_to_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_bpffs = |backend: &str| {
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", "mount -t tmpfs tmpfs /sys/fs/bpf && exec \"$0\" \"$@\"", BIN])
+            .args(["--backend", backend, "--socket"])
+            .arg(dir.path().join("sock"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = no_bpffs("trace").wait_with_output().unwrap();
+    assert!(!out.status.success(), "started without bpffs: {}", stderr(&out));
+    assert!(stderr(&out).contains("--backend trace: bpffs is not mounted on /sys/fs/bpf"), "{}", stderr(&out));
+    if Path::new("/sys/kernel/sched_ext").exists() {
+        eprintln!("skipped the auto half: this kernel has sched_ext, so auto means the kernel backend");
+        return;
+    }
+    let agent = Agent { child: no_bpffs("auto"), dir };
+    agent.wait_ready();
+    let (_, region, _conn) = register_for_region(&agent.socket());
+    assert_eq!(header_of(&region).backend, abi::Backend::Sim.raw());
+    let (out, _dir) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the tracing backend cannot run: bpffs is not mounted on /sys/fs/bpf") && stderr(&out).contains("using the simulation backend"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// On a kernel with BPF and BTF but no sched_ext (run as root), auto picks the tracing backend and
 /// says why; its region is a BPF map (the header's backend is KERNEL). Private bpffs, as in
 /// tests/escalation.rs.
