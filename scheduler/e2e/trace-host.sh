@@ -7,13 +7,14 @@
 # /sys/fs/bpf, a private /tmp and a private /run/morpheus, so they meet no other run's pins, files or
 # socket; the cgroup they cap is named after this run. Exit 0 only if every check passed.
 set -u
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
 if [ -z "${MORPHEUS_TRACE_HOST_INNER:-}" ]; then
 	cd "$root"
 	cargo build -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus || exit 1
 	target="${CARGO_TARGET_DIR:-$root/target}/debug"
 	exec env MORPHEUS_TRACE_HOST_INNER=1 MORPHEUS_TRACE_HOST_BIN="$target" \
-		unshare --mount --propagation private bash "${BASH_SOURCE[0]}" "$@"
+		unshare --mount --propagation private bash "$here/trace-host.sh" "$@"
 fi
 
 mount -t bpf bpf /sys/fs/bpf || exit 1
