@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Builds the sched_ext BPF program and its Rust skeleton with scx_cargo's BpfBuilder when the
-//! `kernel` feature is on. The program is four files by concern (src/bpf/morpheus.bpf.h lists them),
+//! Builds the BPF programs and their Rust skeletons with scx_cargo's BpfBuilder when the `kernel`
+//! feature is on. The sched_ext program is four files by concern (src/bpf/morpheus.bpf.h lists them),
 //! each compiled on its own and joined by libbpf's static linker into one object, `bpf.bpf.o` in
 //! OUT_DIR (the per-file objects stay beside it: tests/bpf_release.rs reads the worker layer's). The
+//! tracing backend's program (trace.bpf.c with the same worker.bpf.c and replay.bpf.c) is linked the
+//! same way into OUT_DIR/trace/bpf.bpf.o. The
 //! BPF side includes the generated abi/c/morpheus_abi.h and the shared policy header
 //! src/policy/morpheus_policy.h in place (through src/bpf/intf.h), never copies of them.
 
@@ -86,5 +88,21 @@ mod kernel {
             .add_source("src/bpf/replay.bpf.c")
             .compile_link_gen()
             .expect("building the BPF scheduler failed");
+
+        // The tracing backend's object (src/bpf/trace.bpf.c): the same worker layer and replays, linked
+        // with the tracing host instead of the sched_ext ops. compile_link_gen names its outputs
+        // bpf.bpf.o and bpf_skel.rs in OUT_DIR, so this one is built in OUT_DIR/trace.
+        let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+        let trace_out = out.join("trace");
+        std::fs::create_dir_all(&trace_out).expect("cannot create OUT_DIR/trace");
+        env::set_var("OUT_DIR", &trace_out);
+        scx_cargo::BpfBuilder::new()
+            .expect("scx_cargo could not set up the BPF build of the tracing backend")
+            .enable_skel("src/bpf/trace.bpf.c", "bpf")
+            .add_source("src/bpf/worker.bpf.c")
+            .add_source("src/bpf/replay.bpf.c")
+            .compile_link_gen()
+            .expect("building the BPF tracing backend failed");
+        env::set_var("OUT_DIR", &out);
     }
 }

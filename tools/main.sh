@@ -43,6 +43,14 @@ step_starvation_vm() {
   bash scheduler/e2e/starvation-vm.sh -- --seconds "${MORPHEUS_STARVATION_VM_SECONDS:-12}" --rounds 3
 }
 
+# The tracing backend (BPF on the host kernel, no sched_ext) against the sim backend in the same run:
+# detection latency (CPU time past the slice end when preempt_seq is published, p50/p99/max) and the
+# context-switch cost with and without its programs loaded, each a ratio within a round, 5 rounds
+# (scheduler/BENCHMARKS.md, "Tracing backend"). Needs root and BPF with BTF; about 2 minutes.
+step_trace_bench() {
+  bash scheduler/trace-bench/run.sh --rounds "${MORPHEUS_TRACE_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_TRACE_BENCH_SECONDS:-5}"
+}
+
 # sdk-python's asyncio table (blocking / naive / morpheus, latency probe) against the real BPF scheduler
 # in the VM: off (kernel default scheduler) and scx_morpheus on sched_ext in one boot, probe p99 beside
 # slice + grace and its ratio to off (sdk-python/BENCHMARKS.md).
@@ -86,6 +94,7 @@ STEPS=(
   abi_check
   abi_report
   starvation
+  trace_bench
   starvation_vm
   python_bench_vm
   python_service

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! What every scheduler backend provides, and which one runs.
 //!
-//! Two backends implement [`Backend`]:
+//! Three backends implement [`Backend`]:
 //! * `sim` (src/sim.rs): a normal kernel; reads worker CPU time from /proc, decides with the policy
 //!   header through FFI, and escalates with effects any kernel offers (SCHED_IDLE demotion, cgroup v2
 //!   cpu.max).
 //! * `kernel` (src/kernel.rs, cargo feature `kernel`): the sched_ext BPF scheduler; the BPF side
 //!   decides and the agent drains its ring buffers and applies cgroup caps.
+//! * `trace` (src/trace.rs, the same cargo feature): kernels with BPF and BTF but no sched_ext; BPF
+//!   tracing programs run the kernel backend's worker layer at every context switch, and the agent
+//!   applies the sim backend's effects.
 //!
 //! The agent (main.rs) owns the registration channel (src/registry.rs), the pressure feed
 //! (src/pressure.rs) and the stats loop; it calls the backend's `tick` at `tick_interval`.
@@ -140,10 +143,13 @@ pub trait Backend {
 /// `--backend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
-    /// `kernel` where the running kernel offers sched_ext (/sys/kernel/sched_ext exists), else `sim`.
+    /// `kernel` where the running kernel offers sched_ext (/sys/kernel/sched_ext exists), else `trace`
+    /// where it has BPF with BTF, else `sim`.
     Auto,
     /// The sched_ext BPF scheduler.
     Kernel,
+    /// BPF tracing programs beside the kernel's own scheduler (kernels with BPF and BTF, no sched_ext).
+    Trace,
     /// The simulation backend for kernels without sched_ext.
     Sim,
 }
@@ -170,11 +176,37 @@ pub fn wait_sched_ext_disabled(patience: Duration) -> bool {
 
 /// Resolves `auto` to a concrete backend.
 pub fn resolve(choice: BackendChoice) -> BackendChoice {
-    match choice {
-        BackendChoice::Auto if std::path::Path::new(SCHED_EXT_SYSFS).exists() => BackendChoice::Kernel,
-        BackendChoice::Auto => BackendChoice::Sim,
-        other => other,
+    resolve_why(choice).0
+}
+
+/// Resolves `auto` to a concrete backend, and says why (for the log).
+pub fn resolve_why(choice: BackendChoice) -> (BackendChoice, String) {
+    if choice != BackendChoice::Auto {
+        return (choice, String::new());
     }
+    if std::path::Path::new(SCHED_EXT_SYSFS).exists() {
+        return (BackendChoice::Kernel, format!("{SCHED_EXT_SYSFS} exists, using the sched_ext (kernel) backend"));
+    }
+    match probe_trace() {
+        Ok(()) => (
+            BackendChoice::Trace,
+            format!("this kernel has no sched_ext ({SCHED_EXT_SYSFS} is missing) but BPF with BTF: using the tracing backend"),
+        ),
+        Err(e) => (
+            BackendChoice::Sim,
+            format!("this kernel has no sched_ext ({SCHED_EXT_SYSFS} is missing) and the tracing backend cannot run: {e:#}; using the simulation backend"),
+        ),
+    }
+}
+
+#[cfg(feature = "kernel")]
+fn probe_trace() -> Result<()> {
+    crate::trace::probe()
+}
+
+#[cfg(not(feature = "kernel"))]
+fn probe_trace() -> Result<()> {
+    anyhow::bail!("this scx_morpheus was built without the BPF backends (cargo feature `kernel`)")
 }
 
 /// Creates the chosen backend: builds and publishes the region, attaches whatever it attaches.
@@ -182,8 +214,19 @@ pub fn open(choice: BackendChoice, config: &Config, workers: &Arc<Workers>) -> R
     match resolve(choice) {
         BackendChoice::Sim => Ok(Box::new(crate::sim::SimBackend::open(config, Arc::clone(workers))?)),
         BackendChoice::Kernel => open_kernel(config, workers),
+        BackendChoice::Trace => open_trace(config, workers),
         BackendChoice::Auto => unreachable!("resolved above"),
     }
+}
+
+#[cfg(feature = "kernel")]
+fn open_trace(config: &Config, workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(crate::trace::TraceBackend::open(config, Arc::clone(workers))?))
+}
+
+#[cfg(not(feature = "kernel"))]
+fn open_trace(_config: &Config, _workers: &Arc<Workers>) -> Result<Box<dyn Backend>> {
+    anyhow::bail!("--backend trace: this scx_morpheus was built without the BPF backends (cargo feature `kernel`); use --backend sim")
 }
 
 #[cfg(feature = "kernel")]

@@ -27,7 +27,7 @@
 //!   the BPF program enforces it (src/bpf/cpumax.bpf.c, `cgroup_bw`).
 
 #[allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
-mod bpf_intf {
+pub(crate) mod bpf_intf {
     include!(concat!(env!("OUT_DIR"), "/bpf_intf.rs"));
 }
 #[allow(clippy::all, dead_code)]
@@ -82,7 +82,7 @@ fn online_cpus() -> u32 {
 
 /// How often the BPF timer checks running workers for overruns: fine enough for the configured slice
 /// and grace, never busier than every 100 µs.
-fn check_interval_ns(config: &Config) -> u64 {
+pub(crate) fn check_interval_ns(config: &Config) -> u64 {
     (config.slice_ns.min(config.grace_ns) / 4).clamp(100_000, 1_000_000)
 }
 
@@ -172,13 +172,14 @@ fn is_region_pin(name: &str) -> bool {
     Path::new(abi::PINNED_REGION_PATH).file_name().is_some_and(|n| n == name) || name.starts_with("region-uid")
 }
 
-/// The regions of the trust domains: each a map of its own in the program's `regions` array of maps.
+/// The regions of the trust domains: each a map of its own in the program's `regions` array of maps
+/// (the worker layer's, so the tracing backend's program has them too).
 pub struct BpfRegions {
-    outer: MapHandle,
+    pub(crate) outer: MapHandle,
     /// Where each region is pinned (the live scheduler: PIN_DIR); the conformance replay pins nothing.
-    pin_dir: Option<PathBuf>,
+    pub(crate) pin_dir: Option<PathBuf>,
     /// Paths pinned so far, unpinned at shutdown.
-    pinned: Arc<Mutex<Vec<PathBuf>>>,
+    pub(crate) pinned: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl RegionMaker for BpfRegions {
@@ -291,6 +292,37 @@ fn unpin_stale(path: &Path) -> Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot remove the stale pin {}", path.display())),
     }
+}
+
+/// Creates PIN_DIR root-only and clears what a killed instance left in it, before this instance pins
+/// its regions there.
+pub(crate) fn prepare_pin_dir() -> Result<()> {
+    fs::create_dir_all(abi::PIN_DIR)
+        .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
+    // Root only (SCB.md §10): runtimes get the region map's fd with their registration reply.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(abi::PIN_DIR, fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} root-only", abi::PIN_DIR))?;
+    }
+    // A hint ring an older instance pinned would still be drained by its runtimes: remove it. The
+    // regions a killed instance left pinned are retired (generation 0) so their workers detach.
+    unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
+    unpin_stale_regions()
+}
+
+/// Unpins the regions this instance pinned (`pinned`), and PIN_DIR if nothing else is left in it.
+pub(crate) fn unpin_all(pinned: &Mutex<Vec<PathBuf>>, errors: &mut Vec<String>) {
+    let pinned = std::mem::take(&mut *pinned.lock().unwrap_or_else(|p| p.into_inner()));
+    for path in pinned {
+        if let Err(e) = fs::remove_file(&path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                errors.push(format!("cannot unpin {}: {e}", path.display()));
+            }
+        }
+    }
+    // Only ours lives there; leave the directory if something else was put in it.
+    let _ = fs::remove_dir(abi::PIN_DIR);
 }
 
 /// Retires and removes every region pin a killed instance left in PIN_DIR (one per uid it served).
@@ -468,12 +500,9 @@ impl Throttles {
         log::info!("unthrottle: slot {slot} ({why})");
     }
 
-    /// Whether the BPF side's episode of `slot` is open (its own bookkeeping, which no runtime can
-    /// write; the SCB's `escalated` only reports it). None if it cannot be read.
+    /// Whether the BPF side's episode of `slot` is open.
     fn episode_open(&self, slot: u32) -> Option<bool> {
-        let bytes = self.workers.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok()??;
-        let ctx = read_record::<bpf_intf::worker_ctx>(&bytes)?;
-        Some(ctx.esc.open != 0)
+        episode_open(&self.workers, slot)
     }
 
     /// Slots with a cap in force.
@@ -499,6 +528,50 @@ impl Throttles {
     }
 }
 
+/// Whether the worker layer's episode of `slot` is open (`workers`: its `workers` map; its own
+/// bookkeeping, which no runtime can write; the SCB's `escalated` only reports it). None if it cannot
+/// be read.
+pub(crate) fn episode_open(workers: &MapHandle, slot: u32) -> Option<bool> {
+    let bytes = workers.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok()??;
+    let ctx = read_record::<bpf_intf::worker_ctx>(&bytes)?;
+    Some(ctx.esc.open != 0)
+}
+
+/// Records in the worker layer's `worker_slots` map that thread `worker.tid` is the worker of `slot`
+/// (its domain and SCB index): all the BPF side believes about who a worker is.
+pub(crate) fn record_worker_slot(worker_slots: &MapHandle, slot: u32, worker: &Assigned) -> Result<()> {
+    let tid = worker.tid;
+    let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
+    // SAFETY: a plain C struct viewed as its bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))
+    };
+    worker_slots.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).with_context(|| {
+        format!("cannot record tid {tid} -> slot {slot} (domain {}, SCB {}) in the BPF worker_slots map", value.domain, value.local)
+    })
+}
+
+/// Removes thread `tid` from the worker layer's `worker_slots` map, but only while its entry still
+/// names `slot`: the BPF side may have removed it already at the thread's exit, and a later
+/// registration of the same tid (another slot) may have written it since. Called under the registry's
+/// table lock, the only writer of entries, so between the lookup and the delete no registration can
+/// write the tid again; only the BPF side may delete it.
+pub(crate) fn forget_worker_slot(worker_slots: &MapHandle, slot: u32, tid: u32) {
+    let names_this_slot = match worker_slots.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(bytes)) => read_record::<bpf_intf::morpheus_worker_slot>(&bytes).is_some_and(|v| v.slot == slot),
+        Ok(None) => false,
+        Err(e) => {
+            log::debug!("tid {tid}: cannot look up its BPF worker_slots entry: {e}");
+            true
+        }
+    };
+    if names_this_slot {
+        if let Err(e) = worker_slots.delete(&tid.to_ne_bytes()) {
+            log::debug!("tid {tid} was no longer in the BPF worker_slots map: {e}");
+        }
+    }
+}
+
 /// Keeps the BPF tid -> slot map in step with the registry.
 ///
 /// `worker_slots` is keyed by the bare tid, so an entry must not outlive its thread: the registry
@@ -514,46 +587,99 @@ struct KernelSlots {
 
 impl SlotObserver for KernelSlots {
     fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()> {
-        let tid = worker.tid;
-        let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
-        // SAFETY: a plain C struct viewed as its bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))
-        };
-        self.worker_slots.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).with_context(|| {
-            format!("cannot record tid {tid} -> slot {slot} (domain {}, SCB {}) in the BPF worker_slots map", value.domain, value.local)
-        })
+        record_worker_slot(&self.worker_slots, slot, worker)
     }
 
     fn released(&self, slot: u32, worker: &Assigned) {
-        let tid = worker.tid;
-        // Called under the registry's table lock, the only writer of entries: between this lookup and
-        // the delete no registration can write the tid again; only the BPF side may delete it.
-        let names_this_slot = match self.worker_slots.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(bytes)) => read_record::<bpf_intf::morpheus_worker_slot>(&bytes).is_some_and(|v| v.slot == slot),
-            Ok(None) => false,
-            Err(e) => {
-                log::debug!("tid {tid}: cannot look up its BPF worker_slots entry: {e}");
-                true
-            }
-        };
-        if names_this_slot {
-            if let Err(e) = self.worker_slots.delete(&tid.to_ne_bytes()) {
-                log::debug!("tid {tid} was no longer in the BPF worker_slots map: {e}");
-            }
-        }
+        forget_worker_slot(&self.worker_slots, slot, worker.tid);
         self.throttles.lock().unwrap().lift(slot, "slot released");
     }
 }
 
 /// What the ring buffer callbacks hand to `tick`.
 #[derive(Default)]
-struct Drained {
-    hints: Vec<abi::Hint>,
-    events: Vec<abi::EscalationEvent>,
+pub(crate) struct Drained {
+    pub(crate) hints: Vec<abi::Hint>,
+    pub(crate) events: Vec<abi::EscalationEvent>,
 }
 
-fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
+/// The consumer of the worker layer's two rings (`hints`, `escalation_events`): the callbacks collect
+/// the records in the returned Drained until the agent takes them.
+pub(crate) fn layer_rings(hints: &MapHandle, events: &MapHandle) -> Result<(RingBuffer<'static>, Rc<RefCell<Drained>>)> {
+    let drained = Rc::new(RefCell::new(Drained::default()));
+    let mut rb = RingBufferBuilder::new();
+    let sink = Rc::clone(&drained);
+    rb.add(hints, move |data: &[u8]| {
+        if let Some(h) = read_record::<abi::Hint>(data) {
+            sink.borrow_mut().hints.push(h);
+        }
+        0
+    })?;
+    let sink = Rc::clone(&drained);
+    rb.add(events, move |data: &[u8]| {
+        if let Some(e) = read_record::<abi::EscalationEvent>(data) {
+            sink.borrow_mut().events.push(e);
+        }
+        0
+    })?;
+    Ok((rb.build().context("cannot set up the ring buffer consumer")?, drained))
+}
+
+/// The worker layer's counters (its `counters` array) by name, for the stats' `backend_counters`.
+pub(crate) const LAYER_COUNTERS: [(&str, bpf_intf::morpheus_counter); 18] = [
+    ("hints_emitted", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED),
+    ("hints_rate_limited", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED),
+    ("hints_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL),
+    ("escalations", bpf_intf::morpheus_counter_MORPHEUS_CNT_ESCALATIONS),
+    ("kicks", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS),
+    ("throttles", bpf_intf::morpheus_counter_MORPHEUS_CNT_THROTTLES),
+    ("events_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_EVENTS_RING_FULL),
+    ("worker_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_WORKER_RUNS),
+    ("ack_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_ACK_RESETS),
+    ("sleep_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_SLEEP_RESETS),
+    ("stale_slots", bpf_intf::morpheus_counter_MORPHEUS_CNT_STALE_SLOTS),
+    ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
+    ("cpu_max_held_back", bpf_intf::morpheus_counter_MORPHEUS_CNT_BW_THROTTLED),
+    ("wake_preempts", bpf_intf::morpheus_counter_MORPHEUS_CNT_WAKE_PREEMPTS),
+    ("kicks_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL),
+    ("holds_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL),
+    ("held_in_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL),
+    ("demoted_enqueues", bpf_intf::morpheus_counter_MORPHEUS_CNT_DEMOTED_ENQUEUES),
+];
+
+/// The reaction times the agent measures from the worker layer's records: overrun -> hint (the first
+/// hint after a yield point) and grace expiry -> escalation (the first record of an episode).
+#[derive(Default)]
+pub(crate) struct RecordTimes {
+    /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
+    hint_ack: HashMap<u32, u64>,
+    event_ack: HashMap<u32, u64>,
+    pub(crate) reactions: Reactions,
+}
+
+impl RecordTimes {
+    /// A hint record; `ack`: the slot's last_ack_seq now (None: the slot is free).
+    pub(crate) fn hint(&mut self, hint: &abi::Hint, ack: Option<u64>) {
+        let slot = hint.slot;
+        let Some(ack) = ack else { return };
+        // The first request since the worker's last acknowledgement measures the reaction time.
+        if hint.preempt_seq == ack.wrapping_add(1) || self.hint_ack.get(&slot) != Some(&ack) {
+            self.reactions.hint.push(hint.overrun_ns);
+        }
+        self.hint_ack.insert(slot, ack);
+    }
+
+    /// An escalation record; `ack`: the slot's last_ack_seq now (0 for a free slot).
+    pub(crate) fn event(&mut self, ev: &abi::EscalationEvent, ack: u64) {
+        let slot = ev.slot;
+        if self.event_ack.get(&slot) != Some(&ack) {
+            self.reactions.escalation.push(ev.overrun_ns);
+        }
+        self.event_ack.insert(slot, ack);
+    }
+}
+
+pub(crate) fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
     // SAFETY: T is a plain C record; read_unaligned copes with any alignment.
     (data.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
 }
@@ -571,13 +697,10 @@ pub struct KernelBackend {
     tick_interval: Duration,
     /// Region pins (one per trust domain), removed at shutdown.
     pinned: Arc<Mutex<Vec<PathBuf>>>,
-    /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
-    hint_ack: HashMap<u32, u64>,
-    event_ack: HashMap<u32, u64>,
     hint_records: u64,
     kick_records: u64,
     /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
-    reactions: Reactions,
+    times: RecordTimes,
     shut_down: bool,
 }
 
@@ -654,42 +777,15 @@ impl KernelBackend {
             throttles: Arc::clone(&throttles),
         });
 
-        let drained = Rc::new(RefCell::new(Drained::default()));
         let hints = MapHandle::try_from(&skel.maps.hints).context("hints ring handle")?;
         let events = MapHandle::try_from(&skel.maps.escalation_events).context("escalation ring handle")?;
-        let mut rb = RingBufferBuilder::new();
-        let sink = Rc::clone(&drained);
-        rb.add(&hints, move |data: &[u8]| {
-            if let Some(h) = read_record::<abi::Hint>(data) {
-                sink.borrow_mut().hints.push(h);
-            }
-            0
-        })?;
-        let sink = Rc::clone(&drained);
-        rb.add(&events, move |data: &[u8]| {
-            if let Some(e) = read_record::<abi::EscalationEvent>(data) {
-                sink.borrow_mut().events.push(e);
-            }
-            0
-        })?;
-        let rings = rb.build().context("cannot set up the ring buffer consumer")?;
+        let (rings, drained) = layer_rings(&hints, &events)?;
 
         let link = scx_ops_attach!(skel, morpheus_ops)?;
         log_verifier_complexity();
 
         // Pinned only once attached, so a start that fails leaves the paths as they were.
-        fs::create_dir_all(abi::PIN_DIR)
-            .with_context(|| format!("cannot create {} (is bpffs mounted on /sys/fs/bpf?)", abi::PIN_DIR))?;
-        // Root only (SCB.md §10): runtimes get the region map's fd with their registration reply.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(abi::PIN_DIR, fs::Permissions::from_mode(0o700))
-                .with_context(|| format!("cannot make {} root-only", abi::PIN_DIR))?;
-        }
-        // A hint ring an older instance pinned would still be drained by its runtimes: remove it. The
-        // regions a killed instance left pinned are retired (generation 0) so their workers detach.
-        unpin_stale(Path::new(abi::PINNED_HINTS_PATH))?;
-        unpin_stale_regions()?;
+        prepare_pin_dir()?;
         let pinned = Arc::new(Mutex::new(Vec::new()));
         let regions = Arc::new(BpfRegions {
             outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
@@ -713,11 +809,9 @@ impl KernelBackend {
             observer,
             tick_interval: config.tick,
             pinned,
-            hint_ack: HashMap::new(),
-            event_ack: HashMap::new(),
             hint_records: 0,
             kick_records: 0,
-            reactions: Reactions::default(),
+            times: RecordTimes::default(),
             shut_down: false,
         })
     }
@@ -733,27 +827,7 @@ impl KernelBackend {
 
     /// Raw BPF counters by name (the stats' `backend_counters`).
     pub fn bpf_counters(&self) -> Vec<(&'static str, u64)> {
-        let names = [
-            ("hints_emitted", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED),
-            ("hints_rate_limited", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED),
-            ("hints_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL),
-            ("escalations", bpf_intf::morpheus_counter_MORPHEUS_CNT_ESCALATIONS),
-            ("kicks", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS),
-            ("throttles", bpf_intf::morpheus_counter_MORPHEUS_CNT_THROTTLES),
-            ("events_ring_full", bpf_intf::morpheus_counter_MORPHEUS_CNT_EVENTS_RING_FULL),
-            ("worker_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_WORKER_RUNS),
-            ("ack_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_ACK_RESETS),
-            ("sleep_resets", bpf_intf::morpheus_counter_MORPHEUS_CNT_SLEEP_RESETS),
-            ("stale_slots", bpf_intf::morpheus_counter_MORPHEUS_CNT_STALE_SLOTS),
-            ("timer_runs", bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS),
-            ("cpu_max_held_back", bpf_intf::morpheus_counter_MORPHEUS_CNT_BW_THROTTLED),
-            ("wake_preempts", bpf_intf::morpheus_counter_MORPHEUS_CNT_WAKE_PREEMPTS),
-            ("kicks_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL),
-            ("holds_spared_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL),
-            ("held_in_critical", bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL),
-            ("demoted_enqueues", bpf_intf::morpheus_counter_MORPHEUS_CNT_DEMOTED_ENQUEUES),
-        ];
-        names.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
+        LAYER_COUNTERS.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
     }
 
     /// The acknowledgement count of the worker in the agent's slot `slot` (for reaction times only),
@@ -768,21 +842,13 @@ impl KernelBackend {
         let drained = std::mem::take(&mut *self.drained.borrow_mut());
         for hint in drained.hints {
             self.hint_records += 1;
-            let slot = hint.slot;
-            let Some(ack) = self.last_ack_seq(slot) else { continue };
-            // The first request since the worker's last acknowledgement measures the reaction time.
-            if hint.preempt_seq == ack.wrapping_add(1) || self.hint_ack.get(&slot) != Some(&ack) {
-                self.reactions.hint.push(hint.overrun_ns);
-            }
-            self.hint_ack.insert(slot, ack);
+            let ack = self.last_ack_seq(hint.slot);
+            self.times.hint(&hint, ack);
         }
         for ev in drained.events {
             let slot = ev.slot;
             let ack = self.last_ack_seq(slot).unwrap_or(0);
-            if self.event_ack.get(&slot) != Some(&ack) {
-                self.reactions.escalation.push(ev.overrun_ns);
-            }
-            self.event_ack.insert(slot, ack);
+            self.times.event(&ev, ack);
             match abi::EscalationAction::try_from(ev.action) {
                 Ok(abi::EscalationAction::Kick) => {
                     self.kick_records += 1;
@@ -879,7 +945,7 @@ impl Backend for KernelBackend {
     }
 
     fn reactions(&self) -> Reactions {
-        self.reactions.clone()
+        self.times.reactions.clone()
     }
 
     fn backend_counters(&self) -> Vec<(String, u64)> {
@@ -914,16 +980,7 @@ impl Backend for KernelBackend {
         // every domain's region.)
         let _ = self.link.take();
         let mut errors = Vec::new();
-        let pinned = std::mem::take(&mut *self.pinned.lock().unwrap_or_else(|p| p.into_inner()));
-        for path in pinned {
-            if let Err(e) = fs::remove_file(&path) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    errors.push(format!("cannot unpin {}: {e}", path.display()));
-                }
-            }
-        }
-        // Only ours lives there; leave the directory if something else was put in it.
-        let _ = fs::remove_dir(abi::PIN_DIR);
+        unpin_all(&self.pinned, &mut errors);
 
         let c = self.counters();
         log::info!(
@@ -945,8 +1002,8 @@ impl Backend for KernelBackend {
             .map(|(i, why)| format!("{why}={}", unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[i]) }))
             .collect();
         log::info!("escalation lifts: {}", lifts.join(" "));
-        log::info!("reaction overrun->hint: {}", self.reactions.hint.summary());
-        log::info!("reaction grace expiry->escalation: {}", self.reactions.escalation.summary());
+        log::info!("reaction overrun->hint: {}", self.times.reactions.hint.summary());
+        log::info!("reaction grace expiry->escalation: {}", self.times.reactions.escalation.summary());
         log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);
 
         match uei_report!(&self.skel, uei) {

@@ -25,6 +25,8 @@ pub mod stats;
 pub mod stats_socket;
 pub mod subuid;
 pub mod top;
+#[cfg(feature = "kernel")]
+pub mod trace; // The tracing backend (src/trace.rs + src/bpf/trace.bpf.c), built with the sched_ext one.
 pub mod watch;
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of last_hint_ns and escalation events).

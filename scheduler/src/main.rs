@@ -2,8 +2,9 @@
 //! scx_morpheus: the Morpheus scheduler agent.
 //!
 //! Publishes the region of Shared Control Blocks, serves worker registrations on a Unix socket, keeps
-//! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`) or the
-//! simulation backend (`sim`) for kernels without sched_ext. Normative protocol: spec/SCB.md.
+//! the pressure record current and drives a backend: the sched_ext BPF scheduler (`kernel`), BPF
+//! tracing programs beside the kernel's own scheduler (`trace`) for kernels with BPF and BTF but no
+//! sched_ext, or the simulation backend (`sim`) for any kernel. Normative protocol: spec/SCB.md.
 
 #[cfg(feature = "kernel")]
 use scx_morpheus::kernel;
@@ -427,15 +428,9 @@ enum Exit {
 
 fn run_instance(opts: &Opts, mut config: Config, metrics_address: Option<std::net::SocketAddr>) -> Result<Exit> {
     let group = opts.socket_group.as_deref().map(rundir::group_id).transpose()?;
-    let choice = backend::resolve(opts.backend);
+    let (choice, why) = backend::resolve_why(opts.backend);
     if opts.backend == BackendChoice::Auto {
-        match choice {
-            BackendChoice::Kernel => log::info!("--backend auto: {} exists, using the sched_ext (kernel) backend", backend::SCHED_EXT_SYSFS),
-            _ => log::info!(
-                "--backend auto: this kernel has no sched_ext ({} is missing), using the simulation backend",
-                backend::SCHED_EXT_SYSFS
-            ),
-        }
+        log::info!("--backend auto: {why}");
     }
     if choice == BackendChoice::Sim && config.exit_dump_len != 0 {
         log::info!("--exit-dump-len: the sim backend has no BPF program, nothing to dump");

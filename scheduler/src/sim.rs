@@ -44,14 +44,15 @@ use crate::stats::{Counters, Reactions};
 
 /// A demotion in force: what to put back.
 #[derive(Debug)]
-struct Demotion {
+pub(crate) struct Demotion {
     policy: libc::c_int,
     priority: libc::c_int,
     nice: libc::c_int,
 }
 
+/// An escalation effect in force (the simulation and tracing backends carry them out in the agent).
 #[derive(Debug)]
-enum Effect {
+pub(crate) enum Effect {
     Demoted(Demotion),
     Throttled(PathBuf),
 }
@@ -89,20 +90,29 @@ pub struct SimBackend {
     config: Config,
     workers: Vec<Option<Worker>>,
     counters: Counters,
+    effects: Effects,
+    released: Arc<Released>,
+    reactions: Reactions,
+}
+
+/// The escalation effects any kernel offers, carried out by the agent: SCHED_IDLE demotion (KICK, and
+/// THROTTLE's fallback) and the cgroup v2 cpu.max cap (THROTTLE), each journalled before it is applied
+/// (S7) and undone exactly; one record per action taken or undone. The simulation backend decides
+/// when; the tracing backend (src/trace.rs) applies what its BPF side decided.
+pub(crate) struct Effects {
+    config: Config,
     caps: Caps,
     cgroup2_root: Option<PathBuf>,
-    released: Arc<Released>,
     warned_no_cgroup: bool,
     /// escalation_event records since the last `take_events` (one per action taken or undone).
     events: Vec<abi::EscalationEvent>,
-    reactions: Reactions,
 }
 
 /// Why an escalation step is taken: the request it answers and how far past slice + grace.
 #[derive(Clone, Copy, Debug)]
-struct Cause {
-    preempt_seq: u64,
-    overrun_ns: u64,
+pub(crate) struct Cause {
+    pub(crate) preempt_seq: u64,
+    pub(crate) overrun_ns: u64,
 }
 
 /// Bound on buffered events between two drains (the agent drains every tick); beyond it the oldest
@@ -112,7 +122,14 @@ const MAX_BUFFERED_EVENTS: usize = 4096;
 /// Slots the registry released since the last tick, with the thread that held each (lifted at the
 /// next tick, or at once by the tick noticing the slot changed owner).
 #[derive(Default)]
-struct Released(Mutex<Vec<(u32, Arc<Thread>)>>);
+pub(crate) struct Released(Mutex<Vec<(u32, Arc<Thread>)>>);
+
+impl Released {
+    /// The slots released since the last call, with the thread that held each.
+    pub(crate) fn take(&self) -> Vec<(u32, Arc<Thread>)> {
+        self.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default()
+    }
+}
 
 impl SlotObserver for Released {
     fn assigned(&self, _slot: u32, _worker: &Assigned) -> Result<()> {
@@ -145,52 +162,25 @@ fn read_voluntary_switches(file: &File) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())
 }
 
-impl SimBackend {
-    /// The sim backend publishes no region itself: the agent gives each uid its own (src/domains.rs)
-    /// and records who holds which slot in `table`, which is what this backend watches.
-    pub fn open(config: &Config, table: Arc<Workers>) -> Result<SimBackend> {
-        Ok(SimBackend {
-            table,
+impl Effects {
+    pub(crate) fn new(config: &Config) -> Effects {
+        Effects {
             config: config.clone(),
-            workers: (0..config.max_workers).map(|_| None).collect(),
-            counters: Counters::default(),
             caps: Caps::with_journal(config.journal.clone()),
             cgroup2_root: cgroup::cgroup2_root(),
-            released: Arc::new(Released::default()),
             warned_no_cgroup: false,
             events: Vec::new(),
-            reactions: Reactions::default(),
-        })
+        }
     }
 
-    /// Starts measuring `assigned`'s thread, through its pinned directory (None: it is gone).
-    fn track(&self, assigned: &Assigned) -> Option<Worker> {
-        let thread = Arc::clone(&assigned.thread);
-        let schedstat = thread.open("schedstat").ok()?;
-        let status = thread.open("status").ok()?;
-        let run_ns = read_runtime(&schedstat)?;
-        let voluntary_switches = read_voluntary_switches(&status)?;
-        Some(Worker {
-            region_id: 0,
-            thread,
-            tid: assigned.tid,
-            pid: assigned.pid,
-            local_slot: assigned.local,
-            schedstat,
-            status,
-            run_ns,
-            voluntary_switches,
-            since_yield_ns: 0,
-            last_ack: 0,
-            last_yield_count: 0,
-            hinted_since_yield: false,
-            episode: Episode::default(),
-        })
+    /// The escalation_event records since the last call.
+    pub(crate) fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
+        std::mem::take(&mut self.events)
     }
 
     /// Demotes the registered thread to SCHED_IDLE, returning what to put back. The values are read and
     /// the policy set by tid only between liveness checks of its descriptor (None: it is gone).
-    fn demote(&mut self, thread: &Thread) -> Option<Demotion> {
+    pub(crate) fn demote(&mut self, thread: &Thread) -> Option<Demotion> {
         let tid = thread.tid;
         // SAFETY: plain syscalls on a thread id; failures are reported through errno.
         let read = thread.act(|t| unsafe {
@@ -230,7 +220,7 @@ impl SimBackend {
 
     /// Puts back what a demotion took, if the registered thread is still alive. None: it is gone, and
     /// nothing is applied (its id may be another thread's by now); Some(false): the call failed.
-    fn restore(thread: &Thread, demotion: &Demotion) -> Option<bool> {
+    pub(crate) fn restore(thread: &Thread, demotion: &Demotion) -> Option<bool> {
         let param = libc::sched_param { sched_priority: demotion.priority };
         // SAFETY: as in demote.
         let (ok, alive) = thread.act(|t| unsafe {
@@ -239,7 +229,9 @@ impl SimBackend {
             ok
         })?;
         if !alive {
-            log::warn!("tid {} exited while its demotion was being lifted", thread.tid);
+            // It exited during the calls: gone, like a thread found gone before them.
+            log::debug!("tid {} exited while its demotion was being lifted", thread.tid);
+            return None;
         }
         Some(ok)
     }
@@ -252,7 +244,7 @@ impl SimBackend {
     }
 
     /// Records one escalation action as an escalation_event (spec/SCB.md §8).
-    fn record(&mut self, slot: u32, tid: u32, pid: u32, action: EscalationAction, cause: Cause) {
+    pub(crate) fn record(&mut self, slot: u32, tid: u32, pid: u32, action: EscalationAction, cause: Cause) {
         if self.events.len() >= MAX_BUFFERED_EVENTS {
             self.events.remove(0);
         }
@@ -271,7 +263,17 @@ impl SimBackend {
 
     /// Applies one escalation step; returns the effects it took. `demoted` says the thread is already
     /// demoted by an earlier step, so a demotion fallback would change nothing and is not taken.
-    fn apply(&mut self, slot: u32, action: u32, thread: &Thread, pid: u32, cause: Cause, demoted: bool) -> Vec<Effect> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &mut self,
+        counters: &mut Counters,
+        slot: u32,
+        action: u32,
+        thread: &Thread,
+        pid: u32,
+        cause: Cause,
+        demoted: bool,
+    ) -> Vec<Effect> {
         let tid = thread.tid;
         let mut effects = Vec::new();
         let want_throttle = action == EscalationAction::Throttle.raw();
@@ -279,7 +281,7 @@ impl SimBackend {
             if let Some(cgroup) = self.cappable_cgroup_of(thread) {
                 match self.caps.cap(&cgroup) {
                     Ok(()) => {
-                        self.counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
+                        counters.actions[EscalationAction::Throttle.raw() as usize] += 1;
                         log::debug!("slot {slot}: throttled {} (tid {tid})", cgroup.display());
                         self.record(slot, tid, pid, EscalationAction::Throttle, cause);
                         effects.push(Effect::Throttled(cgroup));
@@ -287,11 +289,11 @@ impl SimBackend {
                     }
                     Err(e) => {
                         log::debug!("slot {slot}: {e:#}");
-                        self.counters.effect_errors += 1;
+                        counters.effect_errors += 1;
                     }
                 }
             }
-            self.counters.fallbacks += 1;
+            counters.fallbacks += 1;
             if !self.warned_no_cgroup {
                 log::warn!(
                     "CGROUP_THROTTLE: tid {tid} (pid {pid}) is not in a writable cgroup v2 with cpu.max; demoting the thread with SCHED_IDLE instead"
@@ -304,26 +306,38 @@ impl SimBackend {
         }
         match self.demote(thread) {
             Some(demotion) => {
-                self.counters.actions[EscalationAction::Demote.raw() as usize] += 1;
+                counters.actions[EscalationAction::Demote.raw() as usize] += 1;
                 log::debug!("slot {slot}: demoted tid {tid} to SCHED_IDLE");
                 self.record(slot, tid, pid, EscalationAction::Demote, cause);
                 effects.push(Effect::Demoted(demotion));
             }
             None => {
-                self.counters.effect_errors += 1;
+                counters.effect_errors += 1;
                 log::debug!("slot {slot}: cannot demote tid {tid}: {}", std::io::Error::last_os_error());
             }
         }
         effects
     }
 
-    /// Undoes every effect of an episode and marks it closed in the SCB. A demotion of a thread that is
-    /// gone is dropped, not restored by its id.
-    fn lift(&mut self, slot: u32, thread: &Arc<Thread>, pid: u32, episode: Episode, why: &str) {
+    /// Undoes every effect of an episode (opened for request `preempt_seq`) and marks it closed in the
+    /// SCB the agent's `table` names for the slot, if that slot still belongs to `thread`. A demotion of
+    /// a thread that is gone is dropped, not restored by its id.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lift(
+        &mut self,
+        counters: &mut Counters,
+        table: &Workers,
+        slot: u32,
+        thread: &Arc<Thread>,
+        pid: u32,
+        effects: Vec<Effect>,
+        preempt_seq: u64,
+        why: &str,
+    ) {
         let tid = thread.tid;
         // Undoing is not about an overrun: overrun_ns 0; preempt_seq names the request escalated for.
-        let cause = Cause { preempt_seq: episode.state.preempt_seq, overrun_ns: 0 };
-        for effect in episode.effects {
+        let cause = Cause { preempt_seq, overrun_ns: 0 };
+        for effect in effects {
             match effect {
                 Effect::Demoted(demotion) => {
                     let restored = Self::restore(thread, &demotion);
@@ -332,29 +346,77 @@ impl SimBackend {
                     }
                     match restored {
                         Some(true) => {
-                            self.counters.actions[EscalationAction::Restore.raw() as usize] += 1;
+                            counters.actions[EscalationAction::Restore.raw() as usize] += 1;
                             self.record(slot, tid, pid, EscalationAction::Restore, cause);
                         }
-                        Some(false) => self.counters.effect_errors += 1,
+                        Some(false) => counters.effect_errors += 1,
                         None => log::debug!("slot {slot}: tid {tid} is gone; its demotion is dropped, not restored"),
                     }
                 }
                 Effect::Throttled(cgroup) => match self.caps.release(&cgroup) {
                     Ok(()) => {
-                        self.counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
+                        counters.actions[EscalationAction::Unthrottle.raw() as usize] += 1;
                         self.record(slot, tid, pid, EscalationAction::Unthrottle, cause);
                     }
                     Err(e) => {
                         log::warn!("slot {slot}: {e:#}");
-                        self.counters.effect_errors += 1;
+                        counters.effect_errors += 1;
                     }
                 },
             }
         }
-        if let Some(assigned) = self.table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, thread)) {
+        if let Some(assigned) = table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, thread)) {
             assigned.domain.region.scb(assigned.local).escalated().store(0, Ordering::Relaxed);
         }
         log::debug!("slot {slot}: escalation of tid {tid} lifted ({why})");
+    }
+
+}
+
+impl SimBackend {
+    /// The sim backend publishes no region itself: the agent gives each uid its own (src/domains.rs)
+    /// and records who holds which slot in `table`, which is what this backend watches.
+    pub fn open(config: &Config, table: Arc<Workers>) -> Result<SimBackend> {
+        Ok(SimBackend {
+            table,
+            config: config.clone(),
+            workers: (0..config.max_workers).map(|_| None).collect(),
+            counters: Counters::default(),
+            effects: Effects::new(config),
+            released: Arc::new(Released::default()),
+            reactions: Reactions::default(),
+        })
+    }
+
+    /// Starts measuring `assigned`'s thread, through its pinned directory (None: it is gone).
+    fn track(&self, assigned: &Assigned) -> Option<Worker> {
+        let thread = Arc::clone(&assigned.thread);
+        let schedstat = thread.open("schedstat").ok()?;
+        let status = thread.open("status").ok()?;
+        let run_ns = read_runtime(&schedstat)?;
+        let voluntary_switches = read_voluntary_switches(&status)?;
+        Some(Worker {
+            region_id: 0,
+            thread,
+            tid: assigned.tid,
+            pid: assigned.pid,
+            local_slot: assigned.local,
+            schedstat,
+            status,
+            run_ns,
+            voluntary_switches,
+            since_yield_ns: 0,
+            last_ack: 0,
+            last_yield_count: 0,
+            hinted_since_yield: false,
+            episode: Episode::default(),
+        })
+    }
+
+    /// Undoes every effect of an episode and marks it closed in the SCB.
+    fn lift(&mut self, slot: u32, thread: &Arc<Thread>, pid: u32, episode: Episode, why: &str) {
+        let preempt_seq = episode.state.preempt_seq;
+        self.effects.lift(&mut self.counters, &self.table, slot, thread, pid, episode.effects, preempt_seq, why);
     }
 
     fn drop_worker(&mut self, slot: u32, why: &str) {
@@ -410,7 +472,7 @@ impl SimBackend {
         }
         let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
         let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
-        let effects = self.apply(slot, action, &thread, pid, cause, demoted);
+        let effects = self.effects.apply(&mut self.counters, slot, action, &thread, pid, cause, demoted);
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
         worker.episode.effects.extend(effects);
         policy::escalation_commit(&mut worker.episode.state, step, &input, now_ns);
@@ -558,7 +620,7 @@ impl Backend for SimBackend {
     }
 
     fn tick(&mut self, now_ns: u64, level: u32) -> Result<()> {
-        let released: Vec<(u32, Arc<Thread>)> = self.released.0.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        let released = self.released.take();
         for (slot, thread) in released {
             if self.workers[slot as usize].as_ref().is_some_and(|w| Arc::ptr_eq(&w.thread, &thread)) {
                 self.drop_worker(slot, "unregistered");
@@ -581,7 +643,7 @@ impl Backend for SimBackend {
     }
 
     fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
-        std::mem::take(&mut self.events)
+        self.effects.take_events()
     }
 
     fn counters(&self) -> Counters {

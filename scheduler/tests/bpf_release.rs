@@ -114,3 +114,24 @@ fn conformance_replay_needs_no_sched_ext() {
     let sched_ext: Vec<&String> = symbols.iter().map(|(name, _)| name).filter(|name| name.contains("scx")).collect();
     assert!(sched_ext.is_empty(), "replay.bpf.o names sched_ext symbols: {sched_ext:?}");
 }
+
+/// The worker layer has one copy: the tracing backend's own file (trace/trace.bpf.o) defines only the
+/// host interface and its programs, and every worker_* function it calls is left to the linker (the
+/// same worker.bpf.c as the sched_ext program's); its linked object names no sched_ext symbol.
+#[test]
+fn tracing_backend_links_the_same_worker_layer_and_no_sched_ext() {
+    let own = symbols("trace/trace.bpf.o");
+    let defined_layer: Vec<&String> = own.iter().filter(|(name, undefined)| !undefined && name.starts_with("worker_")).map(|(name, _)| name).collect();
+    assert!(defined_layer.is_empty(), "trace.bpf.c defines worker-layer functions of its own: {defined_layer:?}");
+    for needed in ["worker_running", "worker_stopping", "worker_exit", "worker_timer_start"] {
+        assert!(own.iter().any(|(name, undefined)| name == needed && *undefined), "trace.bpf.o does not call {needed} from the worker layer: {own:?}");
+    }
+    for host in ["morpheus_host_kick", "morpheus_host_check"] {
+        assert!(own.iter().any(|(name, undefined)| name == host && !undefined), "trace.bpf.o does not define {host}: {own:?}");
+    }
+    let linked = symbols("trace/bpf.bpf.o");
+    let sched_ext: Vec<&String> = linked.iter().map(|(name, _)| name).filter(|name| name.contains("scx")).collect();
+    assert!(sched_ext.is_empty(), "the tracing backend's object names sched_ext symbols: {sched_ext:?}");
+    let undefined: Vec<&String> = linked.iter().filter(|(name, undefined)| *undefined && !GENERIC_KFUNCS.contains(&name.as_str())).map(|(name, _)| name).collect();
+    assert!(undefined.is_empty(), "the tracing backend's object leaves symbols undefined: {undefined:?}");
+}

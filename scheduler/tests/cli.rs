@@ -193,8 +193,11 @@ fn replay_gate_refuses_bad_case_files() {
 
 /// `--backend auto` (the default) takes the simulation backend on a kernel without sched_ext and says
 /// so. (On a sched_ext kernel it would attach a real scheduler: the VM test covers that case.)
+/// A path that is no file: the test-only stand-in for a kernel without BTF (MORPHEUS_TEST_BTF_PATH).
+const NO_BTF: &str = "/nonexistent/morpheus-test/btf/vmlinux";
+
 #[test]
-fn backend_auto_uses_sim_without_sched_ext() {
+fn backend_auto_uses_sim_without_sched_ext_or_btf() {
     if Path::new("/sys/kernel/sched_ext").exists() {
         eprintln!("skipped: this kernel has sched_ext, so auto means the kernel backend (scheduler/e2e covers it)");
         return;
@@ -203,6 +206,7 @@ fn backend_auto_uses_sim_without_sched_ext() {
     let child = Command::new(BIN)
         .args(["--backend", "auto", "--socket"])
         .arg(dir.path().join("sock"))
+        .env("MORPHEUS_TEST_BTF_PATH", NO_BTF)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -214,11 +218,108 @@ fn backend_auto_uses_sim_without_sched_ext() {
     assert_eq!(header.backend, abi::Backend::Sim.raw(), "auto chose backend {}", header.backend);
     let (out, _dir) = agent.stop();
     assert!(out.status.success(), "{}", stderr(&out));
+    let expected = format!(
+        "--backend auto: this kernel has no sched_ext (/sys/kernel/sched_ext is missing) and the tracing backend cannot run: \
+         the kernel publishes no BTF ({NO_BTF} is missing"
+    );
+    assert!(stderr(&out).contains(&expected), "no log line saying why auto chose sim: {}", stderr(&out));
+    assert!(stderr(&out).contains("using the simulation backend"), "{}", stderr(&out));
+}
+
+#[test]
+fn trace_backend_names_the_missing_btf() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["--backend", "trace", "--socket"])
+        .arg(dir.path().join("sock"))
+        .env("MORPHEUS_TEST_BTF_PATH", NO_BTF)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started without BTF: {}", stderr(&out));
+    let expected = format!("--backend trace: the kernel publishes no BTF ({NO_BTF} is missing");
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    assert!(!dir.path().join("sock").exists(), "a socket was left behind");
+}
+
+/// Without bpffs where the regions are pinned (a tmpfs over /sys/fs/bpf in a mount namespace of the
+/// agent's own), `--backend trace` fails naming bpffs, and auto falls back to sim saying why.
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_backend_names_a_missing_bpffs_and_auto_falls_back_to_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_bpffs = |backend: &str| {
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", "mount -t tmpfs tmpfs /sys/fs/bpf && exec \"$0\" \"$@\"", BIN])
+            .args(["--backend", backend, "--socket"])
+            .arg(dir.path().join("sock"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = no_bpffs("trace").wait_with_output().unwrap();
+    assert!(!out.status.success(), "started without bpffs: {}", stderr(&out));
+    assert!(stderr(&out).contains("--backend trace: bpffs is not mounted on /sys/fs/bpf"), "{}", stderr(&out));
+    if Path::new("/sys/kernel/sched_ext").exists() {
+        eprintln!("skipped the auto half: this kernel has sched_ext, so auto means the kernel backend");
+        return;
+    }
+    let agent = Agent { child: no_bpffs("auto"), dir };
+    agent.wait_ready();
+    let (_, region, _conn) = register_for_region(&agent.socket());
+    assert_eq!(header_of(&region).backend, abi::Backend::Sim.raw());
+    let (out, _dir) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("--backend auto: this kernel has no sched_ext (/sys/kernel/sched_ext is missing), using the simulation backend"),
-        "no log line saying why auto chose sim: {}",
+        stderr(&out).contains("the tracing backend cannot run: bpffs is not mounted on /sys/fs/bpf") && stderr(&out).contains("using the simulation backend"),
+        "{}",
         stderr(&out)
     );
+}
+
+/// On a kernel with BPF and BTF but no sched_ext (run as root), auto picks the tracing backend and
+/// says why; its region is a BPF map (the header's backend is KERNEL). Private bpffs, as in
+/// tests/escalation.rs.
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_backend_auto_picks_the_tracing_backend_with_bpf_and_btf() {
+    if Path::new("/sys/kernel/sched_ext").exists() {
+        eprintln!("skipped: this kernel has sched_ext, so auto means the kernel backend");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", "mount -t bpf bpf /sys/fs/bpf && exec \"$0\" \"$@\"", BIN])
+        .args(["--backend", "auto", "--socket"])
+        .arg(dir.path().join("sock"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent = Agent { child, dir };
+    agent.wait_ready();
+    let (_, region, _conn) = register_for_region(&agent.socket());
+    // A BPF map is read by mapping it, as every SDK does (a memfd could also be pread).
+    // SAFETY: a shared read-only mapping of the region's first page, checked for MAP_FAILED, read once
+    // and unmapped.
+    let header: abi::RegionHeader = unsafe {
+        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        let p = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ, libc::MAP_SHARED, region.as_raw_fd(), 0);
+        assert_ne!(p, libc::MAP_FAILED, "cannot map the region: {}", std::io::Error::last_os_error());
+        let header = std::ptr::read_unaligned(p.cast());
+        libc::munmap(p, page);
+        header
+    };
+    assert_eq!(header.backend, abi::Backend::Kernel.raw(), "auto chose backend {}", header.backend);
+    drop(region);
+    let (out, _dir) = agent.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--backend auto: this kernel has no sched_ext (/sys/kernel/sched_ext is missing) but BPF with BTF: using the tracing backend"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("tracing backend attached"), "{}", stderr(&out));
 }
 
 #[test]

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Escalation end to end in the simulation backend: the real scx_morpheus with a temporary region and
-//! socket, worker threads of this process registered through its socket with the `morpheus` SDK (as an
-//! application would), and the SCB, the threads' scheduling policy and the agent's stats (read as
-//! structured data through its stats socket) as the judges.
+//! Escalation end to end in the simulation backend and in the tracing backend: the real scx_morpheus
+//! with a temporary socket, worker threads of this process registered through its socket with the
+//! `morpheus` SDK (as an application would), and the SCB, the threads' scheduling policy and the
+//! agent's stats (read as structured data through its stats socket) as the judges.
+//!
+//! The tracing backend's variants (`trace_*`) load the real BPF programs into the running kernel, so
+//! they need root and a kernel with BPF and BTF: they are ignored by a plain `cargo test` and run by
+//! //scheduler:trace_live_test. Each agent runs in a mount namespace of its own with a private bpffs
+//! on /sys/fs/bpf, so its region pins never meet another test's or a running scheduler's.
 //!
 //! Nothing here asserts how fast anything happens: every wait polls a condition with a generous
 //! deadline, so a loaded 2-CPU machine only makes the tests slower.
@@ -52,13 +57,51 @@ struct Agent {
     region: RefCell<Option<Arc<morpheus::Region>>>,
 }
 
+/// The backend a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Sim,
+    /// The tracing backend, in a private mount namespace with its own bpffs on /sys/fs/bpf.
+    Trace,
+}
+
+impl Backend {
+    /// The header's `backend` as the stats name it.
+    fn header_name(self) -> &'static str {
+        match self {
+            Backend::Sim => "SIM",
+            // The tracing backend publishes the kernel backend's kind of region (src/trace.rs).
+            Backend::Trace => "KERNEL",
+        }
+    }
+
+    /// The command that runs scx_morpheus with this backend.
+    fn command(self) -> Command {
+        match self {
+            Backend::Sim => {
+                let mut c = Command::new(BIN);
+                c.args(["--backend", "sim"]);
+                c
+            }
+            Backend::Trace => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c", "mount -t bpf bpf /sys/fs/bpf && exec \"$0\" \"$@\"", BIN]);
+                // Debug lines (each effect and its failure) in the stderr a failed test prints.
+                c.args(["--backend", "trace", "-v"]);
+                c
+            }
+        }
+    }
+}
+
 impl Agent {
-    /// scx_morpheus --backend sim with a short slice and grace, and `extra`.
-    fn start(extra: &[&str]) -> Agent {
+    /// scx_morpheus on `backend` with a short slice and grace, and `extra`.
+    fn start_on(backend: Backend, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let child = Command::new(BIN)
-            .args(["--backend", "sim", "--max-workers", "8"])
+        let child = backend
+            .command()
+            .args(["--max-workers", "8"])
             .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &GRACE_US.to_string()])
             .arg("--socket")
             .arg(dir.path().join("sock"))
@@ -298,8 +341,18 @@ const WELL_PAST_GRACE_NS: u64 = 25 * (SLICE_US + GRACE_US) * 1000;
 
 #[test]
 fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_restores_on_ack() {
+    escalates_only_the_escapable_worker(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_restores_on_ack() {
+    escalates_only_the_escapable_worker(Backend::Trace);
+}
+
+fn escalates_only_the_escapable_worker(backend: Backend) {
     // A bound far beyond the test: only an acknowledgement can lift the escalation here.
-    let agent = Agent::start(&["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
+    let agent = Agent::start_on(backend, &["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
     let escapable = Spinner::start(&agent, Kind::Escapable);
     let critical = Spinner::start(&agent, Kind::InCritical);
     let opted_out = Spinner::start(&agent, Kind::NotEscapable);
@@ -387,7 +440,7 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
     assert!(count(&m.actions, "DEMOTE") >= 1, "{m:?}");
     assert!(count(&m.gate_verdicts, "critical") >= critical_at, "{m:?}");
     assert!(count(&m.gate_verdicts, "not_escapable") >= opted_out_at, "{m:?}");
-    assert_eq!(m.effect_errors, 0, "{m:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}; stderr:\n{}", agent.stderr());
     assert!(m.reactions["escalation"].count >= 1 && m.reactions["hint"].count >= 1, "{:?}", m.reactions);
     // One escalation_event per action: the demotion (for a pending request) and its undoing.
     let all = all_events(&m);
@@ -403,7 +456,17 @@ fn enforced_escalates_only_the_escapable_worker_outside_critical_sections_and_re
 
 #[test]
 fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledgement() {
-    let agent = Agent::start(&["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "300"]);
+    lifted_after_the_bound(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledgement() {
+    lifted_after_the_bound(Backend::Trace);
+}
+
+fn lifted_after_the_bound(backend: Backend) {
+    let agent = Agent::start_on(backend, &["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "300"]);
     let worker = Spinner::start(&agent, Kind::Escapable);
     let original_policy = worker.original_policy;
 
@@ -440,7 +503,7 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
         (m.nr_workers == 0 && count(&m.actions, "RESTORE") == count(&m.actions, "DEMOTE")).then_some(m)
     });
     assert!(m.escalations >= 2, "{m:?}");
-    assert_eq!(m.effect_errors, 0, "{m:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}; stderr:\n{}", agent.stderr());
     let all = all_events(&m);
     assert!(events(&m, "DEMOTE", tid).len() >= 2, "{all:?}");
     assert_eq!(events(&m, "RESTORE", tid).len(), events(&m, "DEMOTE", tid).len(), "{all:?}");
@@ -449,7 +512,17 @@ fn enforced_escalation_is_lifted_after_the_throttle_bound_without_an_acknowledge
 
 #[test]
 fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
-    let agent = Agent::start(&["--mode", "observer", "--policy", "kick"]);
+    observer_never_escalates(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
+    observer_never_escalates(Backend::Trace);
+}
+
+fn observer_never_escalates(backend: Backend) {
+    let agent = Agent::start_on(backend, &["--mode", "observer", "--policy", "kick"]);
     let worker = Spinner::start(&agent, Kind::Escapable);
     let original_policy = worker.original_policy;
     let first = agent.scb(worker.slot);
@@ -468,7 +541,7 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
     worker.exit();
 
     let m = agent.wait("the worker to be gone", || Some(agent.stats()).filter(|m| m.nr_workers == 0));
-    assert_eq!((m.mode.as_str(), m.backend.as_str()), ("OBSERVER", "SIM"));
+    assert_eq!((m.mode.as_str(), m.backend.as_str()), ("OBSERVER", backend.header_name()));
     assert!(m.hints_emitted >= 5, "{m:?}");
     assert_eq!(m.escalations, 0, "{m:?}");
     assert_eq!(count(&m.actions, "DEMOTE"), 0, "{m:?}");
@@ -479,8 +552,18 @@ fn observer_mode_hints_a_spinning_worker_but_never_escalates_it() {
 
 #[test]
 fn entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it() {
+    critical_section_lifts(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it() {
+    critical_section_lifts(Backend::Trace);
+}
+
+fn critical_section_lifts(backend: Backend) {
     // A bound far beyond the test: only the critical section can lift the escalation here.
-    let agent = Agent::start(&["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
+    let agent = Agent::start_on(backend, &["--mode", "enforced", "--policy", "kick", "--throttle-max-ms", "60000"]);
     let worker = Spinner::start(&agent, Kind::Escapable);
     let original_policy = worker.original_policy;
     agent.wait("the spinning worker to be escalated and demoted", || {
@@ -513,6 +596,6 @@ fn entering_a_critical_section_lifts_an_escalation_and_none_is_applied_inside_it
     });
     let all = all_events(&m);
     assert_eq!(events(&m, "RESTORE", tid).len(), events(&m, "DEMOTE", tid).len(), "{all:?}");
-    assert_eq!(m.effect_errors, 0, "{m:?}");
+    assert_eq!(m.effect_errors, 0, "{m:?}; stderr:\n{}", agent.stderr());
     agent.stop();
 }

@@ -87,7 +87,7 @@ struct worker_ctx {
 	morpheus_s32 cpu;          /* CPU it runs on, -1 when not running */
 	morpheus_u32 last_verdict; /* gate verdict last counted for verdict_seq */
 	morpheus_u32 deciding;     /* a CPU is running this worker's state machine (try-lock) */
-	morpheus_u32 _pad;
+	morpheus_u32 agent_effect; /* the open episode has an effect the agent carries out (its lift is reported) */
 };
 
 /* Highest CPU id the per-CPU "current worker" table covers. */

@@ -265,10 +265,11 @@ static __always_inline void vtime_stopping(struct task_struct *p)
  * have switched to another task before the kick lands, that task keeps its CPU: the demoted worker is
  * not in the queue dispatch takes from first.
  */
-__hidden void morpheus_host_kick(s32 cpu)
+__hidden bool morpheus_host_kick(s32 cpu)
 {
 	scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	count(MORPHEUS_CNT_KICKS);
+	return true;
 }
 
 /* The host interface: the scheduler's part of each check timer run is cpu.max's. */

@@ -12,6 +12,9 @@
  *   time since the last yield point, hints (preempt_seq), the escalation gate and state machine
  *   (src/policy/morpheus_policy.h) and the check timer.
  * - replay.bpf.c: conformance replay of the gate and the state machine (SEC("syscall") programs).
+ * - trace.bpf.c: the second host of the worker layer, for kernels without sched_ext: tracing programs
+ *   (sched_switch, task exit) instead of the ops. It is linked with worker.bpf.c and replay.bpf.c
+ *   into an object of its own (build.rs), never with main.bpf.c or cpumax.bpf.c.
  *
  * worker.bpf.c and replay.bpf.c call no sched_ext kfunc and take no sched_ext type: they reach a
  * thread by its tid and a CPU by its number, and what only a scheduler can do (kick a CPU) through the
@@ -177,8 +180,12 @@ __hidden s32 worker_timer_start(void);
  * sched_ext). Nothing else of the host's is reached from the worker layer.
  */
 
-/* Carry out an escalation's KICK on `cpu`, where the worker runs now. */
-__hidden void morpheus_host_kick(s32 cpu);
+/*
+ * Carry out an escalation's KICK on `cpu`, where the worker runs now. True if it took effect here;
+ * false if the host cannot preempt a CPU (the tracing host, trace.bpf.c), so the agent carries it out
+ * (its record wakes the agent, and the episode's lift is reported to it).
+ */
+__hidden bool morpheus_host_kick(s32 cpu);
 /*
  * The host's own work at each run of the check timer: returns when (ns from now) the timer must run
  * again for it, at most `due`.

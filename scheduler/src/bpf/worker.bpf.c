@@ -272,8 +272,12 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	count(MORPHEUS_CNT_HINTS_EMITTED);
 }
 
+/*
+ * `wake`: the agent has something to carry out for this record (a throttle, a kick its host could not
+ * take, or the lift of either), so the record wakes it; the rest it counts on its next tick.
+ */
 static __always_inline void send_escalation_event(struct worker_ctx *w, u32 slot, u64 now, u64 seq, u32 policy,
-						  u32 action, u64 overrun)
+						  u32 action, u64 overrun, bool wake)
 {
 	struct morpheus_escalation_event *ev;
 
@@ -291,11 +295,7 @@ static __always_inline void send_escalation_event(struct worker_ctx *w, u32 slot
 	ev->action = action;
 	ev->_pad0 = 0;
 	ev->overrun_ns = overrun;
-	/*
-	 * A kick has taken effect here already; the agent only counts its record on its next tick. A
-	 * throttle or its lift is the agent's to carry out, so that record wakes it.
-	 */
-	bpf_ringbuf_submit(ev, action == MORPHEUS_ESCALATION_ACTION_KICK ? BPF_RB_NO_WAKEUP : 0);
+	bpf_ringbuf_submit(ev, wake ? 0 : BPF_RB_NO_WAKEUP);
 }
 
 /* Count a gate verdict once per (pending request, verdict), so counters read as "times spared". */
@@ -309,13 +309,19 @@ static __always_inline void count_verdict(struct worker_ctx *w, u64 seq, u32 ver
 		__sync_fetch_and_add(&gate_verdicts[verdict], 1);
 }
 
-/* Close the worker's episode; a throttle in force is reported so the agent lifts its cgroup cap. */
+/*
+ * Close the worker's episode. An effect the agent carries out is reported so the agent undoes it: a
+ * cgroup cap (UNTHROTTLE), or a kick its host left to it (RESTORE: the tracing host's agent demotes).
+ */
 static __always_inline void lift_escalation(struct morpheus_scb *scb, struct worker_ctx *w, u32 slot, u64 now,
 			    enum morpheus_escalation_step step, struct morpheus_gate_input *in)
 {
-	if (w->esc.throttled)
+	if (w->esc.throttled || w->agent_effect)
 		send_escalation_event(w, slot, now, w->esc.preempt_seq, in->escalation_policy,
-				      MORPHEUS_ESCALATION_ACTION_UNTHROTTLE, 0);
+				      w->esc.throttled ? MORPHEUS_ESCALATION_ACTION_UNTHROTTLE :
+							 MORPHEUS_ESCALATION_ACTION_RESTORE,
+				      0, true);
+	w->agent_effect = 0;
 	morpheus_escalation_commit(&w->esc, step, in, now);
 	WRITE_ONCE(scb->escalated, 0);
 	if ((u32)step < MORPHEUS_NR_STEPS)
@@ -337,6 +343,7 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 	enum morpheus_gate_verdict verdict;
 	enum morpheus_escalation_step step;
 	u32 action, opened;
+	bool by_agent = true;
 
 	live_gate_config(&cfg);
 	step = escalation_decide(&cfg, scb, &w->esc, runtime, now, &in, &verdict);
@@ -359,17 +366,19 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 	WRITE_ONCE(scb->escalated, 1);
 
 	if (action == MORPHEUS_ESCALATION_ACTION_KICK) {
-		morpheus_host_kick(cpu);
+		by_agent = !morpheus_host_kick(cpu);
 	} else {
 		/* The agent caps the cgroup; the hold is enforced in enqueue, which re-checks in_critical. */
 		count(MORPHEUS_CNT_THROTTLES);
 	}
+	if (by_agent)
+		w->agent_effect = 1;
 	__sync_fetch_and_add(&scb->escalations, 1);
 	count(MORPHEUS_CNT_ESCALATIONS);
 	if (in.escalation_policy < MORPHEUS_NR_POLICIES)
 		__sync_fetch_and_add(&escalations_by_policy[in.escalation_policy], 1);
 	send_escalation_event(w, slot, now, in.preempt_seq, in.escalation_policy, action,
-			      runtime - in.slice_ns - in.grace_ns);
+			      runtime - in.slice_ns - in.grace_ns, by_agent);
 }
 
 /*
@@ -437,11 +446,13 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 }
 
 /*
- * How long worker w, on a CPU since w->run_start_ns, can go without a check: until its slice ends;
- * a check interval once it is near or past it (the enforcement's resolution: hint, then the gate at
- * slice + grace); a grace period while its episode is open (it runs demoted, so any waking task
- * preempts it; what is left to decide is a repeated kick, once per grace period, or a lift). A
- * runtime an acknowledgement has since reset only makes the check come early.
+ * How long worker w, on a CPU since w->run_start_ns, can go without a check: until its slice ends,
+ * however near that is (a check that comes a little before the end, for another CPU's worker, must
+ * not put the hint a whole check interval past it); a check interval once it is past it (the
+ * enforcement's resolution: further hints, then the gate at slice + grace); a grace period while its
+ * episode is open (it runs demoted, so any waking task preempts it; what is left to decide is a
+ * repeated kick, once per grace period, or a lift). A runtime an acknowledgement has since reset
+ * only makes the check come early.
  */
 static __always_inline u64 check_due_in(struct worker_ctx *w, u64 now)
 {
@@ -451,7 +462,7 @@ static __always_inline u64 check_due_in(struct worker_ctx *w, u64 now)
 		runtime += now - w->run_start_ns;
 	if (READ_ONCE(w->esc.open))
 		return cfg_grace_ns > check_interval_ns ? cfg_grace_ns : check_interval_ns;
-	if (runtime + check_interval_ns >= slice)
+	if (runtime >= slice)
 		return check_interval_ns;
 	return slice - runtime;
 }
@@ -691,6 +702,7 @@ __hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 		if (w->esc.open && __sync_fetch_and_sub(&nr_open_episodes, 1) <= 0)
 			WRITE_ONCE(nr_open_episodes, 0);
 		__builtin_memset(&w->esc, 0, sizeof(w->esc));
+		w->agent_effect = 0;
 		slots_seen_at_least(slot + 1);
 	}
 	w->run_start_ns = now;

@@ -1,0 +1,496 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The tracing backend (`--backend trace`): the kernel backend's precision on kernels without
+//! sched_ext. The kernel's own scheduler (EEVDF) schedules every task; src/bpf/trace.bpf.c only watches
+//! it, and links the same worker layer (src/bpf/worker.bpf.c) as the sched_ext program.
+//!
+//! * The BPF side accounts each registered thread's CPU time since its last yield point at every
+//!   context switch (tp_btf/sched_switch), and the worker layer's check timer (a BPF timer, brought
+//!   forward to the slice end of a worker that starts running) decides hints and the escalation gate
+//!   with src/policy/morpheus_policy.h, publishing into the per-uid region maps exactly as the kernel
+//!   backend does. Regions, the `worker_slots` map and the rings are the kernel backend's machinery
+//!   (src/kernel.rs), reused here.
+//! * The header's `backend` is `KERNEL`: the region is the same pinned BPF_F_MMAPABLE array map and
+//!   the hints come from the same BPF worker layer, so a runtime cannot tell the two apart (the field
+//!   is informative, spec/SCB.md §2).
+//! * Escalation: no BPF program can preempt a CPU here, so the worker layer reports a KICK (and a
+//!   THROTTLE) to the agent, which applies the simulation backend's effects (SCHED_IDLE demotion,
+//!   cgroup v2 cpu.max; src/sim.rs's `Effects`, journalled) and undoes them when the worker layer
+//!   reports the episode lifted (or its slot is released, or the episode is seen closed). Right after
+//!   applying one, in_critical is loaded again and the effect undone at once if a section began
+//!   meanwhile (spec/SCB.md §5.6).
+//! * A thread's exit reaches the worker layer when its task_struct is freed (worker_exit), so a thread
+//!   that gets an exited worker's tid is never taken for it.
+//! * Needs BPF with BTF (tp_btf programs attach by the kernel's BTF): [`probe`] says what is missing.
+
+#[allow(clippy::all, dead_code)]
+mod bpf_skel {
+    include!(concat!(env!("OUT_DIR"), "/trace/bpf_skel.rs"));
+}
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapHandle, OpenObject, ProgramInput, RingBuffer};
+use morpheus_abi as abi;
+use morpheus_abi::EscalationAction;
+
+use crate::backend::{Backend, Config, SlotObserver};
+use crate::domains::{Assigned, RegionMaker, Workers};
+use crate::kernel::{self, bpf_intf, BpfRegions, Drained, RecordTimes};
+use crate::identity::Thread;
+use crate::sim::{Cause, Effect, Effects, Released};
+use crate::stats::{Counters, Reactions};
+use bpf_skel::{BpfSkel, BpfSkelBuilder};
+
+/// Where the kernel publishes its BTF, which tp_btf programs attach by.
+pub const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// Test-only: names another path to check for the kernel's BTF, so a test can show what a kernel
+/// without BTF gets (the real programs still load from [`BTF_VMLINUX`]).
+pub const BTF_PATH_ENV: &str = "MORPHEUS_TEST_BTF_PATH";
+
+/// statfs's f_type of a bpffs mount (include/uapi/linux/magic.h).
+const BPF_FS_MAGIC: libc::c_long = 0xcafe4a11;
+
+/// How often the agent ticks while workers are registered: it only drains records for the stats (an
+/// escalation record wakes it at once) and samples the SCBs.
+const AGENT_TICK: Duration = Duration::from_millis(10);
+
+/// How often the agent ticks while no worker is registered.
+const AGENT_IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// Whether this machine can run the tracing backend: the kernel's BTF is published, bpf(2) creates a
+/// map for this process, and bpffs is mounted where the regions are pinned. The error names what is
+/// missing.
+pub fn probe() -> Result<()> {
+    let btf = std::env::var_os(BTF_PATH_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(BTF_VMLINUX));
+    if !btf.is_file() {
+        bail!(
+            "the kernel publishes no BTF ({} is missing: a kernel built without CONFIG_DEBUG_INFO_BTF); \
+             the tracing backend attaches its programs by BTF",
+            btf.display()
+        );
+    }
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: a NUL-terminated name and valid options that outlive the call; the fd is closed below.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_create(libbpf_rs::libbpf_sys::BPF_MAP_TYPE_ARRAY, c"morpheus_probe".as_ptr(), 4, 4, 1, &opts)
+    };
+    if fd < 0 {
+        let errno = -fd;
+        match errno {
+            libc::ENOSYS => bail!("the kernel has no bpf(2) system call (ENOSYS: built without CONFIG_BPF_SYSCALL)"),
+            libc::EPERM | libc::EACCES => bail!(
+                "bpf(2) is refused to this process ({}): the tracing backend needs root (CAP_BPF and CAP_PERFMON)",
+                std::io::Error::from_raw_os_error(errno)
+            ),
+            _ => bail!("bpf(2) cannot create a map here: {}", std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+    // SAFETY: the fd was just created here and is not used again.
+    unsafe { libc::close(fd) };
+    // The regions are pinned under PIN_DIR (spec/SCB.md §1.3), which needs bpffs mounted there.
+    let bpffs = Path::new(abi::PIN_DIR).parent().unwrap_or(Path::new("/"));
+    // SAFETY: statfs is a plain C struct, all-zero a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let cpath = std::ffi::CString::new(bpffs.as_os_str().as_encoded_bytes()).context("the bpffs path holds a NUL byte")?;
+    // SAFETY: a NUL-terminated path and a statfs buffer that outlive the call.
+    let rc = unsafe { libc::statfs(cpath.as_ptr(), &mut st) };
+    if rc != 0 || st.f_type != BPF_FS_MAGIC {
+        bail!(
+            "bpffs is not mounted on {} (the tracing backend pins each uid's region there; mount it with `mount -t bpf bpf {}`)",
+            bpffs.display(),
+            bpffs.display()
+        );
+    }
+    Ok(())
+}
+
+/// Effects the agent has in force for one slot's episode.
+struct InForce {
+    /// The registered thread the effects were applied to (the slot's identity at that time).
+    thread: Arc<Thread>,
+    pid: u32,
+    preempt_seq: u64,
+    effects: Vec<Effect>,
+}
+
+/// Keeps the worker layer's tid -> slot map in step with the registry; released slots are lifted at
+/// the next tick (on the agent's thread, where the effects live).
+struct TraceSlots {
+    worker_slots: MapHandle,
+    released: Released,
+}
+
+impl SlotObserver for TraceSlots {
+    fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()> {
+        kernel::record_worker_slot(&self.worker_slots, slot, worker)
+    }
+
+    fn released(&self, slot: u32, worker: &Assigned) {
+        kernel::forget_worker_slot(&self.worker_slots, slot, worker.tid);
+        self.released.released(slot, worker);
+    }
+}
+
+pub struct TraceBackend {
+    skel: BpfSkel<'static>,
+    links: Vec<Link>,
+    /// The agent's slot table (whose SCB a record's slot means).
+    table: Arc<Workers>,
+    regions: Arc<BpfRegions>,
+    pinned: Arc<Mutex<Vec<PathBuf>>>,
+    rings: RingBuffer<'static>,
+    drained: Rc<RefCell<Drained>>,
+    observer: Arc<TraceSlots>,
+    /// The worker layer's `workers` map (whether an episode is still open).
+    workers_map: MapHandle,
+    effects: Effects,
+    in_force: HashMap<u32, InForce>,
+    /// The agent's side: effects applied and undone, fallbacks, spared and held in critical sections.
+    counters: Counters,
+    times: RecordTimes,
+    hint_records: u64,
+    escalation_records: u64,
+    tick_interval: Duration,
+    shut_down: bool,
+}
+
+impl TraceBackend {
+    pub fn open(config: &Config, table: Arc<Workers>) -> Result<Self> {
+        probe().context("--backend trace")?;
+        if config.max_workers > abi::MAX_WORKERS {
+            bail!("--max-workers {}: the tracing backend tracks at most {} workers (MAX_WORKERS)", config.max_workers, abi::MAX_WORKERS);
+        }
+        if config.max_workers_per_uid > abi::MAX_WORKERS {
+            bail!(
+                "--max-workers-per-uid {}: a region map of the tracing backend holds at most {} SCBs (MAX_WORKERS)",
+                config.max_workers_per_uid,
+                abi::MAX_WORKERS
+            );
+        }
+        if let Some(path) = &config.region_path {
+            if path != Path::new(abi::PINNED_REGION_PATH) {
+                bail!("--region {}: the tracing backend always publishes its region at {}", path.display(), abi::PINNED_REGION_PATH);
+            }
+        }
+        scx_utils::try_set_rlimit_infinity();
+
+        let open_object: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(config.verbose > 1);
+        let mut skel = builder.open(open_object).context("cannot open the tracing backend's BPF object")?;
+        let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
+        rodata.check_interval_ns = kernel::check_interval_ns(config);
+        rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+        rodata.throttle_max_ns = config.throttle_max_ns;
+        // The configuration the live paths decide with (S4), as the kernel backend sets it.
+        rodata.cfg_scheduler_mode = config.mode.raw();
+        rodata.cfg_escalation_policy = config.policy.raw();
+        rodata.cfg_slice_ns = config.slice_ns;
+        rodata.cfg_grace_ns = config.grace_ns;
+        rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
+        rodata.cfg_scb_count = config.max_workers;
+        let skel = skel.load().context("the kernel refused the tracing backend's BPF programs (verifier log above with -vv)")?;
+
+        let workers_map = MapHandle::try_from(&skel.maps.workers).context("workers map handle")?;
+        let observer = Arc::new(TraceSlots {
+            worker_slots: MapHandle::try_from(&skel.maps.worker_slots).context("worker_slots map handle")?,
+            released: Released::default(),
+        });
+        let hints = MapHandle::try_from(&skel.maps.hints).context("hints ring handle")?;
+        let events = MapHandle::try_from(&skel.maps.escalation_events).context("escalation ring handle")?;
+        let (rings, drained) = kernel::layer_rings(&hints, &events)?;
+
+        let links = vec![
+            skel.progs.morpheus_switch.attach().context("cannot attach tp_btf/sched_switch (no sched_switch tracepoint in the kernel's BTF?)")?,
+            skel.progs.morpheus_task_free.attach().context("cannot attach tp_btf/sched_process_free (no sched_process_free tracepoint in the kernel's BTF?)")?,
+        ];
+        let ret = run_syscall_prog(&skel.progs.trace_init).context("BPF_PROG_TEST_RUN of trace_init failed")?;
+        if ret != 0 {
+            bail!("the tracing backend's check timer did not start: {}", std::io::Error::from_raw_os_error(-(ret as i32)));
+        }
+        log_verifier_complexity();
+
+        kernel::prepare_pin_dir()?;
+        let pinned = Arc::new(Mutex::new(Vec::new()));
+        let regions = Arc::new(BpfRegions {
+            outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
+            pin_dir: Some(PathBuf::from(abi::PIN_DIR)),
+            pinned: Arc::clone(&pinned),
+        });
+        log::info!(
+            "tracing backend attached (sched_switch accounting; overrun check at each slice end, then every {} µs); one region map per uid, pinned in {}",
+            kernel::check_interval_ns(config) / 1000,
+            abi::PIN_DIR
+        );
+        Ok(TraceBackend {
+            skel,
+            links,
+            table,
+            regions,
+            pinned,
+            rings,
+            drained,
+            observer,
+            workers_map,
+            effects: Effects::new(config),
+            in_force: HashMap::new(),
+            counters: Counters::default(),
+            times: RecordTimes::default(),
+            hint_records: 0,
+            escalation_records: 0,
+            tick_interval: config.tick,
+            shut_down: false,
+        })
+    }
+
+    fn bss(&self) -> &bpf_skel::types::bss {
+        self.skel.maps.bss_data.as_ref().expect("the BPF program has .bss")
+    }
+
+    fn counter(&self, idx: bpf_intf::morpheus_counter) -> u64 {
+        // SAFETY: reading a u64 of the mmapped .bss that BPF updates atomically.
+        unsafe { std::ptr::read_volatile(&self.bss().counters[idx as usize]) }
+    }
+
+    /// The acknowledgement count of the worker in the agent's slot `slot`; None for a free slot.
+    fn last_ack_seq(&self, slot: u32) -> Option<u64> {
+        let w = self.table.get(slot)?;
+        Some(w.domain.region.scb(w.local).last_ack_seq().load(Ordering::Acquire))
+    }
+
+    /// Undoes the effects in force for `slot`. `held_in_critical`: the worker is in a critical section
+    /// now, so an effect was in force over it (the worker layer lifts for that at its next check).
+    fn lift(&mut self, slot: u32, why: &str) {
+        let Some(f) = self.in_force.remove(&slot) else { return };
+        if !f.effects.is_empty() {
+            if let Some(a) = self.table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, &f.thread)) {
+                if a.domain.region.scb(a.local).in_critical().load(Ordering::Acquire) != 0 {
+                    self.counters.held_in_critical += 1;
+                }
+            }
+        }
+        self.effects.lift(&mut self.counters, &self.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, why);
+    }
+
+    /// Carries out an action the worker layer decided (a KICK: SCHED_IDLE demotion; a THROTTLE: the
+    /// cgroup cap, or the demotion where none can be set) for the thread the agent's table names.
+    fn act(&mut self, ev: &abi::EscalationEvent) {
+        let slot = ev.slot;
+        let Some(holder) = self.table.get(slot) else {
+            log::debug!("escalation of slot {slot} not applied: the slot is free");
+            return;
+        };
+        let (tid, pid) = (holder.tid, holder.pid);
+        if self.in_force.get(&slot).is_some_and(|f| !Arc::ptr_eq(&f.thread, &holder.thread)) {
+            self.lift(slot, "slot changed hands");
+        }
+        let demoted = self.in_force.get(&slot).is_some_and(|f| f.effects.iter().any(|e| matches!(e, Effect::Demoted(_))));
+        let throttled = self.in_force.get(&slot).is_some_and(|f| f.effects.iter().any(|e| matches!(e, Effect::Throttled(_))));
+        if throttled {
+            return;
+        }
+        if ev.action == EscalationAction::Kick.raw() {
+            log::debug!("kick: slot {slot} (tid {tid}) {} µs past slice + grace", ev.overrun_ns / 1000);
+        }
+        let cause = Cause { preempt_seq: ev.preempt_seq, overrun_ns: ev.overrun_ns };
+        let taken = self.effects.apply(&mut self.counters, slot, ev.action, &holder.thread, pid, cause, demoted);
+        let entry = self
+            .in_force
+            .entry(slot)
+            .or_insert_with(|| InForce { thread: Arc::clone(&holder.thread), pid, preempt_seq: ev.preempt_seq, effects: Vec::new() });
+        entry.effects.extend(taken);
+        // Where the effect takes hold: a section that began after the decision is not held.
+        let scb = holder.domain.region.scb(holder.local);
+        // SAFETY: an SCB of a live mapping the slot's domain holds.
+        if !unsafe { morpheus_policy_ffi::effect_may_hold(scb.as_ptr()) } {
+            self.counters.spared_in_critical += 1;
+            let f = self.in_force.remove(&slot).expect("inserted above");
+            self.effects.lift(&mut self.counters, &self.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, "critical section");
+        }
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        self.rings.consume().context("consuming the BPF ring buffers")?;
+        let drained = std::mem::take(&mut *self.drained.borrow_mut());
+        for hint in drained.hints {
+            self.hint_records += 1;
+            let ack = self.last_ack_seq(hint.slot);
+            self.times.hint(&hint, ack);
+        }
+        for ev in drained.events {
+            self.escalation_records += 1;
+            match EscalationAction::try_from(ev.action) {
+                Ok(EscalationAction::Kick | EscalationAction::Throttle) => {
+                    let ack = self.last_ack_seq(ev.slot).unwrap_or(0);
+                    self.times.event(&ev, ack);
+                    self.act(&ev);
+                }
+                Ok(EscalationAction::Unthrottle | EscalationAction::Restore) => self.lift(ev.slot, "lifted by the worker layer"),
+                other => log::warn!("unexpected escalation action {other:?} from the BPF program"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Logs how many instructions the verifier processed per program (scheduler/veristat/).
+fn log_verifier_complexity() {
+    let mut progs: Vec<(String, u32)> = libbpf_rs::query::ProgInfoIter::default()
+        .map(|info| (info.name.to_string_lossy().into_owned(), info.verified_insns))
+        .filter(|(name, _)| ["morpheus_switch", "morpheus_task_f", "trace_init"].contains(&name.as_str()))
+        .collect();
+    progs.sort();
+    progs.dedup_by(|a, b| a.0 == b.0);
+    let line: Vec<String> = progs.iter().map(|(name, n)| format!("{name}={n}")).collect();
+    log::info!("verified_insns: {}", line.join(" "));
+}
+
+/// Runs a SEC("syscall") program without context once; returns its return value.
+fn run_syscall_prog(prog: &libbpf_rs::ProgramMut<'_>) -> Result<u32> {
+    Ok(prog.test_run(ProgramInput::default())?.return_value)
+}
+
+impl Backend for TraceBackend {
+    fn kind(&self) -> abi::Backend {
+        abi::Backend::Kernel
+    }
+
+    fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
+        Some(Arc::clone(&self.regions) as Arc<dyn RegionMaker>)
+    }
+
+    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
+        Some(Arc::clone(&self.observer) as Arc<dyn SlotObserver>)
+    }
+
+    fn tick_interval(&self) -> Duration {
+        self.tick_interval.max(AGENT_TICK)
+    }
+
+    fn idle_tick_interval(&self) -> Duration {
+        self.tick_interval.max(AGENT_IDLE_TICK)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<()> {
+        // epoll's resolution is a millisecond: round up, or a sub-millisecond wait would spin.
+        let ms = timeout.as_micros().div_ceil(1000) as u64;
+        let ret = self.rings.poll_raw(Duration::from_millis(ms));
+        if ret < 0 && ret != -libc::EINTR {
+            return Err(std::io::Error::from_raw_os_error(-ret)).context("polling the BPF ring buffers");
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self, _now_ns: u64, pressure_level: u32) -> Result<()> {
+        // The BPF side copies it into each SCB; it never reads the header's pressure record.
+        let bss = self.skel.maps.bss_data.as_mut().expect("the BPF program has .bss");
+        // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
+        unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
+        self.drain()?;
+        for (slot, thread) in self.observer.released.take() {
+            if self.in_force.get(&slot).is_some_and(|f| Arc::ptr_eq(&f.thread, &thread)) {
+                self.lift(slot, "slot released");
+            }
+        }
+        // A lift record lost to a full ring: the worker layer's own bookkeeping says the episode closed.
+        let due: Vec<u32> = self
+            .in_force
+            .iter()
+            .filter(|(&slot, f)| {
+                !self.table.get(slot).is_some_and(|a| Arc::ptr_eq(&a.thread, &f.thread)) || kernel::episode_open(&self.workers_map, slot) == Some(false)
+            })
+            .map(|(&slot, _)| slot)
+            .collect();
+        for slot in due {
+            self.lift(slot, "episode closed");
+        }
+        Ok(())
+    }
+
+    fn take_events(&mut self) -> Vec<abi::EscalationEvent> {
+        self.effects.take_events()
+    }
+
+    fn counters(&self) -> Counters {
+        let mut c = self.counters.clone();
+        c.ticks = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS);
+        c.hints_emitted = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        c.hints_dropped = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        for (i, slot) in c.gate.iter_mut().enumerate() {
+            // SAFETY: as in `counter`.
+            *slot = unsafe { std::ptr::read_volatile(&self.bss().gate_verdicts[i]) };
+        }
+        for (i, slot) in c.escalations_by_policy.iter_mut().enumerate().take(bpf_intf::MORPHEUS_NR_POLICIES as usize) {
+            // SAFETY: as in `counter`.
+            *slot = unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) };
+        }
+        c.workers = self.table.assigned().len() as u64;
+        c
+    }
+
+    fn reactions(&self) -> Reactions {
+        self.times.reactions.clone()
+    }
+
+    fn backend_counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = kernel::LAYER_COUNTERS.iter().map(|&(name, idx)| (name.to_owned(), self.counter(idx))).collect();
+        for step in morpheus_policy_ffi::EscalationStep::ALL {
+            if let Some(why) = step.lift_reason() {
+                // SAFETY: as in `counter`.
+                let n = unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[step as usize]) };
+                out.push((format!("lifts_{why}"), n));
+            }
+        }
+        out.push(("hint_records".into(), self.hint_records));
+        out.push(("escalation_records".into(), self.escalation_records));
+        out
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.shut_down {
+            return Ok(());
+        }
+        self.shut_down = true;
+        let _ = self.drain();
+        let slots: Vec<u32> = self.in_force.keys().copied().collect();
+        for slot in slots {
+            self.lift(slot, "scheduler exiting");
+        }
+        // Detach: the programs stop at once (the timer goes with the maps when the object is freed).
+        self.links.clear();
+        let mut errors = Vec::new();
+        kernel::unpin_all(&self.pinned, &mut errors);
+        log::info!(
+            "BPF counters: {}",
+            self.backend_counters().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        );
+        log::info!("reaction overrun->hint: {}", self.times.reactions.hint.summary());
+        log::info!("reaction grace expiry->escalation: {}", self.times.reactions.escalation.summary());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow!(errors.join("; ")))
+        }
+    }
+}
+
+impl Drop for TraceBackend {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::warn!("tracing backend clean-up: {e:#}");
+        }
+    }
+}
