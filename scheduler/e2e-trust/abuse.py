@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Attacker programs of the bounded-cost attacks (A03, A04, A05, A07, A12, A15 in attacks.py), run as
-an unprivileged user. Each prints JSON lines on stdout for the orchestrator; they speak the
-registration protocol through client.py's raw-bytes helpers (no SDK).
+"""Attacker programs of the bounded-cost attacks (A03, A04, A05, A07, A12, A15 in attacks.py), of the
+protocol abuse (A09) and of the reach probe (A14), run as an unprivileged user. Each prints JSON lines
+on stdout for the orchestrator; they speak the registration protocol through client.py's raw-bytes
+helpers (no SDK).
 """
 
 import argparse
 import ctypes
+import errno
 import json
 import os
 import select
@@ -310,9 +312,142 @@ def trickle_http(a):
     say({"cut_off": cut})
 
 
+def protocol_abuse(a):
+    """A09: traffic no client sends. Each phase reports what the agent did with it."""
+    out = {}
+    tid = c.gettid()
+    register = c.request(m.RegOp.REGISTER, tid)
+
+    def conn(timeout=15):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(a.socket)
+        s.settimeout(timeout)
+        return s
+
+    def closed(s, within=15):
+        """True once the agent has closed `s` (EOF or reset) within `within` seconds; unread replies are skipped."""
+        s.settimeout(within)
+        try:
+            while s.recv(65536):
+                pass
+            return True
+        except ConnectionResetError:
+            return True
+        except OSError:
+            return False
+
+    # 40 REGISTERs of this thread in one write: every one answered, in order (OK, then ALREADY_REGISTERED).
+    s = conn()
+    s.sendall(register * 40)
+    statuses = []
+    for _ in range(40):
+        got = b""
+        while len(got) < c.REPLY_LEN:
+            chunk, anc, _f, _a = s.recvmsg(c.REPLY_LEN - len(got), socket.CMSG_SPACE(4))
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    os.close(int.from_bytes(payload[:4], "little"))
+            if not chunk:
+                break
+            got += chunk
+        if len(got) < c.REPLY_LEN:
+            break
+        statuses.append(c.get(got, m.RegReply.STATUS))
+    out["pipelined"] = sorted(set(statuses)) if len(statuses) == 40 and statuses[0] == m.RegStatus.OK else statuses
+    s.close()  # the slot stays this thread's while it lives; released below
+    # 200 descriptors passed (SCM_RIGHTS) with a request: answered; the agent keeps none.
+    s = conn()
+    nulls = [os.open("/dev/null", os.O_RDONLY) for _ in range(200)]
+    socket.send_fds(s, [c.request(m.RegOp.UNREGISTER, slot=0)], nulls)
+    for fd in nulls:
+        os.close(fd)
+    reply = s.recv(c.REPLY_LEN)
+    out["fds_passed"] = c.get(reply, m.RegReply.STATUS) if len(reply) == c.REPLY_LEN else f"{len(reply)} bytes"
+    # The connection's own socket passed over itself.
+    socket.send_fds(s, [c.request(m.RegOp.UNREGISTER, slot=0)], [s.fileno()])
+    reply = s.recv(c.REPLY_LEN)
+    out["own_socket_passed"] = c.get(reply, m.RegReply.STATUS) if len(reply) == c.REPLY_LEN else f"{len(reply)} bytes"
+    s.close()
+    # 1 MiB of garbage: the connection is closed.
+    s = conn()
+    try:
+        s.sendall(os.urandom(1 << 20))
+    except OSError:
+        pass
+    out["garbage_closed"] = closed(s)
+    s.close()
+    # An idle connection is closed (the agent's idle limit is 5 s).
+    s = conn()
+    t0 = time.monotonic()
+    out["idle_closed"] = closed(s, 20)
+    out["idle_seconds"] = round(time.monotonic() - t0, 1)
+    s.close()
+    # A client that writes requests and never reads a reply is cut off.
+    s = conn()
+    s.settimeout(1)
+    t0, cut = time.monotonic(), False
+    while time.monotonic() - t0 < 30 and not cut:
+        try:
+            s.send(register)
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+        except socket.timeout:
+            pass
+    out["never_reading_cut_off"] = cut
+    s.close()
+    say(out)
+
+
+def probe(a):
+    """A14: what this user can reach of the agent's and another user's private state. Each probe is
+    "ok" if it got through, else the errno's name; a non-member also tries to register."""
+    out = {}
+
+    def attempt(name, what):
+        try:
+            what()
+            out[name] = "ok"
+        except OSError as e:
+            out[name] = c.errno_name(e)
+
+    def connect(path):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        finally:
+            s.close()
+
+    def read(path):
+        with open(path, "rb") as f:
+            f.read(1)
+
+    def open_links(directory):
+        """Lists `directory` and opens its entries (descriptors, mappings) for reading, without
+        waiting on a pipe; a socket's entry cannot be opened by anyone (ENXIO) and one may close
+        meanwhile (ENOENT)."""
+        for name in os.listdir(directory):
+            try:
+                os.close(os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NONBLOCK))
+            except OSError as e:
+                if e.errno not in (errno.ENXIO, errno.ENOENT):
+                    raise
+
+    attempt("stats socket", lambda: connect(a.socket + ".stats"))
+    attempt("journal", lambda: read(a.socket + ".journal"))
+    agent, victim = a.pids
+    attempt("agent fd", lambda: open_links(f"/proc/{agent}/fd"))
+    attempt("agent map_files", lambda: open_links(f"/proc/{agent}/map_files"))
+    attempt("agent mem", lambda: os.close(os.open(f"/proc/{agent}/mem", os.O_RDONLY)))
+    attempt("victim map_files", lambda: open_links(f"/proc/{victim}/map_files"))
+    attempt("victim fd", lambda: open_links(f"/proc/{victim}/fd"))
+    if a.register:
+        attempt("register", lambda: connect(a.socket))
+    say(out)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["subuid", "refusal-flood", "yield-overflow", "many-clients", "connect-early", "trickle-http"])
+    p.add_argument("action", choices=["subuid", "refusal-flood", "yield-overflow", "many-clients", "connect-early", "trickle-http", "probe", "protocol-abuse"])
     p.add_argument("--socket")
     p.add_argument("--phase")
     p.add_argument("--count", type=int, default=1)
@@ -320,6 +455,8 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--address")
     p.add_argument("--every", type=float, default=0.5)
+    p.add_argument("--pids", type=int, nargs=2, help="probe: the agent's pid and a victim worker's pid")
+    p.add_argument("--register", action="store_true", help="probe: also connect to the registration socket")
     a = p.parse_args()
     {
         "subuid": subuid,
@@ -328,6 +465,8 @@ def main():
         "many-clients": many_clients,
         "connect-early": connect_early,
         "trickle-http": trickle_http,
+        "probe": probe,
+        "protocol-abuse": protocol_abuse,
     }[a.action](a)
 
 

@@ -744,6 +744,77 @@ class Suite:
         return ok, (f"the outsider never connected ({got['failed_connects']} attempts refused)" if ok
                     else f"agent ready={ready}; outsider connected={got['connected']}, its REGISTER: {status}; {log[-200:]}")
 
+    # --- what held in the second review (A09, A10, A14) ---------------------------------------------------
+
+    def a09_protocol_abuse(self):
+        """A09: pipelined, garbage, descriptor-laden, idle and never-reading connections are answered or closed, and leave the agent as it was."""
+        a = self.agent()
+
+        def held():
+            """The agent's descriptors, and its threads by name."""
+            names = []
+            for t in os.listdir(f"/proc/{a.proc.pid}/task"):
+                try:
+                    names.append(open(f"/proc/{a.proc.pid}/task/{t}/comm").read().strip())
+                except OSError:
+                    pass
+            return len(os.listdir(f"/proc/{a.proc.pid}/fd")), sorted(names)
+
+        # The baseline once start-up is over (the agent logs "listening" after its last start-up step)
+        # and the connection wait_ready made is closed.
+        settled = eventually(15.0, lambda: "listening for registrations" in a.log() and "registry-conn" not in held()[1])
+        before = held()
+        out = first_line(spawn(abuse(ATTACKER, "protocol-abuse", "--socket", a.socket)), timeout=120)
+        back = eventually(15.0, lambda: held() == before)
+        after = held()
+        alive = a.alive()
+        reg = first_line(spawn(client(VICTIM, "register-once", "--socket", a.socket)))["results"] if alive else None
+        log = a.log()
+        a.stop()
+        answered = (morpheus_abi.RegStatus.OK, morpheus_abi.RegStatus.NOT_OWNER)
+        ok = (out.get("pipelined") == [morpheus_abi.RegStatus.OK, morpheus_abi.RegStatus.ALREADY_REGISTERED]
+              and out.get("fds_passed") in answered and out.get("own_socket_passed") in answered
+              and out.get("garbage_closed") is True and out.get("idle_closed") is True and out.get("never_reading_cut_off") is True
+              and settled and back and alive and reg == [0])
+        return ok, (f"{out}; agent descriptors/threads {before} -> {after}; victim registers: {reg}"
+                    + ("" if ok else f"; agent alive={alive}; log: {log[-300:]}"))
+
+    def a10_escape_own_demotion(self):
+        """A10: a worker demoted by enforcement cannot set itself back to SCHED_OTHER; a critical section or leaving RUNNING lifts it, as designed."""
+        a = self.agent(extra=["--mode", "enforced", "--policy", "kick"])
+        out = first_line(spawn(client(ATTACKER, "escape-demotion", "--socket", a.socket, "--seconds", "20")), timeout=90)
+        log = a.log()
+        a.stop()
+        if out.get("status") != 0 or not out.get("demoted"):
+            return False, f"set-up failed: the attacker was not registered and demoted: {out}; agent: {log[-300:]}"
+        ok = (out["demoted_to"] == SCHED_IDLE and out["escape"] == "EPERM" and out["policy_after_escape"] == SCHED_IDLE and out["lifted_by_critical"]
+              and out["demoted_again"] and out["lifted_by_leaving_running"])
+        return ok, (f"demoted to policy {out['demoted_to']}; SCHED_OTHER from there: {out['escape']}, policy after: {out['policy_after_escape']}; lifted by a critical section: {out['lifted_by_critical']}, "
+                    f"demoted again: {out['demoted_again']}, lifted by leaving RUNNING: {out['lifted_by_leaving_running']}")
+
+    def a14_private_state_out_of_reach(self):
+        """A14: neither a member nor a non-member reaches the stats socket, the journal, the agent's or another user's /proc descriptors and mappings; a non-member cannot register."""
+        a = self.agent(extra=["--mode", "enforced", "--policy", "kick"])
+        status = status_file()
+        victim, info = self.victim_spinner(a, False, status)
+        journal = a.socket + ".journal"
+        present = os.path.exists(a.socket + ".stats") and os.path.getsize(journal) > 0
+        pids = ["--pids", str(a.proc.pid), str(info["pid"])]
+        member = first_line(spawn(abuse(ATTACKER, "probe", "--socket", a.socket, *pids)))
+        outside = first_line(spawn(outsider([PYTHON, ABUSE, "probe", "--socket", a.socket, "--register", *pids])))
+        # The same probes as root reach everything: each path exists and holds what is protected.
+        as_root = first_line(spawn([PYTHON, ABUSE, "probe", "--socket", a.socket, "--register", *pids]))
+        alive, victim_alive = a.alive(), victim.poll() is None
+        reg = first_line(spawn(client(VICTIM, "register-once", "--socket", a.socket)))["results"]
+        stop_all(victim)
+        a.stop()
+        refused = ("EACCES", "EPERM")
+        reached = {f"member {k}": v for k, v in member.items() if v not in refused}
+        reached.update({f"non-member {k}": v for k, v in outside.items() if v not in refused})
+        ok = present and all(v == "ok" for v in as_root.values()) and not reached and len(outside) == len(as_root) and alive and victim_alive and reg == [0]
+        return ok, (f"member: {member}; non-member: {outside}; agent serves, victim registers" if ok
+                    else f"reached: {reached}; root's probes: {as_root}; stats/journal present: {present}; agent alive={alive}, victim alive={victim_alive}, victim registers: {reg}")
+
     # --- identity (the second review) ----------------------------------------------------------------
 
     def kept_connection_attack(self, agent, victim_args, orders_for, cgroup=None):
@@ -955,6 +1026,9 @@ TESTS = {
     "A08": Suite.a08_unregister_through_a_reused_pid,
     "A11": Suite.a11_throttle_through_a_reused_pid,
     "A13": Suite.a13_registration_outlives_its_process,
+    "A09": Suite.a09_protocol_abuse,
+    "A10": Suite.a10_escape_own_demotion,
+    "A14": Suite.a14_private_state_out_of_reach,
 }
 
 

@@ -150,6 +150,13 @@ def spin(seconds, status_file=None, reg=None):
             next_status = now + 0.05
 
 
+def errno_name(e):
+    """The symbolic name of an OSError's errno (EACCES, EPERM, ...)."""
+    import errno
+
+    return errno.errorcode.get(e.errno, str(e.errno))
+
+
 def scb_of(region, slot):
     return get(region, m.RegionHeader.HEADER_SIZE) + slot * get(region, m.RegionHeader.SCB_STRIDE)
 
@@ -278,7 +285,7 @@ def attack(kind, region, fd, victim_pid, victim_tid):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["spin-registered", "busy", "attack", "register-once", "flood-conns", "hog-slots", "keep-conn", "register-then-exit", "refusal-flood"])
+    p.add_argument("action", choices=["spin-registered", "busy", "attack", "register-once", "flood-conns", "hog-slots", "keep-conn", "register-then-exit", "refusal-flood", "escape-demotion"])
     p.add_argument("--socket", required=True)
     p.add_argument("--status")
     p.add_argument("--seconds", type=float, default=30)
@@ -332,6 +339,50 @@ def main():
             sys.stdin.readline()
         reg.set_critical(False)
         os._exit(0)
+    if a.action == "escape-demotion":
+        # A10: an escapable worker that never acknowledges, once demoted to SCHED_IDLE, tries to set
+        # itself back to SCHED_OTHER (RLIMIT_NICE 0, an unprivileged user's default); then it does
+        # what the protocol says lifts an episode: enters a critical section, and later leaves RUNNING.
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        reg = Registration(a.socket, sized=True, escapable=2)
+        if reg.region is None:
+            print(json.dumps({"status": reg.reply["status"]}), flush=True)
+            return
+        reg.start_running(True)
+        x = 1
+
+        def burn_until(good, seconds):
+            nonlocal x
+            end = time.monotonic() + seconds
+            while not good() and time.monotonic() < end:
+                for _ in range(20000):
+                    x = (x * 6364136223846793005 + 1) & 0xFFFFFFFFFFFFFFFF
+            return good()
+
+        out = {"status": 0, "tid": reg.tid}
+        # Demoted: the agent changed this thread's policy (it starts SCHED_OTHER); the orchestrator
+        # checks it is SCHED_IDLE, which the attempt below must fail to leave.
+        out["demoted"] = burn_until(lambda: policy_of(0) != os.SCHED_OTHER, a.seconds)
+        out["demoted_to"] = policy_of(0)
+        if out["demoted"]:
+            try:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                out["escape"] = "allowed"
+            except OSError as e:
+                out["escape"] = errno_name(e)
+            out["policy_after_escape"] = policy_of(0)
+            # A critical section lifts the demotion at the agent's next tick.
+            reg.set_critical(True)
+            out["lifted_by_critical"] = burn_until(lambda: policy_of(0) == os.SCHED_OTHER, 5)
+            reg.set_critical(False)
+            out["demoted_again"] = burn_until(lambda: policy_of(0) != os.SCHED_OTHER, a.seconds)
+            # Leaving RUNNING (REGISTERED: not driven by a runtime) lifts it too.
+            put(reg.region, m.Scb.WORKER_STATE, m.WorkerState.REGISTERED, reg.scb)
+            out["lifted_by_leaving_running"] = burn_until(lambda: policy_of(0) == os.SCHED_OTHER, 5)
+        print(json.dumps(out), flush=True)
+        return
     if a.action == "refusal-flood":
         # A06: `count` threads in all (idle), then REGISTERs of a tid that is not the caller's, one at a
         # time (the agent holds refusals back past a per-user rate; nothing is pipelined). After the
