@@ -18,11 +18,16 @@ if [ -z "${MORPHEUS_TRACE_HOST_INNER:-}" ]; then
 fi
 
 mount -t bpf bpf /sys/fs/bpf || exit 1
-mount -t tmpfs -o mode=1777 tmpfs /tmp || exit 1
 mkdir -p /run/morpheus && mount -t tmpfs -o mode=0755 tmpfs /run/morpheus || exit 1
-# The workers of the other users must be able to run the binaries: copies in the private /tmp.
-mkdir -m 0755 /tmp/bin
-for b in scx_morpheus morpheus-e2e-worker morpheus; do install -m 0755 "$MORPHEUS_TRACE_HOST_BIN/$b" /tmp/bin/; done
+# The private /tmp is filled before it is moved over the real one: the checkout, its target directory
+# or both may lie under /tmp, and are hidden from then on. It holds the binaries (the workers of the
+# other users must be able to run them) and the checks.
+stage="$(mktemp -d)" || exit 1
+mount -t tmpfs -o mode=1777 tmpfs "$stage" || exit 1
+mkdir -m 0755 "$stage/bin" || exit 1
+for b in scx_morpheus morpheus-e2e-worker morpheus; do install -m 0755 "$MORPHEUS_TRACE_HOST_BIN/$b" "$stage/bin/" || exit 1; done
+install -m 0644 "$root/scheduler/e2e/trust-guest.sh" "$stage/trust-guest.sh" || exit 1
+mount --move "$stage" /tmp || exit 1
 export PATH="/tmp/bin:$PATH"
 
 failures=0
@@ -75,7 +80,7 @@ stop_agent() { # stop_agent LOG: Ctrl-C, wait, show the agent's output
 }
 
 echo "e2e: tracing backend on the host: kernel $(uname -r), $(nproc) CPUs"
-. "$root/scheduler/e2e/trust-guest.sh"
+. /tmp/trust-guest.sh || bad "the checks (e2e/trust-guest.sh) did not run to the end"
 rmdir "$TRUST_CGROUP" 2>/dev/null
 echo "e2e: $failures failed"
 [ "$failures" -eq 0 ]

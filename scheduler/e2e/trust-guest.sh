@@ -108,10 +108,23 @@ if start_agent /tmp/trust-domains.log --mode enforced --policy kick --socket-gro
 	a_tid=$(sed -n 's/.*tid=\([0-9]*\).*/\1/p' /tmp/domains-a.ready 2>/dev/null)
 	sh -c 'while :; do :; done' &
 	root_pid=$!
-	as_user "$UID_B" morpheus-e2e-worker --attack "${a_proc:-0}:${a_tid:-0}:$root_pid:$agent_pid" \
-		--seconds "$WORKER_SECONDS" unescapable >/tmp/domains-b.out 2>&1
-	b_rc=$?
+	# B runs until told to stop, so both users hold a worker (and so a domain) while the pins are
+	# listed; once B's last worker is gone its domain is freed and its pin removed (§10).
+	rm -f /tmp/domains-b.ready /tmp/domains-b.stop
+	as_user "$UID_B" morpheus-e2e-worker --ready /tmp/domains-b.ready --attack "${a_proc:-0}:${a_tid:-0}:$root_pid:$agent_pid" \
+		--until /tmp/domains-b.stop unescapable >/tmp/domains-b.out 2>&1 &
+	b_pid=$!
+	i=0
+	while [ ! -f /tmp/domains-b.ready ] && kill -0 "$b_pid" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 	pins=$(ls /sys/fs/bpf/morpheus | tr '\n' ' ')
+	sleep "$WORKER_SECONDS"
+	touch /tmp/domains-b.stop
+	wait "$b_pid"
+	b_rc=$?
+	i=0
+	while [ -e "/sys/fs/bpf/morpheus/region-uid$UID_B" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+	check "user B's domain was freed with its last worker (pins now: $(ls /sys/fs/bpf/morpheus | tr '\n' ' '))" \
+		test ! -e "/sys/fs/bpf/morpheus/region-uid$UID_B"
 	touch /tmp/domains-a.stop
 	wait "$a_pid"
 	a_rc=$?
