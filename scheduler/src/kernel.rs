@@ -342,16 +342,30 @@ fn unpin_stale_regions() -> Result<()> {
 
 /// `--replay-gate`: answers conformance cases with the BPF program's escalation gate. The program is
 /// opened and loaded exactly as for scheduling (so this kernel's verifier accepts the same object),
-/// but the scheduler is never attached: a region map is made for the replay domain as for any trust
-/// domain, for each case it gets the case's region image and `gate_replay` runs once
-/// (BPF_PROG_TEST_RUN). Writes one answer line per case to `out`; a case
-/// whose layout the map cannot hold gets an error line instead. Returns how many were refused.
+/// but the scheduler is never attached; [`replay_cases`] runs the cases (BPF_PROG_TEST_RUN). Returns
+/// how many were refused.
 pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     scx_utils::try_set_rlimit_infinity();
     let mut open_object = MaybeUninit::uninit();
     let builder = BpfSkelBuilder::default();
     let mut skel = scx_ops_open!(builder, &mut open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
     let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
+    let regions = MapHandle::try_from(&skel.maps.regions).context("regions map handle")?;
+    replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, cases, out)
+}
+
+/// The replay itself, for either backend's object once loaded (the sched_ext program, or the tracing
+/// backend's: both link the same src/bpf/replay.bpf.c and worker layer): a region map is made for the
+/// replay domain in `regions` as for any trust domain, and for each case it gets the case's region image
+/// and `gate` (or `escalation`) runs once. Writes one answer line per case to `out`; a case whose layout
+/// the map cannot hold gets an error line instead. Returns how many were refused.
+pub(crate) fn replay_cases(
+    regions: MapHandle,
+    gate: &libbpf_rs::ProgramMut<'_>,
+    escalation: &libbpf_rs::ProgramMut<'_>,
+    cases: &[GateCase],
+    out: &mut dyn Write,
+) -> Result<usize> {
     // The replay programs' verifier complexity, beside the ops' (scheduler/veristat/; names are
     // truncated to 15 characters by the kernel).
     for name in ["gate_replay", "escalation_repl"] {
@@ -363,7 +377,7 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
         }
     }
     let maker = BpfRegions {
-        outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
+        outer: regions,
         pin_dir: None,
         pinned: Arc::default(),
     };
@@ -387,7 +401,7 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
         match case.op {
             replay::CaseOp::Gate => {
                 let mut ctx = bpf_intf::morpheus_gate_replay_ctx { runtime_ns: case.runtime_ns, slot: case.slot, _pad: 0 };
-                let retval = run_syscall_prog(&skel.progs.gate_replay, &mut ctx)
+                let retval = run_syscall_prog(gate, &mut ctx)
                     .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of gate_replay failed", case.name))?;
                 let verdict = replay::verdict_from_retval(retval).ok_or_else(|| {
                     anyhow!("case {}: gate_replay returned {}, which is no gate verdict", case.name, retval as i32)
@@ -405,7 +419,7 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
                     escalated: 0,
                     steps: 0,
                 };
-                let retval = run_syscall_prog(&skel.progs.escalation_replay, &mut ctx)
+                let retval = run_syscall_prog(escalation, &mut ctx)
                     .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of escalation_replay failed", case.name))?;
                 if retval != 0 {
                     bail!("case {}: escalation_replay returned {}", case.name, retval as i32);

@@ -7,7 +7,7 @@
 //! sched_ext, or the simulation backend (`sim`) for any kernel. Normative protocol: spec/SCB.md.
 
 #[cfg(feature = "kernel")]
-use scx_morpheus::kernel;
+use scx_morpheus::{kernel, trace};
 use scx_morpheus::{
     backend, build_id, domains, journal, lock, monotonic_ns, openmetrics, pressure, region, registry, replay, rundir, snapshot, stats, stats_socket, subuid, watch,
 };
@@ -168,7 +168,7 @@ struct Opts {
     /// Do not schedule: answer the escalation-gate cases in CASES_FILE (one JSON line each, from
     /// `conformance/harness/cli.py export-gate-cases`) with the BPF program's gate, loaded but not
     /// attached, one answer line each on stdout (for `cli.py import-answers`). Needs the kernel
-    /// feature and a kernel with sched_ext.
+    /// feature; `--backend` picks the object: `kernel` (needs sched_ext) or `trace` (BPF with BTF).
     #[arg(long, value_name = "CASES_FILE")]
     replay_gate: Option<PathBuf>,
 }
@@ -299,12 +299,22 @@ fn init_logging(verbose: u8) {
 }
 
 /// `--replay-gate`: the conformance cases of the escalation gate, judged by the BPF program.
-fn replay_gate(path: &std::path::Path, verbose: u8) -> Result<()> {
+/// `--backend` picks the object: the sched_ext program (`kernel`), the tracing backend's (`trace`), and
+/// `auto` resolves as for scheduling; the sim backend has no BPF program.
+fn replay_gate(path: &std::path::Path, choice: BackendChoice, verbose: u8) -> Result<()> {
     init_logging(verbose);
     let cases = replay::read_cases(path)?;
     #[cfg(feature = "kernel")]
     {
-        let refused = kernel::replay_gate(&cases, &mut std::io::stdout().lock())?;
+        let (choice, why) = backend::resolve_why(choice);
+        if !why.is_empty() {
+            log::info!("--backend auto: {why}");
+        }
+        let refused = match choice {
+            BackendChoice::Kernel => kernel::replay_gate(&cases, &mut std::io::stdout().lock())?,
+            BackendChoice::Trace => trace::replay_gate(&cases, &mut std::io::stdout().lock())?,
+            _ => bail!("--replay-gate --backend sim: the sim backend has no BPF program ({} case(s) not answered)", cases.len()),
+        };
         log::info!("--replay-gate: {} case(s) answered by the BPF gate, {refused} refused", cases.len() - refused);
         if refused > 0 {
             bail!("{refused} case(s) have a region layout the BPF region map cannot hold (see their answer lines)");
@@ -313,6 +323,7 @@ fn replay_gate(path: &std::path::Path, verbose: u8) -> Result<()> {
     }
     #[cfg(not(feature = "kernel"))]
     {
+        let _ = choice;
         bail!(
             "--replay-gate: this scx_morpheus was built without the `kernel` feature, so it has no BPF program \
              ({} case(s) not answered)",
@@ -344,7 +355,7 @@ fn raise_descriptor_limit() {
 
 fn run(opts: Opts) -> Result<()> {
     if let Some(path) = &opts.replay_gate {
-        return replay_gate(path, opts.verbose);
+        return replay_gate(path, opts.backend, opts.verbose);
     }
     if opts.help_stats {
         let mut data = scx_stats::StatsServerData::<(), ()>::new();

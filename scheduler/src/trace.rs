@@ -346,6 +346,21 @@ impl TraceBackend {
     }
 }
 
+/// `--backend trace --replay-gate`: answers conformance cases with the tracing backend's object (its
+/// copy of the worker layer and of src/bpf/replay.bpf.c), opened and loaded exactly as for tracing (so
+/// this kernel's verifier accepts the same object) but never attached; [`kernel::replay_cases`] runs
+/// the cases. The conformance matrix's `trace` column (scheduler/e2e/trace-gate.sh). Returns how many
+/// were refused.
+pub fn replay_gate(cases: &[crate::replay::GateCase], out: &mut dyn std::io::Write) -> Result<usize> {
+    // No probe: the replay pins nothing, so it needs no bpffs; a kernel without BTF refuses the load.
+    scx_utils::try_set_rlimit_infinity();
+    let mut open_object = MaybeUninit::uninit();
+    let skel = BpfSkelBuilder::default().open(&mut open_object).context("cannot open the tracing backend's BPF object")?;
+    let skel = skel.load().context("the kernel refused the tracing backend's BPF programs (they need BPF with BTF)")?;
+    let regions = MapHandle::try_from(&skel.maps.regions).context("regions map handle")?;
+    kernel::replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, cases, out)
+}
+
 /// Logs how many instructions the verifier processed per program (scheduler/veristat/).
 fn log_verifier_complexity() {
     let mut progs: Vec<(String, u32)> = libbpf_rs::query::ProgInfoIter::default()
