@@ -35,26 +35,21 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 echo "$PROG: building scx_morpheus (default features: kernel) and morpheus-e2e-worker, release" >&2
 (cd "$root" && cargo build --release -p scx_morpheus --bin scx_morpheus --bin morpheus-e2e-worker --bin morpheus)
 
-# The other SDKs' workers (guest.sh's live phases): C linked statically against libmorpheus.a; Python's
-# wheel installed into a directory shipped in the initramfs, its interpreter taken from the host's root
-# (shared read-only over virtio-9p: /morpheus/python.env says where it is).
-echo "$PROG: building the C worker (libmorpheus.a) and the Python wheel" >&2
-make -s -C "$root/sdk-c" lib >&2
-static_libs=$(sed -n 's/^STATIC_LIBS *:= *//p' "$root/sdk-c/Makefile")
-
 # The gate scenarios as flat cases (one JSON line each, with the region image) for the guest.
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cases=$work/gate-cases.jsonl
 answers=$work/gate-answers.jsonl
 python3 "$root/conformance/harness/cli.py" export-gate-cases --cases "$cases" >&2
-# shellcheck disable=SC2086
-cc -std=c11 -O2 -Wall -Wextra -Werror -I"$root/sdk-c/include" -I"$root/abi/c" -o "$work/morpheus-e2e-worker-c" \
-	"$here/worker_c.c" "$target_dir/sdk-c/lib/libmorpheus.a" $static_libs
-mkdir -p "$work/py" "$work/wheel"
-wheel=$("$root/sdk-python/tools/build.sh" "$work/wheel")
-python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$work/py" "$wheel" >&2
-cp -r "$root/abi/python/morpheus_abi" "$here/worker_py.py" "$work/py/"
+
+# Every SDK's own worker for e2e/live.sh's phases, built as on the host (e2e/sdk-workers.sh). The
+# Python interpreter, node and the JDKs come from the host's root, shared read-only over virtio-9p
+# (/morpheus/python.env and /morpheus/runtimes.env say where); the guest links the host's /etc
+# directories the JDKs' absolute symlinks point into (Debian's JDK 17: lib/jvm.cfg -> /etc/java-17-openjdk/...).
+echo "$PROG: building every SDK's worker (e2e/sdk-workers.sh)" >&2
+bash "$here/sdk-workers.sh" "$work/sdk" e2e
+# shellcheck source=/dev/null
+. "$work/sdk/jdks.env"
 py_home=$(python3 -c 'import sys; print(sys.base_prefix)')
 py_bin=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
 py_libdir=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
@@ -63,30 +58,11 @@ PY_HOME=/hostroot$py_home
 PY_BIN=/hostroot$py_bin
 PY_LIBS=/hostroot$py_libdir:/hostroot/lib/x86_64-linux-gnu:/hostroot/usr/lib/x86_64-linux-gnu
 EOF
-
-# Node's worker runs on the npm package as the release gate packs it (sdk-node/tools/pack.sh: the prebuilt
-# addon and @morpheus/abi inside), unpacked as `npm install` would; Java's on the jar Maven builds (JDK 25,
-# natives inside), the worker compiled for JDK 17 so both backends run it. node and both JDKs come from the
-# host's root like Python (/morpheus/runtimes.env); the guest links the host's /etc directories the JDKs'
-# absolute symlinks point into (Debian's JDK 17: lib/jvm.cfg -> /etc/java-17-openjdk/...).
-echo "$PROG: packing the Node SDK, building the Java jar" >&2
-jdk25=/usr/lib/jvm/temurin-25-jdk-amd64
-jdk17=/usr/lib/jvm/java-17-openjdk-amd64
-mkdir -p "$work/node/node_modules/@morpheus-sched/node" "$work/java"
-tarball=$(bash "$root/sdk-node/tools/pack.sh" "$work")
-tar -xzf "$tarball" -C "$work/node/node_modules/@morpheus-sched/node" --strip-components=1
-rm -f "$tarball"
-cp "$here/worker_node.js" "$work/node/"
-JAVA_HOME=$jdk25 mvn -q -B -f "$root/sdk-java/pom.xml" package -DskipTests -Dmorpheus.build.dir="$root/sdk-java/target/e2e" >&2
-jars=("$root"/sdk-java/target/e2e/morpheus-*[0-9].jar)
-[[ ${#jars[@]} -eq 1 && -f ${jars[0]} ]] || die "expected one jar in sdk-java/target/e2e, found: ${jars[*]}"
-cp "${jars[0]}" "$work/java/morpheus.jar"
-"$jdk25/bin/javac" --release 17 -cp "$work/java/morpheus.jar" -d "$work/java" "$here/WorkerJava.java"
-etc_links=$(find "$jdk25/" "$jdk17/" -type l -lname '/etc/*' -printf '%l\n' | sed -n 's|^\(/etc/[^/]*\)/.*|\1|p' | sort -u | tr '\n' ' ')
+etc_links=$(find "$JDK25/" "$JDK17/" -type l -lname '/etc/*' -printf '%l\n' | sed -n 's|^\(/etc/[^/]*\)/.*|\1|p' | sort -u | tr '\n' ' ')
 cat >"$work/runtimes.env" <<EOF
 NODE_BIN=/hostroot$(readlink -f "$(command -v node)")
-JAVA25=/hostroot$jdk25/bin/java
-JAVA17=/hostroot$jdk17/bin/java
+JAVA25=/hostroot$JDK25/bin/java
+JAVA17=/hostroot$JDK17/bin/java
 HOST_ETC_LINKS="$etc_links"
 EOF
 
@@ -98,12 +74,12 @@ code=0
 	--bin "$target_dir/release/morpheus-e2e-worker" \
 	--bin "$target_dir/release/morpheus" \
 	--file "$cases:/morpheus/gate-cases.jsonl" \
-	--bin "$work/morpheus-e2e-worker-c" \
+	--bin "$work/sdk/morpheus-e2e-worker-c" \
 	--bin "$(command -v setpriv)" \
-	--file "$work/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
-	--file "$work/node:/morpheus/node" --file "$work/java:/morpheus/java" --file "$work/runtimes.env:/morpheus/runtimes.env" \
+	--file "$work/sdk/py:/morpheus/py" --file "$work/python.env:/morpheus/python.env" \
+	--file "$work/sdk/node:/morpheus/node" --file "$work/sdk/java:/morpheus/java" --file "$work/runtimes.env:/morpheus/runtimes.env" \
 	--module 9p --module 9pnet_virtio --share-host-root \
-	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" \
+	--file "$here/trust-guest.sh:/morpheus/trust-guest.sh" --file "$here/live.sh:/morpheus/live.sh" \
 	--timeout "$timeout" --log "$log" || code=$?
 
 # The kernel column: judge the BPF gate's answers (a case without one fails its scenario, so a guest
