@@ -191,6 +191,19 @@ fn replay_gate_refuses_bad_case_files() {
     }
 }
 
+/// `--replay-gate --backend sim` is refused with a clear error and no answer: only the kernel and trace
+/// backends have a BPF program to answer with (the trace backend's answers: //scheduler:trace_host_test).
+#[test]
+fn replay_gate_refuses_the_sim_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(&cases, "{\"case\": \"a#1\", \"slot\": 0, \"runtime_ns\": 1, \"region_hex\": \"00\"}\n").unwrap();
+    let out = run(&["--backend", "sim", "--replay-gate", cases.to_str().unwrap()]);
+    assert!(!out.status.success(), "--backend sim --replay-gate was accepted");
+    assert!(out.stdout.is_empty(), "answers printed: {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr(&out).contains("the sim backend has no BPF program"), "stderr {:?}", stderr(&out));
+}
+
 /// `--backend auto` (the default) takes the simulation backend on a kernel without sched_ext and says
 /// so. (On a sched_ext kernel it would attach a real scheduler: the VM test covers that case.)
 /// A path that is no file: the test-only stand-in for a kernel without BTF (MORPHEUS_TEST_BTF_PATH).
