@@ -87,7 +87,9 @@ static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
 
 /*
  * p's key in the shared queue now, by base_order (morpheus_policy.h). A task with no base state yet
- * (it has not finished a run under this scheduler) has used no CPU since it last slept.
+ * (it has not finished a run under this scheduler) has used no CPU since it last slept. A task that
+ * cpu.max held goes back with queue_vtime() (cpumax.bpf.c) under either order: under DEADLINE its last
+ * key, raised to at least vtime_now (the highest key started) less a slice.
  */
 static __always_inline u64 queue_key(struct task_struct *p)
 {
