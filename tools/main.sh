@@ -79,7 +79,9 @@ step_node_service() {
 # CPU-time base order (the before/after of the base policy), on the reference evaluation's tables
 # (latency, starvation, liar) and a CPU-bound batch, in the real-kernel VM, one boot, schedulers
 # interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
-# and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare.
+# and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. Estimated 35-40 minutes
+# on a quiet host with the peers built (the eleventh run took 19 for five schedulers; nine now), plus
+# the peers' first build.
 # MORPHEUS_COMPARE_QEMU=trixie runs the VM on Debian trixie's qemu with multi-threaded TCG (installed
 # by tools/setup.sh --qemu-trixie then); the default is the host's qemu 7.2, single-threaded.
 step_compare() {
