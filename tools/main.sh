@@ -73,18 +73,28 @@ step_node_service() {
   bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-6}" --rounds 3
 }
 
-# scx_morpheus against EEVDF, scx_bpfland and scx_lavd (built from crates.io by tools/setup.sh --peers-only
-# the first time this step runs) on
-# the reference evaluation's tables (latency, starvation, liar) and a CPU-bound batch, in the real-kernel
-# VM, one boot, schedulers interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the
-# tables with ratios to EEVDF and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About
-# 25 minutes with a built tree and a cached kernel.
+# scx_morpheus against EEVDF and the scx peers scx_bpfland, scx_lavd, scx_flash, scx_cosmos and
+# scx_pandemonium (built from crates.io by tools/setup.sh --peers-only the first time this step runs, and
+# only then: it says so and cargo shows its progress), observer, enforced, and enforced on the former
+# CPU-time base order (the before/after of the base policy), on the reference evaluation's tables
+# (latency, starvation, liar) and a CPU-bound batch, in the real-kernel VM, one boot, schedulers
+# interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
+# and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. Estimated 35-40 minutes
+# on a quiet host with the peers built (the eleventh run took 19 for five schedulers; nine now), plus
+# the peers' first build.
+# MORPHEUS_COMPARE_QEMU=trixie runs the VM on Debian trixie's qemu with multi-threaded TCG (installed
+# by tools/setup.sh --qemu-trixie then); the default is the host's qemu 7.2, single-threaded.
 step_compare() {
   # The peers are built here, the first time a comparison needs them, not by every step's set-up.
   bash tools/setup.sh --peers-only
-  local out="${MORPHEUS_COMPARE_OUT:-$MORPHEUS_CACHE/compare}"
+  local out="${MORPHEUS_COMPARE_OUT:-$MORPHEUS_CACHE/compare}" vm=(--qemu host --tcg-threads single)
+  if [[ "${MORPHEUS_COMPARE_QEMU:-host}" == trixie ]]; then
+    bash tools/setup.sh --qemu-trixie
+    vm=(--qemu trixie --tcg-threads multi)
+  fi
   mkdir -p "$out"
-  bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" -- \
+  bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" "${vm[@]}" -- \
+    --schedulers "${MORPHEUS_COMPARE_SCHEDULERS:-eevdf,bpfland,lavd,flash,cosmos,pandemonium,observer,enforced,enforced-cputime}" \
     --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}"
 }
 

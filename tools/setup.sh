@@ -6,11 +6,13 @@
 # crates.io, npm, Maven Central. Idempotent: what is present is skipped, so a
 # second run takes seconds. Prints every install it makes.
 #
-# Usage: tools/setup.sh [--no-peers | --peers-only]
+# Usage: tools/setup.sh [--no-peers | --peers-only | --qemu-trixie]
 #   --no-peers     leave out the peer sched_ext schedulers (several minutes of cargo install each on a
 #                  fresh machine); only the comparison (tools/main.sh compare) loads them, no test does.
 #   --peers-only   install the peer schedulers alone (what `tools/main.sh compare` runs before it
 #                  starts); the other sections are assumed done.
+#   --qemu-trixie  install Debian trixie's qemu in a root of its own under the cache (what a VM run
+#                  with `--qemu trixie` needs; scheduler/vm/README.md); nothing else.
 #
 # Sections, one per ecosystem. A component that needs a new tool adds it to the
 # list in its section (marked "add here"), not as ad-hoc commands.
@@ -216,6 +218,10 @@ SCX_PEERS=(
   # "crate version" pairs.
   "scx_bpfland 1.1.4"
   "scx_lavd 1.1.4"
+  "scx_flash 1.1.4"
+  "scx_cosmos 1.1.4"
+  # PANDEMONIUM is versioned apart from the scx release (its own 5.x line, rust-version 1.91).
+  "scx_pandemonium 5.23.1"
   # add here
 )
 
@@ -240,6 +246,37 @@ setup_scx_peers() {
   log "scx peers: ${SCX_PEERS[*]} in $dest"
 }
 
+# Debian trixie's qemu (10.0), whose multi-threaded TCG survives the guest kernel's live code patching
+# where bookworm's 7.2 dies with "Oops: int3" (scheduler/vm/README.md). A `debootstrap --variant=minbase`
+# root under the cache, from Debian's archive alone, entered by scheduler/vm/qemu-trixie.sh (chroot with
+# /tmp, /dev and the cache bound in): the host's own qemu stays bookworm's. Only a VM run that asks for
+# it (`--qemu trixie`) needs it. A root is complete only once its stamp is written.
+QEMU_TRIXIE_PACKAGES=qemu-system-x86
+QEMU_TRIXIE_MIRROR=http://deb.debian.org/debian
+
+setup_qemu_trixie() {
+  local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/qemu-trixie"
+  local root="$dest/root" stamp="$dest/root.done" started
+  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" ]]; then
+    log "qemu trixie: $(<"$stamp") in $root"
+    return
+  fi
+  command -v debootstrap >/dev/null || {
+    log "qemu trixie: installing debootstrap (apt)"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=900 install debootstrap
+  }
+  log "qemu trixie: debootstrap --variant=minbase trixie into $root (first time only, a few minutes; its own progress follows)"
+  started=$SECONDS
+  rm -rf "$root" "$stamp"
+  mkdir -p "$dest"
+  as_root debootstrap --variant=minbase --include="$QEMU_TRIXIE_PACKAGES" \
+    --keyring=/usr/share/keyrings/debian-archive-keyring.gpg trixie "$root" "$QEMU_TRIXIE_MIRROR" ||
+    die "debootstrap of trixie into $root failed (see above; its log: $root/debootstrap/debootstrap.log)"
+  [[ -x "$root/usr/bin/qemu-system-x86_64" ]] || die "the trixie root at $root has no qemu-system-x86_64"
+  chroot "$root" dpkg-query -W -f='qemu-system-x86 ${Version} (Debian trixie)' qemu-system-x86 >"$stamp"
+  log "qemu trixie: $(<"$stamp") installed in $((SECONDS - started))s"
+}
+
 main() {
   local start=$SECONDS peers=1
   case "${1:-}" in
@@ -249,7 +286,11 @@ main() {
       setup_scx_peers
       return
       ;;
-    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers | --peers-only])" ;;
+    --qemu-trixie)
+      setup_qemu_trixie
+      return
+      ;;
+    *) die "unknown option '$1' (usage: tools/setup.sh [--no-peers | --peers-only | --qemu-trixie])" ;;
   esac
   setup_apt
   setup_bazel

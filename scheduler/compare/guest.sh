@@ -12,7 +12,7 @@ COMPARE_ARGS="--rounds 3 --cell-seconds 3"
 
 echo "compare-vm: kernel $(uname -r), $(nproc) CPUs; compare $COMPARE_ARGS"
 peers=""
-for peer in scx_bpfland scx_lavd; do
+for peer in scx_bpfland scx_lavd scx_flash scx_cosmos scx_pandemonium; do
 	path=$(command -v $peer) && peers="$peers --$(echo $peer | tr _ -) $path"
 done
 # shellcheck disable=SC2086 # word splitting of the argument lists is intended

@@ -14,7 +14,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
-SCHEDULERS = ["eevdf", "scx_bpfland", "morpheus_observer", "morpheus_enforced"]
+SCHEDULERS = ["eevdf", "scx_bpfland", "scx_pandemonium", "morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime"]
 
 
 def line(kind, record):
@@ -24,20 +24,24 @@ def line(kind, record):
 def made_up_run(rounds=5):
     """A run where every figure's answer is known:
     - batch: observer 1.00× EEVDF in every round (met), enforced 1.10× (missed);
-    - starvation: enforced p99 0.1× EEVDF in four rounds and 0.3× in one (not resolved);
+    - starvation: enforced p99 0.1× EEVDF in four rounds and 0.5× in one (not resolved);
     - checkpoint cost: observer 0.995 (met), enforced 0.97 in every round (missed);
-    - Table 1 w4: enforced best in every round (met); observer 1.5× bpfland, the best (missed);
+    - Table 1 w4: enforced best in every round (met: the former-order mode, lower still, is scx_morpheus's
+      own, not a peer); observer 1.714× pandemonium, the best peer (missed); the best mode is cputime;
     - liar: 0.1 % overhead and no escalation inside, except enforced took one inside (missed)."""
     out = [line("config", {"schedulers": SCHEDULERS, "rounds": rounds, "cell_seconds": 1.0, "cpus": 2})]
     out.append("a console line that is not a record\n")
     out.append("result {\"cut by a kernel messa\n")
     for k in range(1, rounds + 1):
         drift = 1.0 + 0.3 * k  # the host's load moves every scheduler alike within a round
-        batch = {"eevdf": 1.0, "scx_bpfland": 1.2, "morpheus_observer": 1.0, "morpheus_enforced": 1.1}
-        p99 = {"eevdf": 1000, "scx_bpfland": 800, "morpheus_observer": 1200, "morpheus_enforced": 400}
-        starv = {"eevdf": 10_000, "scx_bpfland": 9_000, "morpheus_observer": 8_000,
-                 "morpheus_enforced": 3_000 if k == 3 else 1_000}
-        cost = {"eevdf": 1.0, "scx_bpfland": 1.0, "morpheus_observer": 0.995, "morpheus_enforced": 0.97}
+        batch = {"eevdf": 1.0, "scx_bpfland": 1.2, "scx_pandemonium": 1.0, "morpheus_observer": 1.0, "morpheus_enforced": 1.1,
+                 "morpheus_enforced_cputime": 1.0}
+        p99 = {"eevdf": 1000, "scx_bpfland": 800, "scx_pandemonium": 700, "morpheus_observer": 1200, "morpheus_enforced": 400,
+               "morpheus_enforced_cputime": 300}
+        starv = {"eevdf": 10_000, "scx_bpfland": 9_000, "scx_pandemonium": 9_000, "morpheus_observer": 8_000,
+                 "morpheus_enforced": 5_000 if k == 3 else 1_000, "morpheus_enforced_cputime": 9_000}
+        cost = {"eevdf": 1.0, "scx_bpfland": 1.0, "scx_pandemonium": 1.0, "morpheus_observer": 0.995, "morpheus_enforced": 0.97,
+                "morpheus_enforced_cputime": 0.995}
         for s in SCHEDULERS:
             base = {"scheduler": s, "round": k}
             out.append(line("round", {**base, "table": "batch", "cell": "2_threads", "p50": int(2e9 * batch[s] * drift)}))
@@ -94,7 +98,8 @@ class Report(unittest.TestCase):
         return out.getvalue(), err.getvalue()
 
     def verdict_of(self, out, starts):
-        rows = [r for r in out.splitlines() if r.startswith(f"| {starts}")]
+        # The name must end where `starts` does: morpheus_enforced is not morpheus_enforced_cputime.
+        rows = [r for r in out.splitlines() if r.startswith(f"| {starts}") and r[len(starts) + 2:][:1] in (" ", ":", ",")]
         self.assertEqual(len(rows), 1, f"one verdict row for {starts!r}: {rows}")
         return rows[0].rstrip(" |").rsplit("| ", 1)[1]
 
@@ -102,19 +107,23 @@ class Report(unittest.TestCase):
         out, err = self.render(made_up_run())
         self.assertIn("1 garbled result line(s) skipped", err)
         self.assertIn("with 5 rounds the range holds the true median with confidence 93.8%", out)
-        self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.05× EEVDF, morpheus_observer"), "met")
-        self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.05× EEVDF, morpheus_enforced"), "missed")
-        self.assertEqual(self.verdict_of(out, "enforced starvation p99 ≤ 0.2× EEVDF"), "not resolved")
+        self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.03× EEVDF, morpheus_observer"), "met")
+        self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.03× EEVDF, morpheus_enforced"), "missed")
+        self.assertEqual(self.verdict_of(out, "enforced starvation p99 ≤ 0.33× EEVDF"), "not resolved")
         self.assertEqual(self.verdict_of(out, "enforced starvation p99 ≤ slice + grace"), "not resolved")
         self.assertEqual(self.verdict_of(out, "checkpoints cost ≤ 2 % of throughput, w4_pressure, morpheus_observer"), "met")
         self.assertEqual(self.verdict_of(out, "checkpoints cost ≤ 2 % of throughput, w4_pressure, morpheus_enforced"), "missed")
         self.assertEqual(self.verdict_of(out, "Table 1 w4, morpheus_enforced"), "met")
         self.assertEqual(self.verdict_of(out, "Table 1 w4, morpheus_observer"), "missed")
+        self.assertEqual(self.verdict_of(out, "Table 1 w4: lowest p99 of all, best scx_morpheus mode (morpheus_enforced_cputime)"), "met")
+        # Every scheduler of the run has its column in the tables.
+        for s in SCHEDULERS:
+            self.assertIn(f"| w4 | {s} |", out)
         self.assertEqual(self.verdict_of(out, "liar section_100ms, morpheus_observer"), "met")
         self.assertEqual(self.verdict_of(out, "liar section_100ms, morpheus_enforced"), "missed")
         # The paired ratio is exact although every round's absolute figures differ.
         self.assertIn("1.100 [1.100–1.100]", out)
-        self.assertIn("1.500 [1.500–1.500]", out)
+        self.assertIn("1.714 [1.714–1.714]", out)
 
     def test_a_file_without_results_is_refused_by_name(self):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:

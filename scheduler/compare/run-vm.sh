@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # The scheduler comparison (scheduler/BENCHMARKS.md, "Comparison") in the real-kernel VM: builds
-# scx_morpheus (the same command as e2e/run.sh) and the `compare` binary, release; takes scx_bpfland
-# and scx_lavd from tools/setup.sh's install under $MORPHEUS_CACHE/scx-peers; boots Debian sid's
+# scx_morpheus (the same command as e2e/run.sh) and the `compare` binary, release; takes the peers
+# (scx_bpfland, scx_lavd, scx_flash, scx_cosmos, scx_pandemonium) from tools/setup.sh's install under
+# $MORPHEUS_CACHE/scx-peers (setup_scx_peers: the versions are its SCX_PEERS); boots Debian sid's
 # kernel under qemu TCG once with all of them in a busybox initramfs and runs compare/guest.sh there.
 # Then compare/report.py prints the tables with ratios to EEVDF and writes the plots.
 #
 # usage: scheduler/compare/run-vm.sh [--kernel DIR] [--log FILE] [--timeout SECS] [--plots DIR]
-#                                    [--json FILE] [-- COMPARE-ARGS...]
+#                                    [--json FILE] [--qemu host|trixie] [--tcg-threads single|multi]
+#                                    [-- COMPARE-ARGS...]
+#        (--qemu and --tcg-threads go to scheduler/vm/run-vm.sh; default: the host's qemu, single)
 #        (default COMPARE-ARGS: --rounds 3 --cell-seconds 3)
 set -euo pipefail
 
@@ -21,28 +24,29 @@ source "$root/scheduler/vm/wrapper-args.sh"
 timeout=3600
 guest_args=(--rounds 3 --cell-seconds 3)
 guest_args_name=compare
-declare -A own_options=([--plots]="a directory" [--json]="a file")
+declare -A own_options=([--plots]="a directory" [--json]="a file" [--qemu]="host or trixie" [--tcg-threads]="single or multi")
 reserved_guest_args=('--scx-*')
 reserved_why="the VM run passes the scheduler binaries itself"
 parse_vm_args "$@"
 plots=${own_values[--plots]-$root/scheduler/compare/plots}
 json=${own_values[--json]-}
+vm_opts=(--qemu "${own_values[--qemu]-host}" --tcg-threads "${own_values[--tcg-threads]-single}")
 need_bpf_clang
 peers="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
-bpfland="$peers/scx_bpfland-1.1.4/bin/scx_bpfland"
-lavd="$peers/scx_lavd-1.1.4/bin/scx_lavd"
 peer_bins=()
-for bin in "$bpfland" "$lavd"; do
+for crate in scx_bpfland scx_lavd scx_flash scx_cosmos scx_pandemonium; do
+	# The version installed is the one tools/setup.sh's SCX_PEERS names (one directory per crate-version).
+	bin=$(compgen -G "$peers/$crate-*/bin/$crate" | sort -V | tail -n 1 || true)
 	# A peer not installed makes `compare` refuse to run it by name (unless --schedulers leaves it out).
-	if [[ -x "$bin" ]]; then
+	if [[ -n "$bin" && -x "$bin" ]]; then
 		peer_bins+=(--bin "$bin")
 	else
-		echo "$PROG: note: $bin not found (tools/setup.sh installs the scx peers: setup_scx_peers)" >&2
+		echo "$PROG: note: $crate not found under $peers (tools/setup.sh --peers-only installs the scx peers)" >&2
 	fi
 done
 
 # The kernel (fetched once, cached), resolved here because its config goes into the guest too:
-# scx_bpfland's and scx_lavd's BPF programs read Kconfig values (libbpf looks for
+# the peers' BPF programs read Kconfig values (libbpf looks for
 # /boot/config-<release>), which the initramfs would not have.
 if [[ ${#kernel_args[@]} -eq 0 ]]; then
 	kernel_args=(--kernel "$("$root/scheduler/vm/fetch-kernel.sh")") || die "could not get a kernel (fetch-kernel.sh failed)"
@@ -60,6 +64,17 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${guest_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
 default_log morpheus-compare-vm
+if [[ "${own_values[--tcg-threads]-single}" == multi ]]; then
+	# The guard of multi-threaded TCG (scheduler/vm/README.md): live code patching must survive on this
+	# qemu before any figure from it counts.
+	echo "$PROG: multi-threaded TCG: scheduler/vm/selftest-static-keys.sh first, as its guard" >&2
+	"$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" --init-script "$root/scheduler/vm/selftest-static-keys.sh" \
+		"${vm_opts[@]}" --timeout 600 --log "$work/static-keys.log" --quiet &&
+		grep -q 'selftest-static-keys: .* flips survived' "$work/static-keys.log" || {
+		tr -d '\r' <"$work/static-keys.log" | tail -n 30 >&2
+		die "selftest-static-keys.sh did not survive on ${vm_opts[*]} (its console's end above); use --tcg-threads single"
+	}
+fi
 code=0
 "$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" \
 	--init-script "$here/guest.sh" \
@@ -67,7 +82,7 @@ code=0
 	--bin "$target_dir/release/compare" \
 	"${peer_bins[@]}" \
 	--file "$work/compare.env:/etc/morpheus/compare.env" "${kconfig[@]}" \
-	--timeout "$timeout" --log "$log" --quiet || code=$?
+	"${vm_opts[@]}" --timeout "$timeout" --log "$log" --quiet || code=$?
 
 results="$work/results.jsonl"
 tr -d '\r' <"$log" | sed -n 's/^compare-vm: //p' >"$results"

@@ -37,6 +37,17 @@ impl std::fmt::Display for RestartRequested {
 
 impl std::error::Error for RestartRequested {}
 
+/// `--base-order`: how the kernel backend's sched_ext ops order every runnable task
+/// (src/policy/morpheus_policy.h, enum morpheus_base_order, states the rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BaseOrder {
+    /// Deadline: queued time plus the CPU used since the task last slept, less a credit for waking
+    /// often (the default).
+    Deadline,
+    /// The former order: least CPU time used for the task's weight first.
+    Cputime,
+}
+
 /// Everything the command line decides, validated (see main.rs).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -64,6 +75,9 @@ pub struct Config {
     /// Kernel backend: the BPF scheduler's exit dump size (0: the kernel's default).
     #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub exit_dump_len: u32,
+    /// Kernel backend: the base policy's queue order.
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
+    pub base_order: BaseOrder,
 }
 
 /// A registration changed the owner of a slot (`slot`: the agent's global slot number, the index of

@@ -772,6 +772,10 @@ impl KernelBackend {
         rodata.cfg_grace_ns = config.grace_ns;
         rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
         rodata.cfg_scb_count = config.max_workers;
+        rodata.base_order = match config.base_order {
+            crate::backend::BaseOrder::Deadline => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_DEADLINE,
+            crate::backend::BaseOrder::Cputime => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_CPUTIME,
+        };
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
         let mut skel: BpfSkel<'static> = skel;

@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use morpheus_abi as abi;
 
-use backend::{BackendChoice, Config};
+use backend::{BackendChoice, BaseOrder, Config};
 
 /// `--mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -111,6 +111,11 @@ struct Opts {
     /// (0: the kernel's default). The sim backend has no dump.
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     exit_dump_len: u32,
+
+    /// Kernel backend: how its sched_ext ops order every runnable task (the sim backend schedules
+    /// nothing itself).
+    #[arg(long, value_enum, default_value_t = BaseOrder::Deadline)]
+    base_order: BaseOrder,
 
     /// Kernel backend only: where its region map is pinned (always the spec's PINNED_REGION_PATH).
     /// The sim backend has no region file: each user's region is handed over the socket.
@@ -251,6 +256,7 @@ fn validate(opts: &Opts) -> Result<Config> {
         tick: Duration::from_micros(opts.tick_us),
         verbose: opts.verbose,
         exit_dump_len: opts.exit_dump_len,
+        base_order: opts.base_order,
     })
 }
 

@@ -30,7 +30,7 @@ kernel:
                          cached under \${MORPHEUS_CACHE:-\$HOME/.cache/morpheus})
 VM (passed to run-vm.sh):
   --timeout SECS  --smp N  --mem SIZE  --log FILE  --append ARGS  --cpu MODEL
-  --tcg-threads single|multi  --quiet  --share-host-root
+  --tcg-threads single|multi  --qemu host|trixie  --quiet  --share-host-root
   --keep-initrd FILE     also keep the built initramfs at FILE
 EOF
 }
@@ -50,7 +50,7 @@ while [[ $# -gt 0 ]]; do
 		image_args+=("$1" "$2")
 		shift 2
 		;;
-	--timeout | --smp | --mem | --log | --append | --cpu | --tcg-threads)
+	--timeout | --smp | --mem | --log | --append | --cpu | --tcg-threads | --qemu)
 		[[ $# -ge 2 ]] || die "$1 needs a value"
 		vm_args+=("$1" "$2")
 		shift 2

@@ -32,6 +32,9 @@ options:
   --tcg-threads single|multi
                      one host thread for all vCPUs, or one each (default:
                      single; see README.md for why)
+  --qemu host|trixie the host's qemu-system-x86_64 (default), or Debian
+                     trixie's from its root in the cache (qemu-trixie.sh;
+                     tools/setup.sh --qemu-trixie installs it)
   --quiet            do not copy the console to stdout (log file only)
   -h, --help         show this help
 EOF
@@ -49,6 +52,7 @@ log_file=""
 append=""
 cpu=""
 tcg_threads=single
+qemu_from=host
 quiet=0
 share_root=0
 while [[ $# -gt 0 ]]; do
@@ -62,6 +66,7 @@ while [[ $# -gt 0 ]]; do
 	--append) [[ $# -ge 2 ]] || die "--append needs kernel arguments"; append=$2; shift 2 ;;
 	--cpu) [[ $# -ge 2 ]] || die "--cpu needs a model"; cpu=$2; shift 2 ;;
 	--tcg-threads) [[ $# -ge 2 ]] || die "--tcg-threads needs single or multi"; tcg_threads=$2; shift 2 ;;
+	--qemu) [[ $# -ge 2 ]] || die "--qemu needs host or trixie"; qemu_from=$2; shift 2 ;;
 	--quiet) quiet=1; shift ;;
 	--share-host-root) share_root=1; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -84,7 +89,22 @@ fi
 [[ "$mem" =~ ^[1-9][0-9]*[MG]$ ]] || die "--mem must look like 2G or 1536M, got '$mem'"
 [[ "$tcg_threads" == single || "$tcg_threads" == multi ]] || die "--tcg-threads must be single or multi, got '$tcg_threads'"
 [[ "$append" != *morpheus_run=* ]] || die "--append must not set morpheus_run (run-vm.sh sets it)"
-command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install qemu-system-x86 (tools/setup.sh)"
+if [[ "$qemu_from" == host ]]; then
+	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install qemu-system-x86 (tools/setup.sh)"
+	qemu_bin=(qemu-system-x86_64)
+elif [[ "$qemu_from" == trixie ]]; then
+	# qemu runs chrooted in the trixie root, where only /tmp, /dev and the cache are bound in.
+	cache=${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}
+	for f in "$image" "$initrd"; do
+		f=$(realpath "$f")
+		[[ "$f" == /tmp/* || "$f" == "$(realpath -m "$cache")"/* ]] || die "--qemu trixie sees only /tmp and $cache, not $f"
+	done
+	[[ $share_root -eq 0 ]] || die "--share-host-root needs the host's qemu (--qemu trixie sees only /tmp, /dev and the cache)"
+	[[ -x "$cache/qemu-trixie/root/usr/bin/qemu-system-x86_64" ]] || die "no trixie qemu in $cache/qemu-trixie; run tools/setup.sh --qemu-trixie"
+	qemu_bin=(bash "$(dirname "${BASH_SOURCE[0]}")/qemu-trixie.sh")
+else
+	die "--qemu must be host or trixie, got '$qemu_from'"
+fi
 command -v timeout >/dev/null || die "'timeout' (coreutils) not found"
 
 if [[ -n "$log_file" ]]; then
@@ -102,12 +122,12 @@ run_id=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
 # no_timer_check: under TCG on a loaded host the IO-APIC timer check at boot can miss its ticks and
 # panic ("IO-APIC + timer doesn't work"); the check proves nothing about an emulated timer.
 cmdline="console=ttyS0,115200 panic=-1 oops=panic no_timer_check rdinit=/init morpheus_run=$run_id${append:+ $append}"
-qemu=(qemu-system-x86_64 -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
+qemu=("${qemu_bin[@]}" -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
 	-monitor none -serial stdio -kernel "$image" -initrd "$initrd" -append "$cmdline")
 [[ -z "$cpu" ]] || qemu+=(-cpu "$cpu")
 [[ $share_root -eq 0 ]] || qemu+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on")
 
-log "booting $image with $initrd (smp $smp, mem $mem, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
+log "booting $image with $initrd (smp $smp, mem $mem, qemu $qemu_from, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
 start=$(date +%s.%N)
 set +e
 if [[ $quiet -eq 1 ]]; then

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! scx_morpheus against the schedulers an operator would pick instead (scheduler/BENCHMARKS.md,
-//! "Comparison"): EEVDF (no sched_ext scheduler), scx_bpfland, scx_lavd, and scx_morpheus's sched_ext
-//! backend in observer and enforced mode, on the reference evaluation's workloads:
+//! "Comparison"): EEVDF (no sched_ext scheduler), scx_bpfland, scx_lavd, scx_flash, scx_cosmos,
+//! scx_pandemonium, and scx_morpheus's sched_ext backend in observer and enforced mode (and, when
+//! asked, enforced on the base policy's former CPU-time ordering), on the reference evaluation's
+//! workloads:
 //! - Table 1, latency: request workers (4 and 8), with and without CPU hogs beside them, with and
 //!   without checkpoints: ops/s and op latency p50 to p99.9;
 //! - Table 2, starvation: the starvation benchmark's scenario (morpheus_starvation);
@@ -35,10 +37,11 @@ use workloads::{Checkpoints, LatencyShape};
 const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "batch"];
 
 #[derive(Debug, Parser)]
-#[command(name = "compare", about = "scx_morpheus against EEVDF, scx_bpfland and scx_lavd on the reference workloads")]
+#[command(name = "compare", about = "scx_morpheus against EEVDF and the scx peers on the reference workloads")]
 struct Opts {
-    /// Schedulers, in the order of the first round.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Observer, Sched::Enforced])]
+    /// Schedulers, in the order of the first round (enforced-cputime, the former base ordering, only
+    /// when named).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Flash, Sched::Cosmos, Sched::Pandemonium, Sched::Observer, Sched::Enforced])]
     schedulers: Vec<Sched>,
     /// Rounds over all schedulers.
     #[arg(long, default_value_t = 3)]
@@ -70,6 +73,12 @@ struct Opts {
     scx_bpfland: Option<PathBuf>,
     #[arg(long)]
     scx_lavd: Option<PathBuf>,
+    #[arg(long)]
+    scx_flash: Option<PathBuf>,
+    #[arg(long)]
+    scx_cosmos: Option<PathBuf>,
+    #[arg(long)]
+    scx_pandemonium: Option<PathBuf>,
 }
 
 /// One cell's pooled samples for one scheduler.
@@ -175,6 +184,9 @@ fn main() -> Result<()> {
         morpheus: opts.scx_morpheus.clone(),
         bpfland: need(Sched::Bpfland, &opts.scx_bpfland, "--scx-bpfland")?,
         lavd: need(Sched::Lavd, &opts.scx_lavd, "--scx-lavd")?,
+        flash: need(Sched::Flash, &opts.scx_flash, "--scx-flash")?,
+        cosmos: need(Sched::Cosmos, &opts.scx_cosmos, "--scx-cosmos")?,
+        pandemonium: need(Sched::Pandemonium, &opts.scx_pandemonium, "--scx-pandemonium")?,
     };
     if !bins.morpheus.is_file() {
         bail!("--scx-morpheus {}: no such file", bins.morpheus.display());

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the scx
-//! peers scx_bpfland and scx_lavd with their default options, and scx_morpheus's sched_ext backend in
-//! observer and enforced mode. Each is started before a round's cells and stopped after them.
+//! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the peers
+//! scx_bpfland, scx_lavd, scx_flash, scx_cosmos and scx_pandemonium with their default options, and
+//! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
+//! base policy's former ordering (`--base-order cputime`), for a before/after in the same run. Each is
+//! started before a round's cells and stopped after them.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -21,8 +23,14 @@ pub enum Sched {
     Eevdf,
     Bpfland,
     Lavd,
+    Flash,
+    Cosmos,
+    Pandemonium,
     Observer,
     Enforced,
+    /// Enforced mode with the base policy ordering by CPU time used alone (scx_morpheus
+    /// `--base-order cputime`): the before of the deadline ordering's before/after.
+    EnforcedCputime,
 }
 
 impl Sched {
@@ -32,21 +40,42 @@ impl Sched {
             Sched::Eevdf => "eevdf",
             Sched::Bpfland => "scx_bpfland",
             Sched::Lavd => "scx_lavd",
+            Sched::Flash => "scx_flash",
+            Sched::Cosmos => "scx_cosmos",
+            Sched::Pandemonium => "scx_pandemonium",
             Sched::Observer => "morpheus_observer",
             Sched::Enforced => "morpheus_enforced",
+            Sched::EnforcedCputime => "morpheus_enforced_cputime",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime)
     }
 }
 
-/// Binaries of the sched_ext schedulers.
+/// Binaries of the sched_ext schedulers; a peer's is empty when it was not given (and not asked for).
 pub struct Binaries {
     pub morpheus: PathBuf,
     pub bpfland: PathBuf,
     pub lavd: PathBuf,
+    pub flash: PathBuf,
+    pub cosmos: PathBuf,
+    pub pandemonium: PathBuf,
+}
+
+impl Binaries {
+    /// A peer's binary (None for EEVDF and scx_morpheus's modes).
+    fn peer(&self, sched: Sched) -> Option<&PathBuf> {
+        match sched {
+            Sched::Bpfland => Some(&self.bpfland),
+            Sched::Lavd => Some(&self.lavd),
+            Sched::Flash => Some(&self.flash),
+            Sched::Cosmos => Some(&self.cosmos),
+            Sched::Pandemonium => Some(&self.pandemonium),
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime => None,
+        }
+    }
 }
 
 /// A loaded scheduler (nothing for EEVDF).
@@ -102,8 +131,8 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
     let mut running = Running { sched, child: None, socket: None, dir: None };
     match sched {
         Sched::Eevdf => return Ok(running),
-        Sched::Bpfland | Sched::Lavd => {
-            let bin = if sched == Sched::Bpfland { &bins.bpfland } else { &bins.lavd };
+        Sched::Bpfland | Sched::Lavd | Sched::Flash | Sched::Cosmos | Sched::Pandemonium => {
+            let bin = bins.peer(sched).expect("a peer has a binary");
             let mut child = Command::new(bin)
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -117,13 +146,14 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
             let mode = if sched == Sched::Observer { "observer" } else { "enforced" };
+            let order = if sched == Sched::EnforcedCputime { "cputime" } else { "deadline" };
             let mut child = Command::new(&bins.morpheus)
-                .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--socket"])
+                .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--base-order", order, "--socket"])
                 .arg(&socket)
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())

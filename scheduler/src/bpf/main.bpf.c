@@ -2,10 +2,12 @@
 /*
  * scx_morpheus: a sched_ext scheduler that asks cooperative runtimes to yield.
  *
- * Base policy (this file): weighted virtual time in one shared queue (the task that used the least CPU
- * for its weight runs first; a task waking from sleep is credited at most one slice, and preempts the
- * task running on its CPU if that one is well ahead); an idle CPU found at wake-up takes the task
- * directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
+ * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
+ * morpheus_base_order): by default a deadline, the time a task was queued plus the CPU time it used
+ * since it last slept, less a credit for waking often; or (--base-order cputime) the former weighted
+ * virtual time, the task that used the least CPU for its weight first. A waking task preempts the task
+ * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
+ * takes the task directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
  * them to yield; the ops below call it, and carry out what it decides that only a scheduler can do: a
  * worker whose escalation episode is open is kicked off its CPU and runs only when nothing else can
  * until its episode is lifted. cpu.max is enforced by cpumax.bpf.c, the conformance replays are in
@@ -22,14 +24,27 @@ UEI_DEFINE(uei);
 /* 0: the kernel's default slice (SCX_SLICE_DFL). */
 const volatile u64 task_slice_ns;
 const volatile u32 nr_online_cpus = 1;
+/* enum morpheus_base_order: how the shared queue is ordered. */
+const volatile u32 base_order = MORPHEUS_BASE_ORDER_DEADLINE;
 
-/* Highest dsq_vtime seen starting to run: the clock a waking task's vtime is clamped against. */
+/*
+ * Highest queue key seen starting to run: under CPUTIME the clock a waking task's vtime is clamped
+ * against; under DEADLINE (keys are times) the level a lifted or enabled task goes in at.
+ */
 u64 vtime_now;
+
+/* Per task: what the DEADLINE order keeps (morpheus_policy.h), created at its first run's end. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct morpheus_base_task);
+} base_tasks SEC(".maps");
 
 /* Per CPU: the task running there (any task), for charging its vtime and for wake-up preemption. */
 struct cpu_run {
 	u64 start_ns; /* when it started running */
-	u64 vtime;    /* its dsq_vtime then */
+	u64 vtime;    /* its queue key (dsq_vtime) then */
 	u64 weight;   /* its weight then; 0 when the CPU runs none of our tasks */
 	u64 demoted;  /* it is a worker with an open escalation episode: any waking task preempts it */
 };
@@ -70,6 +85,22 @@ static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
 	return weight ? ns * 100 / weight : ns;
 }
 
+/*
+ * p's key in the shared queue now, by base_order (morpheus_policy.h). A task with no base state yet
+ * (it has not finished a run under this scheduler) has used no CPU since it last slept. A task that
+ * cpu.max held goes back with queue_vtime() (cpumax.bpf.c) under either order: under DEADLINE its last
+ * key, raised to at least vtime_now (the highest key started) less a slice.
+ */
+static __always_inline u64 queue_key(struct task_struct *p)
+{
+	struct morpheus_base_task none = {}, *t;
+
+	if (base_order == MORPHEUS_BASE_ORDER_CPUTIME)
+		return queue_vtime(p);
+	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
+	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
+}
+
 s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	bool is_idle = false;
@@ -83,9 +114,10 @@ s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64
 }
 
 /*
- * A task waking up on a busy CPU preempts the task running there if that one is ahead of it in
- * vtime by more than a fraction of a slice (the margin keeps tasks of equal standing from trading
- * the CPU at every wake-up). Without it a waking task waits out the runner's whole slice.
+ * A task waking up on a busy CPU preempts the task running there if that one's key, advanced by the
+ * CPU it has used since it started, is behind the waker's by more than a fraction of a slice (the
+ * margin keeps tasks of equal standing from trading the CPU at every wake-up). Without it a waking
+ * task waits out the runner's whole slice.
  */
 static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 {
@@ -131,7 +163,7 @@ static __always_inline void release_lifted(void)
 
 void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 {
-	u64 vtime = queue_vtime(p);
+	u64 vtime = queue_key(p);
 
 	if (cpumax_enqueue(p, enq_flags))
 		return;
@@ -221,12 +253,16 @@ void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 peri
 	cpumax_set(cgrp->kn->id, period_us, quota_us);
 }
 
-/* Note the run that starts on this CPU and advance the global vtime clock. */
+/*
+ * Note the run that starts on this CPU and advance the global clock. Its standing for wake-up
+ * preemption is its queue key: under DEADLINE the deadline it has as it starts (also when an idle CPU
+ * took it directly, without a key), under CPUTIME its vtime.
+ */
 static __always_inline void vtime_running(struct task_struct *p)
 {
 	struct cpu_run *run;
 	u32 cpu = scx_bpf_task_cpu(p);
-	u64 vtime = p->scx.dsq_vtime, share;
+	u64 vtime = base_order == MORPHEUS_BASE_ORDER_DEADLINE ? queue_key(p) : p->scx.dsq_vtime, share;
 
 	if (time_before(READ_ONCE(vtime_now), vtime))
 		WRITE_ONCE(vtime_now, vtime);
@@ -242,20 +278,33 @@ static __always_inline void vtime_running(struct task_struct *p)
 		scx_bpf_task_set_slice(p, share);
 }
 
-/* Charge the run that ends to p's vtime: the CPU time it used, scaled by its weight. */
-static __always_inline void vtime_stopping(struct task_struct *p)
+/*
+ * Charge the run that ends to p: its vtime and (DEADLINE order) the CPU it used since it last slept,
+ * both scaled by its weight; a task that goes to sleep (not runnable) starts that count again and
+ * updates its wake-up rate.
+ */
+static __always_inline void vtime_stopping(struct task_struct *p, bool runnable)
 {
+	struct morpheus_base_task *t = NULL;
 	struct cpu_run *run;
 	u32 cpu = scx_bpf_task_cpu(p);
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_ktime_get_ns(), scaled = 0;
 
+	if (base_order == MORPHEUS_BASE_ORDER_DEADLINE)
+		t = bpf_task_storage_get(&base_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
-	if (!run || !run->weight)
+	if (run && run->weight) {
+		if (now > run->start_ns) {
+			scaled = scale_by_weight(now - run->start_ns, run->weight);
+			scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime + scaled);
+		}
+		run->weight = 0;
+	}
+	if (!t)
 		return;
-	if (now > run->start_ns)
-		scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
-					   scale_by_weight(now - run->start_ns, run->weight));
-	run->weight = 0;
+	morpheus_base_charge(t, scaled);
+	if (!runnable)
+		morpheus_base_sleep(t, now);
 }
 
 /*
@@ -304,7 +353,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 {
-	vtime_stopping(p);
+	vtime_stopping(p, runnable);
 	cpumax_stopping(p);
 	worker_stopping(p->pid, p->start_time, scx_bpf_task_cpu(p), runnable);
 }

@@ -326,6 +326,87 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
 	return MORPHEUS_LOAD_ACQUIRE(&scb->in_critical) == 0;
 }
 
+/*
+ * The base policy: how the sched_ext ops (src/bpf/main.bpf.c) order every runnable task of the
+ * machine in their shared queue, worker or not. Chosen at load (scx_morpheus --base-order).
+ *
+ *   DEADLINE (default): a task's key is a deadline, the time it was queued, plus the CPU time it has
+ *     used since it last slept (its weight-scaled "exec runtime", capped at MORPHEUS_BASE_EXEC_CAP_SLICES
+ *     base slices), minus a credit for waking often (up to 1/MORPHEUS_BASE_CREDIT_DIV of a slice, in
+ *     proportion to its wake-up rate up to MORPHEUS_BASE_RATE_FULL per second). Tasks that sleep before
+ *     using much CPU are ordered by when they became runnable (who waited longest goes first), ahead of
+ *     tasks that have run long without sleeping; a task queued at t waits behind none queued after
+ *     t + cap + credit, so nothing starves.
+ *   CPUTIME: the former order, the task that used the least CPU for its weight first (a waking task
+ *     credited at most one slice): a worker that has run more waits behind the others even when it has
+ *     waited longer. Kept for the before/after of the comparison (scheduler/BENCHMARKS.md).
+ */
+enum morpheus_base_order {
+	MORPHEUS_BASE_ORDER_DEADLINE = 0,
+	MORPHEUS_BASE_ORDER_CPUTIME = 1,
+};
+
+/* Cap on the exec runtime a deadline carries, in base slices: the most a task is pushed back. */
+#define MORPHEUS_BASE_EXEC_CAP_SLICES 1
+/* Wake-ups per second at (and above) which a task gets the whole credit. */
+#define MORPHEUS_BASE_RATE_FULL 512
+/* The whole credit for waking often: one base slice divided by this. */
+#define MORPHEUS_BASE_CREDIT_DIV 4
+/* Weight of the newest interval in the wake-up rate's moving average: 1 / this. */
+#define MORPHEUS_BASE_RATE_SMOOTHING 4
+
+/* What the base policy keeps per task (all zero for a task never seen to run). */
+struct morpheus_base_task {
+	morpheus_u64 exec_ns;       /* weight-scaled CPU time used since the task last slept */
+	morpheus_u64 wake_rate;     /* moving average of its sleeps (so wake-ups) per second */
+	morpheus_u64 last_sleep_ns; /* when it last went to sleep; 0: never */
+};
+
+/* A run of `scaled_ns` (CPU time scaled by weight) ended: it adds to the exec runtime (saturating). */
+MORPHEUS_POLICY_FN void morpheus_base_charge(struct morpheus_base_task *t, morpheus_u64 scaled_ns)
+{
+	t->exec_ns = t->exec_ns + scaled_ns < t->exec_ns ? ~(morpheus_u64)0 : t->exec_ns + scaled_ns;
+}
+
+/*
+ * The task goes to sleep at `now_ns`: its exec runtime starts again from zero, and the interval since
+ * its previous sleep (its period) updates the wake-up rate. The first sleep only notes the time; a
+ * clock that did not advance counts as the fastest rate.
+ */
+MORPHEUS_POLICY_FN void morpheus_base_sleep(struct morpheus_base_task *t, morpheus_u64 now_ns)
+{
+	if (t->last_sleep_ns && now_ns >= t->last_sleep_ns) {
+		morpheus_u64 interval = now_ns - t->last_sleep_ns, rate;
+
+		rate = interval ? 1000000000ULL / interval : MORPHEUS_BASE_RATE_FULL;
+		if (rate > MORPHEUS_BASE_RATE_FULL)
+			rate = MORPHEUS_BASE_RATE_FULL;
+		t->wake_rate = t->wake_rate - t->wake_rate / MORPHEUS_BASE_RATE_SMOOTHING + rate / MORPHEUS_BASE_RATE_SMOOTHING;
+	}
+	t->last_sleep_ns = now_ns;
+	t->exec_ns = 0;
+}
+
+/* The credit of a task waking `wake_rate` times a second, for a base slice of `slice_ns`. */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_wake_credit(morpheus_u64 wake_rate, morpheus_u64 slice_ns)
+{
+	morpheus_u64 rate = wake_rate < MORPHEUS_BASE_RATE_FULL ? wake_rate : MORPHEUS_BASE_RATE_FULL;
+
+	return slice_ns / MORPHEUS_BASE_CREDIT_DIV / MORPHEUS_BASE_RATE_FULL * rate;
+}
+
+/* The deadline of a task queued at `now_ns` (DEADLINE order; see enum morpheus_base_order). */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_deadline(const struct morpheus_base_task *t, morpheus_u64 now_ns,
+							morpheus_u64 slice_ns)
+{
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	morpheus_u64 exec = t->exec_ns < cap ? t->exec_ns : cap;
+	morpheus_u64 credit = morpheus_base_wake_credit(t->wake_rate, slice_ns);
+	morpheus_u64 at = now_ns + exec;
+
+	return at > credit ? at - credit : 0;
+}
+
 /* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: abi.toml PRESSURE_*_CENTI). */
 MORPHEUS_POLICY_FN morpheus_u32 morpheus_pressure_level(morpheus_u32 cpu_some_avg10_centi)
 {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Table-driven tests of morpheus_policy.h: every escalation-gate condition blocks on its own and all
 // together escalate; boundaries of slice + grace; overflow safety; the gate's loads; every transition
-// of the escalation state machine; the hint decision; actions; pressure.
+// of the escalation state machine; the hint decision; actions; pressure; the base policy's deadline.
 #include "morpheus_policy.h"
 
 #include <gtest/gtest.h>
@@ -449,6 +449,98 @@ TEST(Pressure, Thresholds)
 	};
 	for (const auto &c : cases)
 		EXPECT_EQ(morpheus_pressure_level(c.first), c.second) << c.first;
+}
+
+// The base policy's DEADLINE order (enum morpheus_base_order), at the default base slice.
+constexpr morpheus_u64 kBaseSlice = 20ULL * 1000 * 1000;
+constexpr morpheus_u64 kSecond = 1000ULL * 1000 * 1000;
+
+TEST(BaseDeadline, SleeperWhoWaitedLongerGoesFirstWhateverCpuItUsedBefore)
+{
+	// Two tasks of the same wake-up rate, both just woken (they slept since they last ran): the one
+	// queued first has the earlier deadline, although it used far more CPU before its sleep. Under
+	// the CPUTIME order the other one would go first.
+	morpheus_base_task heavy{}, light{};
+	heavy.wake_rate = light.wake_rate = 100;
+	heavy.last_sleep_ns = light.last_sleep_ns = 1;
+	morpheus_base_charge(&heavy, 50 * kBaseSlice);
+	morpheus_base_sleep(&heavy, 2 * kSecond);
+	morpheus_base_charge(&light, 1000);
+	morpheus_base_sleep(&light, 2 * kSecond);
+	EXPECT_EQ(heavy.exec_ns, 0u);
+	EXPECT_EQ(light.exec_ns, 0u);
+	EXPECT_LT(morpheus_base_deadline(&heavy, 3 * kSecond, kBaseSlice), morpheus_base_deadline(&light, 3 * kSecond + 1000, kBaseSlice));
+}
+
+TEST(BaseDeadline, CpuSinceLastSleepPushesBackUpToTheCap)
+{
+	morpheus_base_task t{};
+	const morpheus_u64 now = 10 * kSecond;
+	EXPECT_EQ(morpheus_base_deadline(&t, now, kBaseSlice), now);
+	morpheus_base_charge(&t, 3000);
+	EXPECT_EQ(morpheus_base_deadline(&t, now, kBaseSlice), now + 3000);
+	morpheus_base_charge(&t, 100 * kBaseSlice);
+	EXPECT_EQ(morpheus_base_deadline(&t, now, kBaseSlice), now + kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES);
+	// A hog queued at t is behind a sleeper queued up to the cap later, and ahead of one queued after.
+	morpheus_base_task sleeper{};
+	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	EXPECT_LT(morpheus_base_deadline(&sleeper, now + cap - 1, kBaseSlice), morpheus_base_deadline(&t, now, kBaseSlice));
+	EXPECT_GT(morpheus_base_deadline(&sleeper, now + cap + 1, kBaseSlice), morpheus_base_deadline(&t, now, kBaseSlice));
+	// Charging saturates.
+	morpheus_base_charge(&t, ~0ULL);
+	EXPECT_EQ(t.exec_ns, ~0ULL);
+	EXPECT_EQ(morpheus_base_deadline(&t, now, kBaseSlice), now + cap);
+}
+
+TEST(BaseDeadline, WakeRateGivesCreditUpToTheWhole)
+{
+	// A task sleeping every 2 ms (500/s) approaches that rate; its credit grows with it, never past
+	// the whole credit; the first sleep only notes the time.
+	morpheus_base_task t{};
+	morpheus_u64 now = kSecond;
+	morpheus_base_sleep(&t, now);
+	EXPECT_EQ(t.wake_rate, 0u);
+	morpheus_u64 prev_credit = 0;
+	for (int i = 0; i < 40; i++) {
+		now += 2 * 1000 * 1000;
+		morpheus_base_sleep(&t, now);
+		morpheus_u64 credit = morpheus_base_wake_credit(t.wake_rate, kBaseSlice);
+		EXPECT_GE(credit, prev_credit);
+		prev_credit = credit;
+	}
+	EXPECT_GT(t.wake_rate, 480u);
+	EXPECT_LE(t.wake_rate, 500u);
+	const morpheus_u64 whole = morpheus_base_wake_credit(MORPHEUS_BASE_RATE_FULL, kBaseSlice);
+	EXPECT_GT(whole, kBaseSlice / MORPHEUS_BASE_CREDIT_DIV - MORPHEUS_BASE_RATE_FULL);
+	EXPECT_LE(whole, kBaseSlice / MORPHEUS_BASE_CREDIT_DIV);
+	EXPECT_EQ(morpheus_base_wake_credit(100 * MORPHEUS_BASE_RATE_FULL, kBaseSlice), whole);
+	EXPECT_EQ(morpheus_base_wake_credit(0, kBaseSlice), 0u);
+	// The frequent waker queued at the same time as a task that never slept goes first by its credit.
+	morpheus_base_task never{};
+	EXPECT_EQ(morpheus_base_deadline(&never, now, kBaseSlice) - morpheus_base_deadline(&t, now, kBaseSlice),
+		  morpheus_base_wake_credit(t.wake_rate, kBaseSlice));
+	// Sleeping rarely brings the rate down; a clock that did not advance counts as the fastest rate.
+	const morpheus_u64 fast = t.wake_rate;
+	now += 10 * kSecond;
+	morpheus_base_sleep(&t, now);
+	EXPECT_LT(t.wake_rate, fast);
+	morpheus_base_task same{};
+	morpheus_base_sleep(&same, now);
+	morpheus_base_sleep(&same, now);
+	EXPECT_EQ(same.wake_rate, MORPHEUS_BASE_RATE_FULL / MORPHEUS_BASE_RATE_SMOOTHING);
+	// A clock that went backwards changes no rate.
+	morpheus_base_task back{};
+	back.last_sleep_ns = now;
+	morpheus_base_sleep(&back, now - 1);
+	EXPECT_EQ(back.wake_rate, 0u);
+}
+
+TEST(BaseDeadline, NoUnderflowNearTimeZero)
+{
+	morpheus_base_task t{};
+	t.wake_rate = MORPHEUS_BASE_RATE_FULL;
+	EXPECT_EQ(morpheus_base_deadline(&t, 0, kBaseSlice), 0u);
+	EXPECT_EQ(morpheus_base_deadline(&t, 1, kBaseSlice), 0u);
 }
 
 } // namespace
