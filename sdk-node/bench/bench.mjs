@@ -18,6 +18,7 @@
 // round's no-checks cell; units per wall second too. Needs MORPHEUS_SCX_BIN (bench/run.sh builds it).
 //
 // Usage: node bench/bench.mjs [ROUNDS (5)] [cpu|wall] [BUSY_ROUNDS (5)] [BUSY_CELL_SECONDS (1.5)]
+// (ROUNDS 0: the busy loop only.)
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -38,7 +39,7 @@ const CLOCK = process.argv[3] ?? 'cpu';
 const BUSY_ROUNDS = Number(process.argv[4] ?? 5);
 const BUSY_CELL_SECONDS = Number(process.argv[5] ?? 1.5);
 for (const [name, value] of [['ROUNDS', ROUNDS], ['BUSY_ROUNDS', BUSY_ROUNDS], ['BUSY_CELL_SECONDS', BUSY_CELL_SECONDS]]) {
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`bench.mjs: ${name} must be a positive number, got ${value}`);
+  if (!Number.isFinite(value) || value < (name === 'ROUNDS' ? 0 : 1e-3)) throw new Error(`bench.mjs: ${name} must be a positive number${name === 'ROUNDS' ? ' or 0' : ''}, got ${value}`);
 }
 if (CLOCK !== 'cpu' && CLOCK !== 'wall') throw new Error(`bench.mjs: the clock is cpu or wall, not ${CLOCK}`);
 const cpuNow = () => {
@@ -262,29 +263,32 @@ region.close();
 
 // Ratios are paired: each round's two figures come from back-to-back samples, so a burst of load
 // from elsewhere moves both; the figure is the median over the rounds of the per-round ratio.
-const ratio = (a, b) => median(samples[a].map((x, round) => x / samples[b][round]));
-console.log(`node ${process.version}, ${CLOCK} clock, ${INNER} calls per sample, ${ROUNDS} rounds: median (min-max) of the rounds' p50\n`);
-console.log('| case | ns per call |  range |');
-console.log('|---|---:|---:|');
-for (const r of results) console.log(`| ${r.name} | ${r.ns.toFixed(2)} | ${r.min.toFixed(2)}-${r.max.toFixed(2)} |`);
-const sync32 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
-const sync64 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, BigInt64Array over a local SharedArrayBuffer');
-const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'await null');
-const resolvedRatio = ratio('await of an already resolved promise', 'await null');
-const nonPromiseRatio = ratio('await of a non-promise (false)', 'await null');
-const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
-const requested32 = ratio('yieldRequested(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
-const undefinedRatio = ratio('await undefined', 'await null');
-console.log('\n| ratio | value | target |');
-console.log('|---|---:|---|');
-console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
-console.log(`| yieldRequested() / Atomics.load Int32 | ${requested32.toFixed(2)} | <= 2 |`);
-console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | (the earlier design's load) |`);
-console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
-console.log(`| await of an already resolved promise / await null | ${resolvedRatio.toFixed(2)} | (the floor of any await) |`);
-console.log(`| await false / await null | ${nonPromiseRatio.toFixed(2)} | (returning a non-promise) |`);
-console.log(`| await undefined / await null | ${undefinedRatio.toFixed(2)} | (returning undefined) |`);
-console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
+const ratio = (a, b) => (ROUNDS === 0 ? NaN : median(samples[a].map((x, round) => x / samples[b][round])));
+if (ROUNDS > 0) {
+  console.log(`node ${process.version}, ${CLOCK} clock, ${INNER} calls per sample, ${ROUNDS} rounds: median (min-max) of the rounds' p50\n`);
+  console.log('| case | ns per call |  range |');
+  console.log('|---|---:|---:|');
+  for (const r of results) console.log(`| ${r.name} | ${r.ns.toFixed(2)} | ${r.min.toFixed(2)}-${r.max.toFixed(2)} |`);
+  const sync32 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+  const sync64 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, BigInt64Array over a local SharedArrayBuffer');
+  const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'await null');
+  const resolvedRatio = ratio('await of an already resolved promise', 'await null');
+  const nonPromiseRatio = ratio('await of a non-promise (false)', 'await null');
+  const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
+  const requested32 = ratio('yieldRequested(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+  const undefinedRatio = ratio('await undefined', 'await null');
+  console.log('\n| ratio | value | target |');
+  console.log('|---|---:|---|');
+  console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
+  console.log(`| yieldRequested() / Atomics.load Int32 | ${requested32.toFixed(2)} | <= 2 |`);
+  console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | (the earlier design's load) |`);
+  console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
+  console.log(`| await of an already resolved promise / await null | ${resolvedRatio.toFixed(2)} | (the floor of any await) |`);
+  console.log(`| await false / await null | ${nonPromiseRatio.toFixed(2)} | (returning a non-promise) |`);
+  console.log(`| await undefined / await null | ${undefinedRatio.toFixed(2)} | (returning undefined) |`);
+  console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
+  console.log(JSON.stringify({ sync32, requested32, sync64, asyncRatio, undefinedRatio, resolvedRatio, nonPromiseRatio, halves }));
+}
 
 const loadAfter = os.loadavg()[0];
 console.log(`\nBusy loop, nobody waiting (the example's heavy loop, ~10 us units; ${BUSY_ROUNDS} rounds x ${BUSY_CELL_SECONDS} s of CPU per cell; load average (1 min) ${loadBefore.toFixed(1)} before the run, ${loadAfter.toFixed(1)} after):\n`);
@@ -304,4 +308,4 @@ if (busy.rows['no checks']) {
   }
   console.log('\ntarget: every "asked" mode >= 0.97x no checks (CPU time)');
 }
-console.log(JSON.stringify({ sync32, requested32, sync64, asyncRatio, undefinedRatio, resolvedRatio, nonPromiseRatio, halves, results, busy: busy.rows, busySkipped: busy.skipped, busyRatios }));
+console.log(JSON.stringify({ results, busy: busy.rows, busySkipped: busy.skipped, busyRatios }));
