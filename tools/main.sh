@@ -70,7 +70,7 @@ step_python_service() {
 # and tracing backends side by side (trace where the kernel and root allow it; the output says why not
 # otherwise); per backend and round, light-route p99 over the best fixed setImmediate cadence and
 # heavy throughput over no yields, plus what Morpheus costs when nothing is asked
-# (sdk-node/BENCHMARKS.md). About 4.5 minutes at 3 s a cell, 5 rounds.
+# (sdk-node/BENCHMARKS.md). About 5 minutes at 3 s a cell, 5 rounds.
 step_node_service() {
   bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-3}" --rounds "${MORPHEUS_NODE_SERVICE_ROUNDS:-5}"
 }
