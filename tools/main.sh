@@ -66,11 +66,13 @@ step_python_service() {
   bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-3}"
 }
 
-# sdk-node's service table: the example Fastify service driven over loopback with the sim scheduler
-# running; light-route latency per yield mode (none, setImmediate every N, Morpheus) and what Morpheus
-# costs the heavy route when nothing is asked (sdk-node/BENCHMARKS.md). About 2.5 minutes at 6 s a cell.
+# sdk-node's service table: the example Fastify service driven over loopback with scx_morpheus's sim
+# and tracing backends side by side (trace where the kernel and root allow it; the output says why not
+# otherwise); per backend and round, light-route p99 over the best fixed setImmediate cadence and
+# heavy throughput over no yields, plus what Morpheus costs when nothing is asked
+# (sdk-node/BENCHMARKS.md). About 5 minutes at 3 s a cell, 5 rounds.
 step_node_service() {
-  bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-6}" --rounds 3
+  bash sdk-node/bench/service.sh --seconds "${MORPHEUS_NODE_SERVICE_SECONDS:-3}" --rounds "${MORPHEUS_NODE_SERVICE_ROUNDS:-5}"
 }
 
 # scx_morpheus against EEVDF and the scx peers scx_bpfland, scx_lavd, scx_flash, scx_cosmos and

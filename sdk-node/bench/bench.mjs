@@ -6,7 +6,24 @@
 // directly in a hot loop; V8 inlines differently into other shapes): its time / INNER is the per-call
 // cost. The worker is registered on a region file (direct registration), so the fast path reads the
 // real mapped slot through the external ArrayBuffer.
+//
+// Then the busy loop (BUSY_ROUNDS rounds, modes interleaved, the order rotated each round): the
+// example service's heavy loop (examples/fastify-service.js: ~10 µs units, `yieldRequested()` after
+// each, `await checkpoint()` when it says so) with nobody else on the event loop, per mode: no checks
+// at all; nothing asked (the region file's worker, whose scheduler never asks); and the thread
+// registered with scx_morpheus at its normal slice (1 ms) with the sim backend and with the tracing
+// backend (where the kernel and the user allow it; otherwise the table says why not). The figure is
+// units per CPU second of the process (robust against time descheduled on a loaded machine; a yield
+// never sleeps: the loop polls with a zero timeout while a pass is queued), each round's ratio to that
+// round's no-checks cell; units per wall second too. Needs MORPHEUS_SCX_BIN (bench/run.sh builds it).
+//
+// Usage: node bench/bench.mjs [ROUNDS (5)] [cpu|wall] [BUSY_ROUNDS (5)] [BUSY_CELL_SECONDS (1.5)]
+// (ROUNDS 0: the busy loop only.)
 import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startAgents, BACKENDS } from './agents.mjs';
 import { measure, do_not_optimize } from 'mitata';
 import * as morpheus from '@morpheus-sched/node';
 
@@ -19,12 +36,19 @@ const ROUNDS = Number(process.argv[2] ?? 5);
 // The clock: the process's CPU time (default), so time spent descheduled on a shared, loaded machine
 // is not counted (µs resolution: a sample of INNER calls lasts 0.1-2 ms), or `wall` (mitata's own).
 const CLOCK = process.argv[3] ?? 'cpu';
+const BUSY_ROUNDS = Number(process.argv[4] ?? 5);
+const BUSY_CELL_SECONDS = Number(process.argv[5] ?? 1.5);
+for (const [name, value] of [['ROUNDS', ROUNDS], ['BUSY_ROUNDS', BUSY_ROUNDS], ['BUSY_CELL_SECONDS', BUSY_CELL_SECONDS]]) {
+  if (!Number.isFinite(value) || value < (name === 'ROUNDS' ? 0 : 1e-3)) throw new Error(`bench.mjs: ${name} must be a positive number${name === 'ROUNDS' ? ' or 0' : ''}, got ${value}`);
+}
+if (CLOCK !== 'cpu' && CLOCK !== 'wall') throw new Error(`bench.mjs: the clock is cpu or wall, not ${CLOCK}`);
 const cpuNow = () => {
   const { user, system } = process.cpuUsage();
   return (user + system) * 1e3;
 };
 const OPTIONS = CLOCK === 'cpu' ? { now: cpuNow, min_cpu_time: 300e6, min_samples: 50 } : { min_cpu_time: 300e6 };
 const RESOLVED = Promise.resolve(false);
+const loadBefore = os.loadavg()[0];
 const region = new TestRegion();
 const worker = morpheus.initWorker({ region: region.path, slot: 0 });
 if (!worker.attached) throw new Error('bench: the worker did not attach');
@@ -146,31 +170,142 @@ for (let round = 0; round < ROUNDS; round++) {
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const results = Object.entries(samples).map(([name, xs]) => ({ name, ns: median(xs), min: Math.min(...xs), max: Math.max(...xs) }));
 worker.close();
+
+// ------------------------------------------------------------------------------------------------
+// The busy loop with nobody waiting
+
+const { unit } = require('../examples/fastify-service.js');
+const never = () => false;
+// The example's hot loop (examples/fastify-service.js, hashUnits): returns true to step aside.
+function hashUnits(state, units, requested) {
+  while (state.done < units) {
+    state.h = unit(state.h);
+    state.done++;
+    if (requested(state.done)) return true;
+  }
+  return false;
+}
+// One "request" of the heavy route: 20,000 units (~0.2 s), repeated for the cell's CPU time.
+const REQUEST_UNITS = 20000;
+const cpuNs = () => {
+  const { user, system } = process.cpuUsage();
+  return (user + system) * 1e3;
+};
+
+/** One cell: the loop for BUSY_CELL_SECONDS of CPU time; units per CPU and per wall second, pauses, yields. */
+async function busyCell(checks) {
+  const yieldsBefore = checks ? yieldTotal() : 0;
+  const cpu0 = cpuNs();
+  const wall0 = performance.now();
+  let units = 0;
+  let pauses = 0;
+  while (cpuNs() - cpu0 < BUSY_CELL_SECONDS * 1e9) {
+    const state = { h: units, done: 0 };
+    if (!checks) {
+      hashUnits(state, REQUEST_UNITS, never);
+    } else {
+      while (hashUnits(state, REQUEST_UNITS, morpheus.yieldRequested)) {
+        await morpheus.checkpoint();
+        pauses++;
+      }
+    }
+    units += REQUEST_UNITS;
+  }
+  const cpu = (cpuNs() - cpu0) / 1e9;
+  const wall = (performance.now() - wall0) / 1e3;
+  return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields: checks ? yieldTotal() - yieldsBefore : 0 };
+}
+
+function yieldTotal() {
+  return Object.values(morpheus.currentWorker().yieldCounts()).reduce((a, b) => a + b, 0);
+}
+
+const busy = { rows: {}, skipped: {}, agents: {} };
+if (!process.env.MORPHEUS_SCX_BIN) {
+  busy.skipped.all = 'MORPHEUS_SCX_BIN is not set (bench/run.sh builds scx_morpheus and sets it)';
+} else {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-bench-'));
+  const { agents, skipped } = await startAgents(process.env.MORPHEUS_SCX_BIN, dir, { sliceUs: 1000 });
+  Object.assign(busy.skipped, skipped);
+  try {
+    const modes = ['no checks', 'nothing asked', ...BACKENDS.filter((b) => agents[b]).map((b) => `asked: ${b}, 1 ms slice`)];
+    // Warm-up: the loop compiled with both kinds of check before any cell.
+    {
+      const w = morpheus.initWorker({ region: region.path, slot: 0 });
+      hashUnits({ h: 1, done: 0 }, 5000, never);
+      hashUnits({ h: 1, done: 0 }, 5000, morpheus.yieldRequested);
+      w.close();
+    }
+    for (let round = 0; round < BUSY_ROUNDS; round++) {
+      const order = modes.map((_, i) => modes[(i + round) % modes.length]);
+      for (const mode of order) {
+        let w = null;
+        if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
+        else if (mode !== 'no checks') {
+          const backend = mode.slice('asked: '.length).split(',')[0];
+          w = morpheus.initWorker({ socket: agents[backend].socket });
+          if (!w.attached) throw new Error(`bench: not attached to the ${backend} agent`);
+          busy.agents[backend] = true;
+        }
+        try {
+          (busy.rows[mode] ??= []).push(await busyCell(w !== null));
+        } finally {
+          w?.close();
+        }
+      }
+    }
+  } finally {
+    for (const agent of Object.values(agents)) await agent.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
 region.close();
 
 // Ratios are paired: each round's two figures come from back-to-back samples, so a burst of load
 // from elsewhere moves both; the figure is the median over the rounds of the per-round ratio.
-const ratio = (a, b) => median(samples[a].map((x, round) => x / samples[b][round]));
-console.log(`node ${process.version}, ${CLOCK} clock, ${INNER} calls per sample, ${ROUNDS} rounds: median (min-max) of the rounds' p50\n`);
-console.log('| case | ns per call |  range |');
-console.log('|---|---:|---:|');
-for (const r of results) console.log(`| ${r.name} | ${r.ns.toFixed(2)} | ${r.min.toFixed(2)}-${r.max.toFixed(2)} |`);
-const sync32 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
-const sync64 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, BigInt64Array over a local SharedArrayBuffer');
-const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'await null');
-const resolvedRatio = ratio('await of an already resolved promise', 'await null');
-const nonPromiseRatio = ratio('await of a non-promise (false)', 'await null');
-const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
-const requested32 = ratio('yieldRequested(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
-const undefinedRatio = ratio('await undefined', 'await null');
-console.log('\n| ratio | value | target |');
-console.log('|---|---:|---|');
-console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
-console.log(`| yieldRequested() / Atomics.load Int32 | ${requested32.toFixed(2)} | <= 2 |`);
-console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | (the earlier design's load) |`);
-console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
-console.log(`| await of an already resolved promise / await null | ${resolvedRatio.toFixed(2)} | (the floor of any await) |`);
-console.log(`| await false / await null | ${nonPromiseRatio.toFixed(2)} | (returning a non-promise) |`);
-console.log(`| await undefined / await null | ${undefinedRatio.toFixed(2)} | (returning undefined) |`);
-console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
-console.log(JSON.stringify({ sync32, requested32, sync64, asyncRatio, undefinedRatio, resolvedRatio, nonPromiseRatio, halves, results }));
+const ratio = (a, b) => (ROUNDS === 0 ? NaN : median(samples[a].map((x, round) => x / samples[b][round])));
+if (ROUNDS > 0) {
+  console.log(`node ${process.version}, ${CLOCK} clock, ${INNER} calls per sample, ${ROUNDS} rounds: median (min-max) of the rounds' p50\n`);
+  console.log('| case | ns per call |  range |');
+  console.log('|---|---:|---:|');
+  for (const r of results) console.log(`| ${r.name} | ${r.ns.toFixed(2)} | ${r.min.toFixed(2)}-${r.max.toFixed(2)} |`);
+  const sync32 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+  const sync64 = ratio('shouldYield(), nothing pending (attached)', 'Atomics.load, BigInt64Array over a local SharedArrayBuffer');
+  const asyncRatio = ratio('await checkpoint(), nothing pending (attached)', 'await null');
+  const resolvedRatio = ratio('await of an already resolved promise', 'await null');
+  const nonPromiseRatio = ratio('await of a non-promise (false)', 'await null');
+  const halves = ratio('two Int32 Atomics.load over the mapped slot, compared', 'one BigInt64 Atomics.load over the mapped slot, compared');
+  const requested32 = ratio('yieldRequested(), nothing pending (attached)', 'Atomics.load, Int32Array over a local SharedArrayBuffer');
+  const undefinedRatio = ratio('await undefined', 'await null');
+  console.log('\n| ratio | value | target |');
+  console.log('|---|---:|---|');
+  console.log(`| shouldYield() / Atomics.load Int32 | ${sync32.toFixed(2)} | <= 2 |`);
+  console.log(`| yieldRequested() / Atomics.load Int32 | ${requested32.toFixed(2)} | <= 2 |`);
+  console.log(`| shouldYield() / Atomics.load BigInt64 | ${sync64.toFixed(2)} | (the earlier design's load) |`);
+  console.log(`| await checkpoint() / await null | ${asyncRatio.toFixed(2)} | <= 1 |`);
+  console.log(`| await of an already resolved promise / await null | ${resolvedRatio.toFixed(2)} | (the floor of any await) |`);
+  console.log(`| await false / await null | ${nonPromiseRatio.toFixed(2)} | (returning a non-promise) |`);
+  console.log(`| await undefined / await null | ${undefinedRatio.toFixed(2)} | (returning undefined) |`);
+  console.log(`| two Int32 loads / one BigInt64 load (mapped slot) | ${halves.toFixed(2)} | (design choice) |`);
+  console.log(JSON.stringify({ sync32, requested32, sync64, asyncRatio, undefinedRatio, resolvedRatio, nonPromiseRatio, halves }));
+}
+
+const loadAfter = os.loadavg()[0];
+console.log(`\nBusy loop, nobody waiting (the example's heavy loop, ~10 us units; ${BUSY_ROUNDS} rounds x ${BUSY_CELL_SECONDS} s of CPU per cell; load average (1 min) ${loadBefore.toFixed(1)} before the run, ${loadAfter.toFixed(1)} after):\n`);
+for (const [what, why] of Object.entries(busy.skipped)) console.log(`- ${what === 'all' ? 'not run' : `${what} backend not run`}: ${why}`);
+const busyRatios = {};
+if (busy.rows['no checks']) {
+  const none = busy.rows['no checks'];
+  const spreadOf = (xs) => `${median(xs).toFixed(3)} [${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}]`;
+  console.log('| mode | units per CPU s | / no checks, per round | median [min-max] | / no checks, wall clock, median [min-max] | pauses per CPU ms | yields per CPU ms |');
+  console.log('|---|---:|---|---:|---:|---:|---:|');
+  for (const [mode, cells] of Object.entries(busy.rows)) {
+    const ratios = cells.map((c, i) => c.perCpuSecond / none[i].perCpuSecond);
+    const wallRatios = cells.map((c, i) => c.perWallSecond / none[i].perWallSecond);
+    busyRatios[mode] = { ratios, wallRatios };
+    const perMs = (key) => median(cells.map((c) => c[key] / (c.cpu * 1e3))).toFixed(2);
+    console.log(`| ${mode} | ${median(cells.map((c) => c.perCpuSecond)).toFixed(0)} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(wallRatios)} | ${perMs('pauses')} | ${perMs('yields')} |`);
+  }
+  console.log('\ntarget: every "asked" mode >= 0.97x no checks (CPU time)');
+}
+console.log(JSON.stringify({ results, busy: busy.rows, busySkipped: busy.skipped, busyRatios }));

@@ -1,21 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 // The service benchmark: the example Fastify service (bench/service-server.js) driven over loopback,
-// one server process per cell, with the sim scheduler (scx_morpheus --backend sim, observer mode)
-// running throughout. Two tables, one run:
+// one server process per cell, with scx_morpheus (observer mode) running throughout with BOTH host
+// backends side by side: sim (a /proc sampler on its --tick-us) and trace (BPF on the host kernel; only
+// where the kernel and the user allow it, and the output says why not otherwise). Each round runs
+// every cell once, the order rotated from round to round; each backend's Morpheus cells are compared
+// with the fixed cadences and the plain loop of the same round. Three tables, one run:
 //
 // 1. Light latency under heavy load, per yield mode (none, setImmediate every 1/10/100 units,
-//    Morpheus): 2 closed-loop /heavy clients plus LIGHT_PER_SECOND /light requests per second, open
-//    loop, latency measured from each request's intended send time; every keep-alive connection is
-//    opened before the run (Node accepts one connection per loop iteration, which a busy loop would
-//    delay by seconds). The scheduler's slice is --slice-us.
-// 2. What Morpheus costs the heavy route when nothing is asked: one closed-loop /heavy client, no
-//    light load, against a second scheduler whose slice (10 s) a heavy request never reaches. The figure is each
-//    request's CPU time (measured in the server around the handler, so the machine's other load does
-//    not stretch it), Morpheus against the plain loop, rounds alternating the order.
+//    Morpheus on each backend): 2 closed-loop /heavy clients plus LIGHT_PER_SECOND /light requests
+//    per second, open loop, latency measured from each request's intended send time; every keep-alive
+//    connection is opened before the run (Node accepts one connection per loop iteration, which a busy
+//    loop would delay by seconds). The scheduler's slice is --slice-us. Per backend and round: the
+//    light p99 over the best fixed cadence's light p99 of that round (target <= 1 in every round).
+// 2. Heavy only, the scheduler asking at its slice (the busy loop with nobody waiting): one
+//    closed-loop /heavy client, no light load; per backend and round, heavy throughput against the
+//    plain loop's: the inverse ratio of the CPU time of a request (measured in the server around the
+//    handler, so the machine's other load does not stretch it; target >= 0.97), and of requests per
+//    wall second.
+// 3. What Morpheus costs the heavy route when nothing is asked: the same heavy-only cell against a
+//    further sim scheduler whose slice (10 s) a heavy request never reaches, against the same round's
+//    plain loop of table 2.
 //
-// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 3] [--slice-us 1000] [--tick-us 1000]
+// Usage: node bench/service.mjs --scheduler PATH [--seconds 6] [--rounds 5] [--slice-us 1000] [--tick-us 1000]
 //        [--modes none,immediate:1,...,morpheus] [--out FILE]
-// (--modes picks the light-latency cells, e.g. to profile one; `none` is always run, the baseline.)
+// (--modes picks the light-latency cells, e.g. to profile one; `none` is always run, the baseline;
+// `morpheus` stands for one cell per backend.)
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
@@ -24,13 +33,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { startAgent, startAgents, BACKENDS } from './agents.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const { values: args } = parseArgs({
   options: {
     scheduler: { type: 'string' },
     seconds: { type: 'string', default: '6' },
-    rounds: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '5' },
     'slice-us': { type: 'string', default: '1000' },
     'tick-us': { type: 'string', default: '1000' },
     modes: { type: 'string' },
@@ -51,24 +61,13 @@ const MODES = args.modes === undefined ? ALL_MODES : ['none', ...args.modes.spli
 for (const mode of MODES) {
   if (!ALL_MODES.includes(mode) && !/^immediate:[1-9][0-9]*$/.test(mode)) throw new Error(`--modes: unknown mode ${mode} (none, immediate:N, morpheus)`);
 }
+const FIXED = MODES.filter((m) => m.startsWith('immediate:'));
 const LIGHT_PER_SECOND = 50;
 const LIGHT_SOCKETS = 16;
 // The longest slice scx_morpheus accepts (10 s): far beyond one heavy request (~0.2 s of CPU).
 const QUIET_SLICE_US = 10_000_000;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'morpheus-node-service-'));
-
-/** A sim scheduler with its own socket; resolves once it listens. */
-async function startScheduler(name, sliceUs, started) {
-  const socket = path.join(dir, `${name}.sock`);
-  const child = spawn(args.scheduler, ['--backend', 'sim', '--mode', 'observer', '--socket', socket, '--slice-us', String(sliceUs), '--tick-us', String(TICK_US), '--max-workers', '4'], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  started.push(child);
-  for (let i = 0; i < 400 && !fs.existsSync(socket) && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 50));
-  if (!fs.existsSync(socket)) throw new Error(`${args.scheduler} did not start listening at ${socket}`);
-  return { child, socket };
-}
 
 function get(agent, port, route) {
   return new Promise((resolve, reject) => {
@@ -113,7 +112,7 @@ async function stopServer(server) {
 
 /** Table 1: light latency while two heavy clients keep the route busy. */
 async function loadedCell(mode, socket) {
-  const { server, port } = await startServer(mode, socket);
+  const { server, port } = await startServer(mode.startsWith('morpheus') ? 'morpheus' : mode, socket);
   const heavyAgent = new http.Agent({ keepAlive: true, maxSockets: 2 });
   const lightAgent = new http.Agent({ keepAlive: true, maxSockets: LIGHT_SOCKETS });
   await Promise.all([...Array(LIGHT_SOCKETS)].map(() => get(lightAgent, port, '/light')));
@@ -169,70 +168,108 @@ async function idleCell(mode, socket) {
   await get(agent, port, '/light');
   await get(agent, port, '/heavy?units=2000'); // warm-up: the route compiled before the window
   await get(agent, port, '/stats/reset');
-  const end = performance.now() + SECONDS * 1000;
+  const start = performance.now();
+  const end = start + SECONDS * 1000;
   const walls = [];
   while (performance.now() < end) {
     const t = performance.now();
     await get(agent, port, '/heavy');
     walls.push(performance.now() - t);
   }
+  const perSecond = walls.length / ((performance.now() - start) / 1000);
   const stats = JSON.parse(await get(agent, port, '/stats'));
   agent.destroy();
   await stopServer(server);
   const yields = stats.yields ? Object.values(stats.yields).reduce((a, b) => a + b, 0) : 0;
-  return { mode, requests: stats.heavyCpuUs.length, cpuMs: median(stats.heavyCpuUs) / 1000, wallMs: median(walls), yields };
+  return { mode, requests: stats.heavyCpuUs.length, cpuMs: median(stats.heavyCpuUs) / 1000, wallMs: median(walls), perSecond, yields };
 }
 
 const loadBefore = os.loadavg();
-const schedulers = [];
 const rows = {};
-const idle = [];
-try {
-  const asking = await startScheduler('asking', SLICE_US, schedulers);
-  const quiet = await startScheduler('quiet', QUIET_SLICE_US, schedulers);
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const mode of MODES) (rows[mode] ??= []).push(await loadedCell(mode, asking.socket));
-    const order = round % 2 === 0 ? ['none', 'morpheus'] : ['morpheus', 'none'];
-    const cells = {};
-    for (const mode of order) cells[mode] = await idleCell(mode, quiet.socket);
-    idle.push(cells);
+const heavy = [];
+let skipped = {};
+let backends = [];
+{
+  const started = [];
+  try {
+    const asking = await startAgents(args.scheduler, dir, { sliceUs: SLICE_US, tickUs: TICK_US });
+    started.push(...Object.values(asking.agents));
+    skipped = asking.skipped;
+    backends = BACKENDS.filter((b) => asking.agents[b]);
+    for (const [backend, why] of Object.entries(skipped)) console.error(`service.mjs: the ${backend} backend is left out: ${why}`);
+    const quiet = await startAgent(args.scheduler, 'sim', dir, { sliceUs: QUIET_SLICE_US, tickUs: TICK_US, name: 'quiet' });
+    started.push(quiet);
+    // The light-latency cells: the fixed modes once, Morpheus once per backend.
+    const loaded = MODES.flatMap((m) => (m === 'morpheus' ? backends.map((b) => [`morpheus:${b}`, asking.agents[b].socket]) : [[m, asking.agents.sim.socket]]));
+    // The heavy-only cells: the plain loop, Morpheus per backend (asked at the slice), Morpheus never asked.
+    const alone = [['none', asking.agents.sim.socket], ...backends.map((b) => [`morpheus:${b}`, asking.agents[b].socket]), ['morpheus:quiet', quiet.socket]];
+    for (let round = 0; round < ROUNDS; round++) {
+      const rotate = (xs) => xs.map((_, i) => xs[(i + round) % xs.length]);
+      for (const [mode, socket] of rotate(loaded)) (rows[mode] ??= []).push(await loadedCell(mode, socket));
+      const cells = {};
+      for (const [mode, socket] of rotate(alone)) cells[mode] = await idleCell(mode.startsWith('morpheus') ? 'morpheus' : mode, socket);
+      heavy.push(cells);
+      console.error(`service.mjs: round ${round + 1} of ${ROUNDS} done`);
+    }
+  } finally {
+    for (const agent of started) await agent.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
-} finally {
-  for (const child of schedulers) {
-    child.kill('SIGINT');
-    if (child.exitCode === null && child.signalCode === null) await once(child, 'exit');
-  }
-  fs.rmSync(dir, { recursive: true, force: true });
 }
 const loadAfter = os.loadavg();
 
 const lines = [];
 const out = (s = '') => lines.push(s);
-out(`node ${process.version}; ${os.cpus().length} CPUs; load average (1 min) ${loadBefore[0].toFixed(1)} before, ${loadAfter[0].toFixed(1)} after; ${SECONDS} s x ${ROUNDS} rounds per cell, medians of the rounds`);
+const spread = (xs) => `${median(xs).toFixed(3)} [${Math.min(...xs).toFixed(3)}–${Math.max(...xs).toFixed(3)}]`;
+const perRound = (xs) => xs.map((x) => x.toFixed(2)).join(', ');
+out(`node ${process.version}; ${os.cpus().length} CPUs; load average (1 min) ${loadBefore[0].toFixed(1)} before, ${loadAfter[0].toFixed(1)} after; ${SECONDS} s per cell, ${ROUNDS} rounds (cells interleaved, order rotated each round)`);
 out(`command: node bench/service.mjs --scheduler ${path.basename(args.scheduler)} --seconds ${SECONDS} --rounds ${ROUNDS} --slice-us ${SLICE_US} --tick-us ${TICK_US}`);
+out(`backends: ${backends.map((b) => (b === 'sim' ? `sim (--tick-us ${TICK_US})` : b)).join(', ')}${Object.entries(skipped).map(([b, why]) => `; ${b} left out: ${why}`).join('')}`);
 out();
-out(`Light latency under heavy load (scx_morpheus --backend sim --mode observer --slice-us ${SLICE_US} --tick-us ${TICK_US}):`);
+out(`Light latency under heavy load (scx_morpheus --mode observer --slice-us ${SLICE_US}; medians of the rounds):`);
 out();
-out('| heavy loop yields | light p50 ms | light p99 ms | event-loop delay p99 ms | heavy run p50 ms | heavy run p99 ms | heavy req/s vs none | heavy CPU ms per request | server CPU ms per heavy request | yields per cell |');
-out('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+out('| heavy loop yields | light p50 ms | light p99 ms | light p99 per round | event-loop delay p99 ms | heavy run p50 ms | heavy run p99 ms | heavy req/s vs none | server CPU ms per heavy request | yields per cell |');
+out('|---|---:|---:|---|---:|---:|---:|---:|---:|---:|');
 const base = median(rows.none.map((r) => r.heavyPerSecond));
-for (const mode of MODES) {
+for (const mode of Object.keys(rows)) {
   const r = rows[mode];
   const yields = r.map((x) => (x.yields ? Object.values(x.yields).reduce((a, b) => a + b, 0) : '-'));
-  out(`| ${mode} | ${median(r.map((x) => x.p50)).toFixed(2)} | ${median(r.map((x) => x.p99)).toFixed(2)} | ${median(r.map((x) => x.delayP99)).toFixed(2)} | ${median(r.map((x) => x.runP50)).toFixed(2)} | ${median(r.map((x) => x.runP99)).toFixed(2)} | ${(median(r.map((x) => x.heavyPerSecond)) / base).toFixed(3)} | ${median(r.map((x) => x.heavyCpuMs)).toFixed(1)} | ${median(r.map((x) => x.serverCpuMsPerHeavy)).toFixed(1)} | ${yields.join(', ')} |`);
+  out(`| ${mode} | ${median(r.map((x) => x.p50)).toFixed(2)} | ${median(r.map((x) => x.p99)).toFixed(2)} | ${perRound(r.map((x) => x.p99))} | ${median(r.map((x) => x.delayP99)).toFixed(2)} | ${median(r.map((x) => x.runP50)).toFixed(2)} | ${median(r.map((x) => x.runP99)).toFixed(2)} | ${(median(r.map((x) => x.heavyPerSecond)) / base).toFixed(3)} | ${median(r.map((x) => x.serverCpuMsPerHeavy)).toFixed(1)} | ${yields.join(', ')} |`);
+}
+const summary = {};
+out();
+out('Per backend, each ratio within a round (median [min–max] of the rounds, then each round):');
+out();
+out('| backend | light p99 / best fixed cadence (target <= 1 every round) | per round | best cadence per round | heavy throughput / none, CPU per request (target >= 0.97) | per round | heavy req/s / none, wall | yields per heavy request |');
+out('|---|---:|---|---|---:|---|---:|---:|');
+for (const backend of backends) {
+  const mine = rows[`morpheus:${backend}`];
+  const best = mine.map((_, i) => FIXED.reduce((b, m) => (b === null || rows[m][i].p99 < rows[b][i].p99 ? m : b), null));
+  const light = mine.map((x, i) => (best[i] === null ? NaN : x.p99 / rows[best[i]][i].p99));
+  const cpu = heavy.map((c) => c.none.cpuMs / c[`morpheus:${backend}`].cpuMs);
+  const wall = heavy.map((c) => c[`morpheus:${backend}`].perSecond / c.none.perSecond);
+  const yieldsPerRequest = median(heavy.map((c) => c[`morpheus:${backend}`].yields / c[`morpheus:${backend}`].requests));
+  summary[backend] = { light, best, cpu, wall, lightMet: light.every((x) => x <= 1), heavyMet: cpu.every((x) => x >= 0.97) };
+  out(`| ${backend} | ${spread(light)} | ${perRound(light)} | ${best.map((m) => (m ?? '-').replace('immediate:', 'every ')).join(', ')} | ${spread(cpu)} | ${perRound(cpu)} | ${spread(wall)} | ${yieldsPerRequest.toFixed(1)} |`);
 }
 out();
-out(`Heavy route when nothing is asked (one client; scheduler slice ${QUIET_SLICE_US / 1e6} s; CPU time per request, median of the cell):`);
+for (const backend of backends) {
+  const s = summary[backend];
+  out(`${backend}: light p99 <= best fixed cadence in ${s.light.filter((x) => x <= 1).length} of ${ROUNDS} rounds (${s.lightMet ? 'met' : 'missed'}); heavy >= 0.97x none in ${s.cpu.filter((x) => x >= 0.97).length} of ${ROUNDS} rounds (${s.heavyMet ? 'met' : 'missed'})`);
+}
 out();
-out('| round | none CPU ms | morpheus CPU ms | morpheus / none | none wall ms | morpheus wall ms | requests (none, morpheus) | morpheus yields |');
-out('|---|---:|---:|---:|---:|---:|---:|---:|');
-idle.forEach((c, i) => {
-  out(`| ${i + 1} | ${c.none.cpuMs.toFixed(1)} | ${c.morpheus.cpuMs.toFixed(1)} | ${(c.morpheus.cpuMs / c.none.cpuMs).toFixed(3)} | ${c.none.wallMs.toFixed(1)} | ${c.morpheus.wallMs.toFixed(1)} | ${c.none.requests}, ${c.morpheus.requests} | ${c.morpheus.yields} |`);
+out(`Heavy route alone (one client, no light load; CPU time per request in the server, median of the cell; "quiet": a sim scheduler whose ${QUIET_SLICE_US / 1e6} s slice a request never reaches, i.e. nothing asked):`);
+out();
+const aloneModes = Object.keys(heavy[0]);
+out(`| round | ${aloneModes.map((m) => `${m} CPU ms`).join(' | ')} | ${aloneModes.map((m) => `${m} req/s`).join(' | ')} | ${aloneModes.filter((m) => m !== 'none').map((m) => `${m} yields`).join(' | ')} |`);
+out(`|---|${aloneModes.map(() => '---:').join('|')}|${aloneModes.map(() => '---:').join('|')}|${aloneModes.filter((m) => m !== 'none').map(() => '---:').join('|')}|`);
+heavy.forEach((c, i) => {
+  out(`| ${i + 1} | ${aloneModes.map((m) => c[m].cpuMs.toFixed(1)).join(' | ')} | ${aloneModes.map((m) => c[m].perSecond.toFixed(2)).join(' | ')} | ${aloneModes.filter((m) => m !== 'none').map((m) => c[m].yields).join(' | ')} |`);
 });
-const costRatio = median(idle.map((c) => c.morpheus.cpuMs / c.none.cpuMs));
+const costRatio = median(heavy.map((c) => c['morpheus:quiet'].cpuMs / c.none.cpuMs));
 out();
-out(`Morpheus / none, CPU time per heavy request, median of the rounds: ${costRatio.toFixed(3)} (target <= 1.03)`);
+out(`Nothing asked: Morpheus / none, CPU time per heavy request, median of the rounds: ${costRatio.toFixed(3)} (target <= 1.03)`);
 const text = lines.join('\n');
 console.log(text);
-console.log(JSON.stringify({ rows, idle, costRatio, loadBefore, loadAfter }));
+console.log(JSON.stringify({ rows, heavy, summary, skipped, costRatio, loadBefore, loadAfter }));
 if (args.out) fs.writeFileSync(args.out, `${text}\n`);

@@ -40,7 +40,7 @@ export declare const ABI_MAJOR: number;
 export declare const ABI_MINOR: number;
 /** Whether a Node worker is escapable unless told otherwise (false, spec/SCB.md §5.5). */
 export declare const ESCAPABLE_DEFAULT: boolean;
-/** Passes of the event loop an asynchronous checkpoint's yield lasts before the next task resumes (spec/SCB.md §5.7). */
+/** Passes of the event loop an asynchronous checkpoint's yield lasts before the next task resumes, at most: it ends at a pass that finds the loop idle (spec/SCB.md §5.7). */
 export declare const YIELD_PASSES: number;
 
 export interface WorkerOptions {

@@ -225,7 +225,8 @@ function shouldYieldSlow() {
  * The asynchronous checkpoint: `await checkpoint()`. When nothing is pending it returns an already
  * resolved promise (false). When the scheduler asked, this task steps aside for its turn in the
  * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
- * (setImmediate semantics: the I/O poll runs) and after the tasks that yielded before it. A task that
+ * (setImmediate semantics: the I/O poll runs; fewer when a pass finds the loop idle) and after the
+ * tasks that yielded before it. A task that
  * reaches it during another's yield (a task made ready then, taking its first step) steps aside into
  * the rotation too, resolving false at its turn, and so does a task whose turn (given by the rotation)
  * has lasted one slice of wall time without a request (§5.7).
@@ -262,7 +263,11 @@ function stepAsideIfOver() {
 // so one task steps aside per request, the request is acknowledged as soon as the loop has control,
 // the yielder joins the back of a queue with the CPU time it has run in its turns, and each yield
 // resumes, after YIELD_PASSES passes of the loop (so that what became ready during the yield takes
-// its first steps first), the oldest waiting task within half a turn of the least run time.
+// its first steps first), the oldest waiting task within half a turn of the least run time. The
+// passes end early at a pass that finds the loop idle (no immediate of other code queued, and
+// native.loopIdle: no event processed since the last look and no I/O ready), and a timed turn carries on, timed afresh, while the loop is idle and
+// nobody else waits in the rotation: §5.7 allows both, and a busy loop with nothing else to do then
+// pays one pass per request, not YIELD_PASSES passes and a step aside per slice of wall time.
 
 /**
  * Passes of the event loop (chained setImmediate callbacks, each behind one poll for I/O and the
@@ -276,9 +281,10 @@ const YIELD_PASSES = 4;
 // A turn lasts one slice of wall time at most (§5.7): the slice is CPU time, and a loop thread with a
 // fraction of a core would otherwise poll nothing for many slices of wall time while light requests
 // wait. A turn the rotation gives (resumeHead) ends at the task's first checkpoint one slice_ns of
-// CLOCK_MONOTONIC after it began, even without a request. Node shows no cheap way to see whether its
-// loop has anything else to run (no ready queue to look at), so a timed turn simply ends once per
-// slice, never carried on.
+// CLOCK_MONOTONIC after it began, even without a request, unless nothing else waits: no task in the
+// rotation's queue, no immediate of other code queued, and the loop idle (native.loopIdle: what an
+// addon can see of Node's loop, its poll's events and its poll descriptor; timers it cannot see);
+// then the turn carries on, timed afresh.
 
 /** Wall time in ns: CLOCK_MONOTONIC (libuv's hrtime, which performance.now() reads), no allocation. */
 function monotonicNs() {
@@ -287,13 +293,44 @@ function monotonicNs() {
 
 // When the running task's timed turn ends (wallClock, ns); 0: no turn is timed.
 let turnDeadline = 0;
+// The slice that timed it (ns, read by timeTurn): a turn that carries on is timed afresh by it.
+let turnSliceNs = 0;
 // The measure of a timed turn; the tests' clock replaces it with turnClock (setTurnClock).
 let wallClock = monotonicNs;
 
-/** Whether the running task's timed turn is over (a clock read; only while a turn is timed). */
+/**
+ * Whether the running task's timed turn is over (a clock read; only while a turn is timed). A turn
+ * past its deadline with nobody waiting in the rotation and the loop idle is not over: it carries on,
+ * timed afresh from now (§5.7).
+ */
 function turnExpired() {
-  return turnDeadline !== 0 && wallClock() >= turnDeadline;
+  if (turnDeadline === 0) return false;
+  const now = wallClock();
+  if (now < turnDeadline) return false;
+  if (waiting.length > 0 || !onlyOwnImmediates(keeperImmediate, true) || !onlyOwnImmediates(resumingImmediate, false) || !native.loopIdle()) return true;
+  setTurnDeadline(Math.max(1, now + turnSliceNs));
+  return false;
 }
+
+// The rotation's own immediates: the pass queued or running, the keeper queued at the last resume,
+// and the one whose callback resumed the running task (a pass or a keeper). Node keeps its pending
+// immediates in a linked list (each Immediate's _idlePrev/_idleNext; the list a check phase runs is
+// taken whole when the phase starts, and what is queued meanwhile goes to a new one), so a look at
+// the neighbours of these tells whether other code queued an immediate: something else to run.
+let passImmediate = null;
+let keeperImmediate = null;
+let resumingImmediate = null;
+
+/**
+ * Whether no immediate of other code is queued next to `own`: after it (in the list it is in), and,
+ * when `pending` (it has not run yet), before it. No immediate at all, or one without these links,
+ * counts as others queued: the rotation then behaves as if the loop were busy.
+ */
+function onlyOwnImmediates(own, pending) {
+  if (own === null || own._idleNext !== null) return false;
+  return !pending || own._idlePrev === null;
+}
+
 
 /**
  * Time the turn that starts now: it ends at the first checkpoint one slice_ns (the scheduler's slice,
@@ -301,8 +338,8 @@ function turnExpired() {
  * there is no slice, and nothing is timed.
  */
 function timeTurn() {
-  const slice = native.turnSliceNs();
-  setTurnDeadline(slice > 0 ? Math.max(1, wallClock() + slice) : 0);
+  turnSliceNs = native.turnSliceNs();
+  setTurnDeadline(turnSliceNs > 0 ? Math.max(1, wallClock() + turnSliceNs) : 0);
 }
 
 function setTurnDeadline(deadline) {
@@ -351,7 +388,7 @@ function takeTurn(pending) {
   const turn = new Promise((resolve) => enqueue(() => resolve(true)));
   if (!passing) {
     setPassing(true);
-    setImmediate(pass);
+    passImmediate = setImmediate(pass);
   }
   return turn;
 }
@@ -375,7 +412,7 @@ function stepAside(turnOver = false) {
     passesLeft = YIELD_PASSES;
     if (!passing) {
       setPassing(true);
-      setImmediate(pass);
+      passImmediate = setImmediate(pass);
     }
   }
   return turn;
@@ -428,13 +465,25 @@ function setPassing(value) {
 
 function pass() {
   acknowledgePending();
-  // Whoever computes next (a task made ready) starts its turn after this callback.
-  if (runningRunNs === null) turnStartedNs = turnClock();
+  const running = passImmediate;
+  // The passes end at the last one, or at one that finds the loop idle: nothing made ready remains to
+  // take its first steps (§5.7): no other immediate queued in this check phase or for the next, and
+  // no I/O processed since the last look or ready now.
   if (--passesLeft > 0) {
-    setImmediate(pass);
-    return;
+    passImmediate = setImmediate(pass);
+    if (!onlyOwnImmediates(running, false) || !onlyOwnImmediates(passImmediate, true) || !native.loopIdle()) {
+      // Whoever computes next (a task made ready) starts its turn after this callback.
+      if (runningRunNs === null) turnStartedNs = turnClock();
+      return;
+    }
+    clearImmediate(passImmediate);
   }
+  passImmediate = null;
+  // Whoever computes next starts its turn now: the resumed task (resumeHead reads the clock), or
+  // with nobody waiting, a task made ready.
+  if (runningRunNs === null && waiting.length === 0) turnStartedNs = turnClock();
   setPassing(false);
+  resumingImmediate = running;
   resumeHead();
 }
 
@@ -450,11 +499,14 @@ function resumeHead() {
   timeTurn();
   next.resume();
   // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
-  setImmediate(keeper, turns);
+  const own = { immediate: null };
+  own.immediate = setImmediate(keeper, turns, own);
+  keeperImmediate = own.immediate;
 }
 
-function keeper(turnsAtResume) {
+function keeper(turnsAtResume, own) {
   if (turns === turnsAtResume && !passing) {
+    resumingImmediate = own.immediate;
     // The resumed task gave control back without yielding (it awaits I/O, or ended): its turn is over.
     runningRunNs = null;
     turnStartedNs = null;

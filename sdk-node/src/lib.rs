@@ -535,6 +535,100 @@ pub fn turn_slice_ns() -> f64 {
     })
 }
 
+/// libuv's `uv_metrics_t` (uv.h, libuv 1.45 and later): `events` counts the events the loop's poll
+/// processed, whatever their kind (I/O, a thread pool completion or cross-thread wake-up through an
+/// async handle, a signal); `loop_count` the iterations. The other fields are there for the layout.
+#[repr(C)]
+#[allow(dead_code)]
+struct UvMetrics {
+    loop_count: u64,
+    events: u64,
+    events_waiting: u64,
+    reserved: [*mut u64; 13],
+}
+
+/// `uv_metrics_info` and `uv_backend_fd`, as exported by the node binary that loaded this addon.
+type UvMetricsInfo = unsafe extern "C" fn(*mut std::ffi::c_void, *mut UvMetrics) -> libc::c_int;
+type UvBackendFd = unsafe extern "C" fn(*const std::ffi::c_void) -> libc::c_int;
+
+/// What [`loop_idle`] looks at on this thread's event loop: libuv's event counter and the loop's poll
+/// descriptor (epoll), with the counter as the last look saw it.
+struct LoopPeek {
+    uv_loop: *mut std::ffi::c_void,
+    metrics_info: UvMetricsInfo,
+    backend_fd: libc::c_int,
+    events_seen: u64,
+}
+
+thread_local! {
+    /// This thread's [`LoopPeek`], found at the first look; `Some(None)` when the runtime does not
+    /// offer what it needs (a libuv before 1.45: Node 18), and then the loop is never taken for idle.
+    static LOOP_PEEK: RefCell<Option<Option<LoopPeek>>> = const { RefCell::new(None) };
+}
+
+impl LoopPeek {
+    fn find(env: &Env) -> Option<LoopPeek> {
+        // SAFETY: dlsym with NUL-terminated names; the symbols, when present, are libuv's functions of
+        // these signatures (uv.h), exported by the node binary for addons.
+        let (metrics_info, backend_fd) = unsafe {
+            let metrics_info = libc::dlsym(libc::RTLD_DEFAULT, c"uv_metrics_info".as_ptr());
+            let backend_fd = libc::dlsym(libc::RTLD_DEFAULT, c"uv_backend_fd".as_ptr());
+            if metrics_info.is_null() || backend_fd.is_null() {
+                return None;
+            }
+            (
+                std::mem::transmute::<*mut std::ffi::c_void, UvMetricsInfo>(metrics_info),
+                std::mem::transmute::<*mut std::ffi::c_void, UvBackendFd>(backend_fd),
+            )
+        };
+        let uv_loop = env.get_uv_event_loop().ok()?.cast::<std::ffi::c_void>();
+        // SAFETY: the loop of this thread's Node environment, alive while JS runs on it.
+        let backend_fd = unsafe { backend_fd(uv_loop) };
+        (backend_fd >= 0).then_some(LoopPeek { uv_loop, metrics_info, backend_fd, events_seen: u64::MAX })
+    }
+
+    /// libuv's counters of the loop now.
+    fn metrics(&self) -> Option<UvMetrics> {
+        let mut metrics = UvMetrics { loop_count: 0, events: 0, events_waiting: 0, reserved: [std::ptr::null_mut(); 13] };
+        // SAFETY: this thread's loop (uv_metrics_info only reads it) and a metrics struct of libuv's layout.
+        (unsafe { (self.metrics_info)(self.uv_loop, &mut metrics) } == 0).then_some(metrics)
+    }
+}
+
+/// The iterations this thread's event loop has run (libuv's `loop_count`), or -1 where libuv lacks
+/// `uv_metrics_info`: what the tests count a yield's passes by (each pass is one iteration).
+#[napi]
+pub fn loop_iterations(env: &Env) -> f64 {
+    LOOP_PEEK.with(|peek| {
+        let mut peek = peek.borrow_mut();
+        let Some(p) = peek.get_or_insert_with(|| LoopPeek::find(env)).as_ref() else { return -1.0 };
+        p.metrics().map_or(-1.0, |m| m.loop_count as f64)
+    })
+}
+
+/// Whether this thread's event loop has nothing else to run, as far as one cheap look can tell: its
+/// poll processed no event since the previous look, and no I/O is ready on its poll descriptor now
+/// (`poll` of the epoll descriptor with a zero timeout: one system call). The first look on a thread
+/// answers false. It does not see timers that fell due (Node shows them to no addon: they run at the
+/// next pass, which the scheduler's next request brings within a slice of CPU time), nor Node's queue
+/// of immediates, which the JS side looks at itself. False where libuv lacks
+/// `uv_metrics_info` (before 1.45). Called by the rotation (spec/SCB.md §5.7) when a yield's pass
+/// decides whether to end the passes, and when a timed turn is over, never on the fast path.
+#[napi]
+pub fn loop_idle(env: &Env) -> bool {
+    LOOP_PEEK.with(|peek| {
+        let mut peek = peek.borrow_mut();
+        let Some(p) = peek.get_or_insert_with(|| LoopPeek::find(env)).as_mut() else { return false };
+        let Some(metrics) = p.metrics() else { return false };
+        let quiet = metrics.events == p.events_seen;
+        p.events_seen = metrics.events;
+        let mut fd = libc::pollfd { fd: p.backend_fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a zero timeout never blocks.
+        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+        quiet && ready == 0
+    })
+}
+
 /// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
 /// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
 /// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the

@@ -320,3 +320,88 @@ test('a task that never reaches a checkpoint is unaffected; the turn ends at its
   assert.deepEqual(turns, [['A', 1], ['B', 1], ['A', 3 * STEPS_PER_SLICE + 20], ['B', 2], ['A resumed', 1]], shown(turnsOf(runs)));
   assert.equal(region.scb(SLOT, 'yield_count'), 1n);
 });
+
+// A yield's passes end at a pass that finds the loop idle, and a timed turn with nobody waiting
+// carries on while the loop is idle (§5.7). "Idle": no immediate of other code queued (Node's
+// immediate list, looked at by the JS side), no event processed by the loop's poll since the previous
+// look and no I/O ready on its poll descriptor (the addon's look at libuv). The loop's iterations are
+// counted with libuv's own counter (native.loopIterations), which queues nothing.
+const native = require('../lib/native.js');
+
+/** Start counting the loop's iterations with an immediate chain (other code's immediates); returns { count(), stop() }. */
+function ticker() {
+  let ticks = 0;
+  let on = true;
+  const tick = () => {
+    ticks++;
+    if (on) setImmediate(tick);
+  };
+  setImmediate(tick);
+  return { count: () => ticks, stop: () => (on = false) };
+}
+
+test('a yield ends at the first pass that finds the loop idle, and lasts its passes while other code has immediates queued', async () => {
+  assert.ok(native.loopIterations() >= 0, 'this Node has uv_metrics_info (libuv 1.45 or later)');
+  const passes = [];
+  // The first look at the loop sees what ran before it (its events), so the first yield may take more
+  // passes; a V8 platform task may wake the loop once in a while. Some yield of five lasts one pass.
+  for (let i = 0; i < 5; i++) {
+    region.bump(SLOT);
+    const before = native.loopIterations();
+    assert.equal(await morpheus.checkpoint(), true);
+    passes.push(native.loopIterations() - before);
+  }
+  assert.ok(passes.every((n) => n >= 1 && n <= morpheus.YIELD_PASSES), `passes per yield: ${passes}`);
+  assert.ok(passes.includes(1), `no yield ended at its first pass although the loop was idle: passes per yield ${passes}`);
+  // Another task's immediate chain is something else to run at every pass: each yield lasts them all.
+  const loop = ticker();
+  for (let i = 0; i < 3; i++) {
+    region.bump(SLOT);
+    const before = native.loopIterations();
+    assert.equal(await morpheus.checkpoint(), true);
+    assert.equal(native.loopIterations() - before, morpheus.YIELD_PASSES, 'the passes ended with an immediate of other code queued');
+  }
+  loop.stop();
+  assert.equal(region.scb(SLOT, 'yield_count'), 8n);
+});
+
+test('a timed turn carries on while nobody waits and the loop is idle, and ends at its first checkpoint past the slice once I/O is ready', async () => {
+  sliceOfSteps();
+  // A Unix stream socket pair through a server in the region's directory: a write lands in the peer's
+  // receive queue at once (no deferred network processing), so it is ready I/O from that moment.
+  const net = require('node:net');
+  const sockPath = path.join(region.dir, 'io.sock');
+  let received = false;
+  const server = net.createServer((socket) => socket.on('data', () => (received = true)));
+  server.listen(sockPath);
+  await once(server, 'listening');
+  const client = net.connect(sockPath);
+  try {
+    await Promise.all([once(client, 'connect'), once(server, 'connection')]);
+    spin();
+    region.bump(SLOT);
+    assert.equal(await morpheus.checkpoint(), true);
+    // The rotation's turn, timed from the yield's end. Five slices of steps: every checkpoint resolves
+    // false without a trip through the loop, and nothing is written.
+    const before = native.loopIterations();
+    for (let i = 0; i < 5 * STEPS_PER_SLICE; i++) {
+      spin();
+      assert.equal(await morpheus.checkpoint(), false);
+    }
+    assert.equal(native.loopIterations(), before, 'the loop ran (a step aside) while the turn could carry on');
+    // Ready I/O: the turn ends at its first checkpoint one slice after it was last timed, and the
+    // yield's passes read the data before the task resumes.
+    client.write('x');
+    let steps = 0;
+    while (!received) {
+      spin();
+      steps++;
+      assert.equal(await morpheus.checkpoint(), false, 'the end of a timed turn is no yield');
+      assert.ok(steps <= STEPS_PER_SLICE, `the turn went on ${steps} steps with I/O ready`);
+    }
+    assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+  } finally {
+    client.destroy();
+    server.close();
+  }
+});
