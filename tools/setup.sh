@@ -53,6 +53,11 @@ APT_PACKAGES=(
   tmux
   # Scheduler: the attack test A15 holds a syscall of the agent back (strace fault injection).
   strace
+  # linux-arm64-gnu, cross-built from x86-64 (setup_arm64 below): the C cross compiler and linker with
+  # the arm64 libc (rustc links through it; .cargo/config.toml), arm64 binutils (objdump for the memory
+  # order test), and qemu user-mode emulation, which cargo's runner and the tests call as
+  # `qemu-aarch64-static -L /usr/aarch64-linux-gnu` (no binfmt registration needed).
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu qemu-user-static
   # add here
 )
 
@@ -113,6 +118,28 @@ setup_rust() {
     cargo install --locked "$crate"
   done
   log "rust: $(cargo --version)"
+}
+
+# ---------------------------------------------------------------------------
+# linux-arm64-gnu: Rust's standard library for the target (rustup's component, like the toolchain
+# itself); the cross gcc, binutils and qemu-user-static come from the apt section.
+RUST_TARGETS=(
+  aarch64-unknown-linux-gnu
+  # add here
+)
+
+setup_arm64() {
+  local installed target
+  installed="$(rustup target list --installed 2>/dev/null)" || die "rustup target list failed; the Rust toolchain comes through rustup on this machine kind"
+  for target in "${RUST_TARGETS[@]}"; do
+    grep -qxF -- "$target" <<<"$installed" && continue
+    log "rustup: adding target $target"
+    rustup target add "$target"
+  done
+  command -v qemu-aarch64-static >/dev/null || die "qemu-aarch64-static not found although qemu-user-static is installed"
+  [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
+    die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
+  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1)"
 }
 
 # ---------------------------------------------------------------------------
@@ -254,6 +281,7 @@ main() {
   setup_apt
   setup_bazel
   setup_rust
+  setup_arm64
   setup_python
   setup_node
   setup_java
