@@ -55,9 +55,11 @@ APT_PACKAGES=(
   strace
   # linux-arm64-gnu, cross-built from x86-64 (setup_arm64 below): the C cross compiler and linker with
   # the arm64 libc (rustc links through it; .cargo/config.toml), arm64 binutils (objdump for the memory
-  # order test), and qemu user-mode emulation, which cargo's runner and the tests call as
-  # `qemu-aarch64-static -L /usr/aarch64-linux-gnu` (no binfmt registration needed).
+  # order test), and qemu user-mode emulation: cargo's runner and the tests call qemu-aarch64-static with
+  # QEMU_LD_PREFIX=/usr/aarch64-linux-gnu, and binfmt_misc (binfmt-support's update-binfmts) hands it the
+  # arm64 programs a test starts itself.
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu qemu-user-static
+  binfmt-support
   # add here
 )
 
@@ -137,6 +139,18 @@ setup_arm64() {
     rustup target add "$target"
   done
   command -v qemu-aarch64-static >/dev/null || die "qemu-aarch64-static not found although qemu-user-static is installed"
+  # A test that re-executes itself (sdk-rust's lifeline_restart) execs an arm64 binary: the kernel runs it
+  # through binfmt_misc's qemu-aarch64 entry. Without systemd nothing mounts binfmt_misc or enables the
+  # entry that qemu-user-static ships, so do both (as root); both are kept until the machine restarts.
+  if [[ ! -e /proc/sys/fs/binfmt_misc/register ]]; then
+    log "arm64: mounting binfmt_misc"
+    as_root mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+      die "cannot mount binfmt_misc: arm64 programs started by arm64 tests would not run"
+  fi
+  if ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+    log "arm64: enabling binfmt_misc's qemu-aarch64"
+    as_root update-binfmts --enable qemu-aarch64 || die "update-binfmts --enable qemu-aarch64 failed"
+  fi
   [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
     die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
   log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1)"
