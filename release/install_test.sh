@@ -37,18 +37,40 @@ print(f"install-test: {stamp['sdk']} {stamp['version']} ABI {stamp['abi']} commi
 EOF
 }
 
+# One tarball per platform: linux-x86_64 natively, linux-aarch64 cross-compiled with Debian's aarch64 gcc
+# and run under qemu-aarch64-static (QEMU_LD_PREFIX: the arm64 libc), each in a prefix of its own.
 test_c() {
-	local dir prefix
+	local dir machine
 	dir=$(artifacts c)
-	prefix=$work/c-prefix
+	for machine in x86_64 aarch64; do
+		[[ -f $(echo "$dir"/morpheus-c-*-linux-$machine.tar.gz) ]] || fail "no linux-$machine tarball in $dir: $(ls "$dir")"
+		case $machine in
+		x86_64) test_c_platform "$dir" $machine linux-x64-gnu cc X86-64 ;;
+		aarch64) test_c_platform "$dir" $machine linux-arm64-gnu aarch64-linux-gnu-gcc AArch64 \
+			env QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64-static ;;
+		esac
+	done
+}
+
+test_c_platform() { # DIR MACHINE PLATFORM CC ELF-MACHINE [RUNNER...]
+	local dir=$1 machine=$2 platform=$3 cc=$4 elf=$5 prefix
+	shift 5
+	local runner=("$@")
+	prefix=$work/c-prefix-$machine
 	mkdir -p "$prefix"
-	tar -xzf "$dir"/morpheus-c-*.tar.gz -C "$prefix" --strip-components=1
+	tar -xzf "$dir"/morpheus-c-*-linux-"$machine".tar.gz -C "$prefix" --strip-components=1
 	check_stamp "$prefix/share/morpheus-c/RELEASE.json" c
+	python3 - "$prefix/share/morpheus-c/RELEASE.json" "$platform" <<-'EOF' || fail "$machine tarball: RELEASE.json names another platform"
+	import json, sys
+	stamp = json.load(open(sys.argv[1]))
+	assert stamp.get("platform") == sys.argv[2], stamp.get("platform")
+	EOF
+	readelf -h "$prefix"/lib/libmorpheus.so.* | grep -q "Machine:.*$elf" || fail "$machine tarball: libmorpheus is not $elf"
 	export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 	pc=(pkg-config --define-variable=prefix="$prefix")
 	local abi_major
 	abi_major=$("${pc[@]}" --variable=abi_major morpheus)
-	cat >"$work/use.c" <<-EOF
+	cat >"$work/use-$machine.c" <<-EOF
 	#include <morpheus.h>
 	#include <stdio.h>
 	#include <string.h>
@@ -68,14 +90,14 @@ test_c() {
 	}
 	EOF
 	# shellcheck disable=SC2046
-	cc -std=c11 -Wall -Werror -o "$work/use-shared" "$work/use.c" $("${pc[@]}" --cflags --libs morpheus) \
+	"$cc" -std=c11 -Wall -Werror -o "$work/use-shared-$machine" "$work/use-$machine.c" $("${pc[@]}" --cflags --libs morpheus) \
 		-Wl,-rpath,"$prefix/lib"
-	"$work/use-shared" || fail "C program against the shared library"
+	"${runner[@]}" "$work/use-shared-$machine" || fail "$machine: C program against the shared library"
 	# shellcheck disable=SC2046
-	cc -std=c11 -Wall -Werror -o "$work/use-static" "$work/use.c" $("${pc[@]}" --cflags morpheus) \
+	"$cc" -std=c11 -Wall -Werror -o "$work/use-static-$machine" "$work/use-$machine.c" $("${pc[@]}" --cflags morpheus) \
 		"$prefix/lib/libmorpheus.a" $("${pc[@]}" --static --libs-only-l morpheus | sed 's/-lmorpheus//')
-	"$work/use-static" || fail "C program against the static library"
-	echo "install-test: c: pkg-config build, shared and static, ran"
+	"${runner[@]}" "$work/use-static-$machine" || fail "$machine: C program against the static library"
+	echo "install-test: c $platform: pkg-config build, shared and static, ran${runner[*]:+ under ${runner[*]}}"
 }
 
 test_rust() {

@@ -266,21 +266,56 @@ def build_crate(info: dict, stamp: dict, out: Path) -> list[Path]:
     return made
 
 
+# The platforms every native artifact is built for, all from an x86-64 host: linux-arm64-gnu is cross-built
+# (tools/setup.sh's arm64 section: the Rust target, Debian's cross gcc, qemu-user-static for its tests).
+# name: napi-rs's platform name; rust: the Rust target; machine: `uname -m` there (the C tarball's suffix).
+PLATFORMS = [
+    {"name": "linux-x64-gnu", "rust": "x86_64-unknown-linux-gnu", "machine": "x86_64"},
+    {"name": "linux-arm64-gnu", "rust": "aarch64-unknown-linux-gnu", "machine": "aarch64"},
+]
+
+
+def host_platform() -> dict:
+    machine = os.uname().machine
+    if machine != "x86_64":
+        raise Refused(f"release builds run on an x86-64 host (they cross-build linux-arm64-gnu); this one is {machine}")
+    return PLATFORMS[0]
+
+
+def platform_stamp(stamp: dict, platform: dict) -> dict:
+    """The RELEASE.json of one platform's artifact: the platform, and of the gated columns only that
+    platform's (release/sdks.toml `platforms`: column names per platform; an SDK without it has one)."""
+    columns = load_table()["sdk"][stamp["sdk"]].get("platforms", {}).get(platform["name"])
+    conformance = stamp.get("conformance")
+    if columns is None or conformance is None:
+        return dict(stamp, platform=platform["name"])
+    own = {"sdk": {k: v for k, v in conformance["sdk"].items() if k in columns},
+           "live": {k: v for k, v in conformance["live"].items() if k in columns},
+           "kernel": conformance["kernel"]}
+    return dict(stamp, platform=platform["name"], conformance=own)
+
+
 def build_c_tarball(info: dict, stamp: dict, out: Path) -> list[Path]:
-    with tempfile.TemporaryDirectory() as tmp:
-        stage = Path(tmp) / f"morpheus-c-{info['version']}"
-        # The .pc names /usr/local; a user unpacking elsewhere sets pkg-config's prefix variable.
-        run(["make", "-s", "-C", "sdk-c", "install", "PREFIX=/usr/local", f"DESTDIR={stage}"], "C install")
-        tree = stage / "usr/local"
-        share = tree / "share/morpheus-c"
-        share.mkdir(parents=True)
-        (share / "RELEASE.json").write_bytes(release_json(stamp))
-        shutil.copy2(ROOT / "sdk-c/CHANGELOG.md", share / "CHANGELOG.md")
-        machine = os.uname().machine
-        dest = out / f"morpheus-c-{info['version']}-linux-{machine}.tar.gz"
-        with tarfile.open(dest, "w:gz") as tar:
-            tar.add(tree, arcname=f"morpheus-c-{info['version']}")
-    return [dest]
+    """One tarball per platform (sdk-c/Makefile TARGET= for the cross-built ones)."""
+    made = []
+    host = host_platform()
+    for platform in PLATFORMS:
+        target = [] if platform is host else [f"TARGET={platform['rust']}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            stage = Path(tmp) / f"morpheus-c-{info['version']}"
+            # The .pc names /usr/local; a user unpacking elsewhere sets pkg-config's prefix variable.
+            run(["make", "-s", "-C", "sdk-c", "install", "PREFIX=/usr/local", f"DESTDIR={stage}", *target],
+                f"C install ({platform['name']})")
+            tree = stage / "usr/local"
+            share = tree / "share/morpheus-c"
+            share.mkdir(parents=True)
+            (share / "RELEASE.json").write_bytes(release_json(platform_stamp(stamp, platform)))
+            shutil.copy2(ROOT / "sdk-c/CHANGELOG.md", share / "CHANGELOG.md")
+            dest = out / f"morpheus-c-{info['version']}-linux-{platform['machine']}.tar.gz"
+            with tarfile.open(dest, "w:gz") as tar:
+                tar.add(tree, arcname=f"morpheus-c-{info['version']}")
+        made.append(dest)
+    return made
 
 
 def add_to_wheel(wheel: Path, path: str, data: bytes) -> None:
