@@ -349,8 +349,11 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
     # sdk-node/tools/pack.sh: `npm pack` of the package with the addon prebuilt for linux-x64-gnu at
     # native/morpheus.linux-x64-gnu.node (napi-rs's <binaryName>.<platform>.node, what lib/native.js
     # loads) and the generated @morpheus/abi bundled; RELEASE.json and the changelog join at the root.
-    print(f"release: npm pack: sdk-node/tools/pack.sh {out}", file=sys.stderr)
-    proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out)], cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    # With --platforms, linux-arm64-gnu's addon is the platform package @morpheus-sched/node-linux-arm64-gnu
+    # (printed before the main package), which the main package names as an optionalDependency.
+    print(f"release: npm pack: sdk-node/tools/pack.sh {out} --platforms", file=sys.stderr)
+    proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out), "--platforms"], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE)
     if proc.returncode != 0:
         raise Refused(f"npm pack failed (exit {proc.returncode}): sdk-node/tools/pack.sh")
     made = proc.stdout.strip().splitlines()
@@ -367,7 +370,17 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
             raise Refused(f"npm tarball {tarball.name} lacks {needed}")
     add_to_tar_gz(tarball, {"package/RELEASE.json": release_json(stamp),
                             "package/CHANGELOG.md": (ROOT / "sdk-node/CHANGELOG.md").read_bytes()})
-    return [tarball]
+    platform_tarballs = []
+    for platform in PLATFORMS[1:]:
+        path = out / f"morpheus-sched-node-{platform['name']}-{info['version']}.tgz"
+        if str(path) not in made[:-1] or not path.is_file():
+            raise Refused(f"sdk-node/tools/pack.sh made no platform package {path.name} (it printed {made!r})")
+        with tarfile.open(path, "r:gz") as tar:
+            if f"package/morpheus.{platform['name']}.node" not in tar.getnames():
+                raise Refused(f"npm tarball {path.name} lacks package/morpheus.{platform['name']}.node")
+        add_to_tar_gz(path, {"package/RELEASE.json": release_json(platform_stamp(stamp, platform))})
+        platform_tarballs.append(path)
+    return [tarball, *platform_tarballs]
 
 
 JDK = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
