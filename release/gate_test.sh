@@ -116,26 +116,35 @@ leftover=$(find "$repo/dist" -mindepth 1 -maxdepth 1 2>/dev/null || true)
 
 # Another SDK at the same commit releases.
 out=$(gate c) || fail "sdk-c did not release:\n$out"
-tarball=$(ls "$repo"/dist/c/morpheus-c-*.tar.gz) || fail "no tarball in dist/c"
+ls "$repo"/dist/c/morpheus-c-*-linux-x86_64.tar.gz "$repo"/dist/c/morpheus-c-*-linux-aarch64.tar.gz >/dev/null ||
+	fail "dist/c lacks a tarball of each platform: $(ls "$repo/dist/c")"
 python3 - "$repo/dist/c/RELEASE.json" "$commit" <<-'EOF' || fail "dist/c/RELEASE.json"
 import json, sys
 stamp = json.load(open(sys.argv[1]))
 assert stamp["gated"] is True and stamp["commit"] == sys.argv[2], stamp
 conformance = stamp["conformance"]
-assert list(conformance["sdk"]) == ["c"] and list(conformance["live"]) == ["live-c"], conformance.keys()
+assert list(conformance["sdk"]) == ["c", "c-arm64"] and list(conformance["live"]) == ["live-c"], conformance.keys()
 assert conformance["sdk"]["c"]["rows"] and conformance["kernel"]["rows"] and conformance["live"]["live-c"]["rows"]
-assert all(c["status"] in ("pass", "n/a", "skip") for c in conformance["sdk"]["c"]["rows"].values())
+assert conformance["sdk"]["c-arm64"]["rows"]
+assert all(c["status"] in ("pass", "n/a", "skip") for col in conformance["sdk"].values() for c in col["rows"].values())
 print(f"gate-test: sdk-c {stamp['version']} released at {sys.argv[2][:12]} "
       f"({len(conformance['sdk']['c']['rows'])} conformance cells, {len(conformance['kernel']['rows'])} kernel scenarios)")
 EOF
 # Read the member whole and compare the field (a `tar | grep -q` pipeline fails under pipefail when grep
 # stops reading early and tar takes SIGPIPE, which depends on timing).
-python3 - "$tarball" "$commit" <<-'EOF' || fail "the tarball's RELEASE.json does not name commit $commit"
+# Each platform's tarball carries its own columns: x86-64 the c and live-c columns, arm64 the c-arm64 column.
+python3 - "$repo/dist/c" "$commit" <<-'EOF' || fail "a tarball's RELEASE.json does not name commit $commit and its own platform's columns"
 import json, sys, tarfile
-with tarfile.open(sys.argv[1]) as tar:
-    member = next(m for m in tar.getmembers() if m.name.endswith("/share/morpheus-c/RELEASE.json"))
-    stamp = json.load(tar.extractfile(member))
-assert stamp["commit"] == sys.argv[2], stamp["commit"]
+from pathlib import Path
+own = {"x86_64": ("linux-x64-gnu", ["c"], ["live-c"]), "aarch64": ("linux-arm64-gnu", ["c-arm64"], [])}
+for machine, (platform, sdk, live) in own.items():
+    [path] = Path(sys.argv[1]).glob(f"morpheus-c-*-linux-{machine}.tar.gz")
+    with tarfile.open(path) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/share/morpheus-c/RELEASE.json"))
+        stamp = json.load(tar.extractfile(member))
+    assert stamp["commit"] == sys.argv[2], stamp["commit"]
+    assert stamp["platform"] == platform, (path, stamp["platform"])
+    assert list(stamp["conformance"]["sdk"]) == sdk and list(stamp["conformance"]["live"]) == live, (path, stamp["conformance"].keys())
 EOF
 [[ -z $(find "$repo/dist" -name '.staging-*' -o -name '.old-*') ]] || fail "staging directories left in dist/"
 DIST_DIR=$repo/dist bash "$root/release/install_test.sh" c

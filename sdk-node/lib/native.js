@@ -6,7 +6,10 @@ const os = require('node:os');
 const path = require('node:path');
 const { MorpheusError } = require('./errors.js');
 
-// The triples napi-rs names its binaries by; this package ships linux-x64-gnu.
+// The triples napi-rs names its binaries by. The addon is native/morpheus.<triple>.node in this package
+// (a source tree's build, and linux-x64-gnu in the published package), else the platform package
+// @morpheus-sched/node-<triple> (napi-rs's layout: an optionalDependency per triple, which npm installs
+// only on its os/cpu/libc; the published package has linux-arm64-gnu's).
 function triple() {
   if (process.platform !== 'linux') return null;
   const report = typeof process.report?.getReport === 'function' ? process.report.getReport() : null;
@@ -32,9 +35,15 @@ function load() {
     return require(file);
   } catch (error) {
     if (error && error.code === 'MODULE_NOT_FOUND') {
+      try {
+        return require(`@morpheus-sched/node-${name}`);
+      } catch (platformError) {
+        if (!platformError || platformError.code !== 'MODULE_NOT_FOUND') throw platformError;
+      }
       throw MorpheusError.of(
         'UNSUPPORTED_PLATFORM',
-        `@morpheus-sched/node: the native addon ${file} is missing (this package was built without ${name}; ` +
+        `@morpheus-sched/node: the native addon ${file} is missing, and so is the package @morpheus-sched/node-${name} ` +
+          `(this package was built without ${name}; ` +
           'build it with `npm run build` in sdk-node/)',
       );
     }

@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 # `npm pack` of @morpheus-sched/node with the prebuilt linux-x64-gnu addon and the generated ABI module
-# (@morpheus/abi, a bundled dependency) inside. Usage: tools/pack.sh DEST_DIR; prints the tarball's path.
+# (@morpheus/abi, a bundled dependency) inside. Usage: tools/pack.sh DEST_DIR [--platforms]; prints the
+# tarballs' paths, the main package's last.
+# --platforms: also linux-arm64-gnu's addon, cross-built, as the platform package
+# @morpheus-sched/node-linux-arm64-gnu (napi-rs's layout, made by `napi create-npm-dirs` from
+# package.json's napi.targets), which the main package names as an optionalDependency of its version.
 # The package is staged in a temporary directory so that the bundled dependency is a real copy of
 # abi/node (in the source tree it is a symlink, which npm does not pack).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-dest="$(cd "${1:?usage: tools/pack.sh DEST_DIR}" && pwd)"
+dest="$(cd "${1:?usage: tools/pack.sh DEST_DIR [--platforms]}" && pwd)"
+platforms=0
+case "${2:-}" in
+  "") ;;
+  --platforms) platforms=1 ;;
+  *) echo "usage: tools/pack.sh DEST_DIR [--platforms]" >&2; exit 2 ;;
+esac
 "$here/tools/build.sh"
+((platforms)) && "$here/tools/build.sh" --target aarch64-unknown-linux-gnu
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 cd "$here"
 cp -r package.json lib native register.js register.mjs examples "$stage/"
 rm -f "$stage/native/.build.lock"
 rm -rf "$stage"/native/.build.*
+# The main package carries linux-x64-gnu's addon only; the others are platform packages.
+find "$stage/native" -name 'morpheus.*.node' ! -name 'morpheus.linux-x64-gnu.node' -delete
+if ((platforms)); then
+  node_modules/.bin/napi create-npm-dirs --cwd "$stage" --npm-dir npm >&2
+  rm -rf "$stage/npm/linux-x64-gnu"
+  node - "$stage" <<'EOF'
+const fs = require('node:fs');
+const path = require('node:path');
+const stage = process.argv[2];
+const main = JSON.parse(fs.readFileSync(path.join(stage, 'package.json'), 'utf8'));
+main.optionalDependencies = {};
+for (const dir of fs.readdirSync(path.join(stage, 'npm'))) {
+  const platform = JSON.parse(fs.readFileSync(path.join(stage, 'npm', dir, 'package.json'), 'utf8'));
+  main.optionalDependencies[platform.name] = platform.version;
+}
+fs.writeFileSync(path.join(stage, 'package.json'), JSON.stringify(main, null, 2) + '\n');
+EOF
+  for dir in "$stage"/npm/*/; do
+    platform="$(basename "$dir")"
+    cp "native/morpheus.$platform.node" "$dir/"
+    (cd "$dir" && npm pack --silent --pack-destination "$dest") | tail -n 1 | sed "s|^|$dest/|"
+  done
+  rm -rf "$stage/npm"
+fi
 mkdir -p "$stage/node_modules/@morpheus"
 # What npm itself would install from the file: dependency, as a plain directory.
 (cd "$here/../abi/node" && npm pack --silent --pack-destination "$stage" >/dev/null)
