@@ -240,6 +240,32 @@ setup_scx_peers() {
   log "scx peers: ${SCX_PEERS[*]} in $dest"
 }
 
+# ---------------------------------------------------------------------------
+# Fleet (deploy/): a container runtime for the images and the multi-container test, Prometheus for
+# the fleet-metrics test, and the Kubernetes schemas for offline manifest validation. Debian's podman
+# (crun, netavark) and prometheus; kubernetes-validate from PyPI (it carries the schemas).
+FLEET_APT_PACKAGES=(podman runc prometheus)
+FLEET_PIP_PACKAGES=("kubernetes_validate kubernetes-validate>=1.28")
+
+setup_fleet() {
+  local missing=() pkg entry module requirement
+  for pkg in "${FLEET_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null | grep -q '^ii' || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    log "apt (fleet): installing ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=900 install --no-install-recommends "${missing[@]}"
+  fi
+  for entry in "${FLEET_PIP_PACKAGES[@]}"; do
+    read -r module requirement <<<"$entry"
+    python3 -c "import $module" 2>/dev/null && continue
+    log "pip (fleet): installing $requirement"
+    python3 -m pip install --quiet --disable-pip-version-check "$requirement"
+    if command -v pyenv >/dev/null; then pyenv rehash; fi
+  done
+  log "fleet: $(podman --version 2>/dev/null), $(prometheus --version 2>&1 | head -n 1)"
+}
+
 main() {
   local start=$SECONDS peers=1
   case "${1:-}" in
@@ -257,6 +283,7 @@ main() {
   setup_python
   setup_node
   setup_java
+  setup_fleet
   if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"
 }
