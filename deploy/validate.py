@@ -5,8 +5,8 @@
     python3 deploy/validate.py [--root DIR] [--kubernetes-version V]
 
 For each kustomization (KUSTOMIZATIONS below) it renders the objects the way `kubectl kustomize`
-does for the subset deploy/ uses (resources: files and directories; namespace; patches: inline
-JSON 6902 operations with a kind/name target; anything else is refused, so a feature this renderer
+does for the subset deploy/ uses (resources: files and directories; namespace; images: name, newName,
+newTag; patches: inline JSON 6902 operations with a kind/name target; anything else is refused, so a feature this renderer
 does not know cannot pass unchecked), then:
 
 - checks every object against the Kubernetes OpenAPI schemas of kubernetes-validate (PyPI), strict:
@@ -33,7 +33,7 @@ KUSTOMIZATIONS = ["base", "overlays/enforced", "examples"]
 # The Kubernetes release the manifests are written for (kubernetes-validate's schemas).
 KUBERNETES_VERSION = "1.30.0"
 AGENT = ("DaemonSet", "scx-morpheus")
-KNOWN_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
+KNOWN_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches", "images"}
 
 
 class Problem(Exception):
@@ -135,6 +135,14 @@ def render(directory: Path, seen=()) -> list[dict]:
         for obj in hits:
             for op in ops:
                 apply_op(obj, op, where)
+    for n, image in enumerate(k.get("images", [])):
+        if not isinstance(image, dict) or "name" not in image or set(image) - {"name", "newName", "newTag"}:
+            raise Problem(f"{kfile}: images[{n}]: only name, newName and newTag are supported")
+        for obj in objects:
+            for c in obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+                name, _, tag = c.get("image", "").partition(":")
+                if name == image["name"]:
+                    c["image"] = image.get("newName", name) + ":" + str(image.get("newTag", tag))
     if "namespace" in k:
         for obj in objects:
             if obj["kind"] != "Namespace":
