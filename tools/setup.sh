@@ -243,8 +243,9 @@ setup_scx_peers() {
 # ---------------------------------------------------------------------------
 # Fleet (deploy/): a container runtime for the images and the multi-container test, Prometheus for
 # the fleet-metrics test, and the Kubernetes schemas for offline manifest validation. Debian's podman
-# (crun, netavark) and prometheus; kubernetes-validate from PyPI (it carries the schemas).
-FLEET_APT_PACKAGES=(podman runc prometheus)
+# with runc (Debian's crun refuses cgroup v1/v2 hybrid hosts), prometheus (promtool too), curl (its
+# HTTP API) and file; kubernetes-validate from PyPI (it carries the schemas).
+FLEET_APT_PACKAGES=(podman runc prometheus curl file)
 FLEET_PIP_PACKAGES=("kubernetes_validate kubernetes-validate>=1.28")
 
 setup_fleet() {

@@ -8,8 +8,11 @@
 #   node    localhost/morpheus/node-service:TAG  node and its libraries, the released npm package
 #           (sdk-node/tools/pack.sh, what `tools/release.sh node` ships) installed offline, and
 #           deploy/examples/node-service/service.js
+#   jvm     localhost/morpheus/jvm-service:TAG   a Java runtime made by jlink from the JDK, the released
+#           jar of sdk-java (its Maven build, what `tools/release.sh java` ships; natives inside), and
+#           deploy/examples/jvm-service/Service.java compiled against it
 #
-# Usage: deploy/images/build.sh [--tag TAG] [--profile debug|release] [agent] [node]   (default: both;
+# Usage: deploy/images/build.sh [--tag TAG] [--profile debug|release] [agent] [node] [jvm]   (default: all;
 # TAG defaults to `dev`). Prints each image's name. Needs podman (tools/setup.sh) and root.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -25,11 +28,11 @@ while (($#)); do
   case "$1" in
     --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
     --profile) profile="${2:?--profile needs debug or release}"; shift 2 ;;
-    agent | node) images+=("$1"); shift ;;
-    *) die "unknown argument '$1' (usage: build.sh [--tag TAG] [--profile debug|release] [agent] [node])" ;;
+    agent | node | jvm) images+=("$1"); shift ;;
+    *) die "unknown argument '$1' (usage: build.sh [--tag TAG] [--profile debug|release] [agent] [node] [jvm])" ;;
   esac
 done
-((${#images[@]})) || images=(agent node)
+((${#images[@]})) || images=(agent node jvm)
 [[ $profile == debug || $profile == release ]] || die "--profile $profile: expected debug or release"
 command -v podman >/dev/null || die "podman not found (tools/setup.sh installs it)"
 
@@ -111,6 +114,36 @@ build_node() {
     'WORKDIR /app' \
     'ENV NODE_PATH=/app/node_modules' \
     'ENTRYPOINT ["/usr/bin/node", "/app/service.js"]'
+}
+
+# The JDK sdk-java builds with (its FFM backend needs 22+; tools/setup.sh's Java section).
+JDK=${MORPHEUS_JDK:-/usr/lib/jvm/temurin-25-jdk-amd64}
+
+build_jvm() {
+  local root="$work/jvm/root" build="$work/jvm/build"
+  [[ -x $JDK/bin/jlink ]] || die "no JDK at $JDK (tools/setup.sh's Java section; MORPHEUS_JDK to choose another)"
+  log "jvm: mvn package of sdk-java (the released jar)"
+  (cd "$repo" && JAVA_HOME="$JDK" mvn -q -B -f sdk-java/pom.xml package -DskipTests "-Dmorpheus.build.dir=$build" >&2) ||
+    die "mvn package of sdk-java failed"
+  local jar
+  jar="$(find "$build" -maxdepth 1 -name 'morpheus-*.jar' ! -name '*-sources.jar' ! -name '*-javadoc.jar' | head -n 1)"
+  [[ -f $jar ]] || die "mvn package made no morpheus-*.jar in $build"
+  base_root "$root"
+  mkdir -p "$root/app" "$root/opt"
+  cp "$jar" "$root/app/morpheus.jar"
+  local modules
+  modules="$("$JDK/bin/jdeps" --ignore-missing-deps --print-module-deps "$jar")" || die "jdeps failed on $jar"
+  "$JDK/bin/jlink" --add-modules "$modules" --strip-debug --no-header-files --no-man-pages --output "$root/opt/java" ||
+    die "jlink failed"
+  "$JDK/bin/javac" -d "$root/app" -cp "$jar" "$repo/deploy/examples/jvm-service/Service.java" || die "javac of Service.java failed"
+  # The natives inside the jar are loaded from a copy; the libraries they link come with the image.
+  mkdir -p "$work/jvm/natives"
+  (cd "$work/jvm/natives" && "$JDK/bin/jar" xf "$jar" dev/morpheus/native)
+  copy_libs "$root" "$root/opt/java/bin/java" "$root"/opt/java/lib/*.so "$root"/opt/java/lib/server/libjvm.so \
+    $(find "$work/jvm/natives" -name '*.so')
+  build_image "$root" "localhost/morpheus/jvm-service:$tag" \
+    'WORKDIR /app' \
+    'ENTRYPOINT ["/opt/java/bin/java", "--enable-native-access=ALL-UNNAMED", "-cp", "/app/morpheus.jar:/app", "Service"]'
 }
 
 for image in "${images[@]}"; do
