@@ -342,6 +342,33 @@ setup_qemu_trixie() {
   log "qemu trixie: $(<"$stamp") installed in $((SECONDS - started))s"
 }
 
+# ---------------------------------------------------------------------------
+# Fleet (deploy/): a container runtime for the images and the multi-container test, Prometheus for
+# the fleet-metrics test, and the Kubernetes schemas for offline manifest validation. Debian's podman
+# with runc (Debian's crun refuses cgroup v1/v2 hybrid hosts), prometheus (promtool too), curl (its
+# HTTP API) and file; kubernetes-validate from PyPI (it carries the schemas).
+FLEET_APT_PACKAGES=(podman runc prometheus curl file)
+FLEET_PIP_PACKAGES=("kubernetes_validate kubernetes-validate>=1.28")
+
+setup_fleet() {
+  local missing=() pkg entry module requirement
+  for pkg in "${FLEET_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null | grep -q '^ii' || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    log "apt (fleet): installing ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=900 install --no-install-recommends "${missing[@]}"
+  fi
+  for entry in "${FLEET_PIP_PACKAGES[@]}"; do
+    read -r module requirement <<<"$entry"
+    python3 -c "import $module" 2>/dev/null && continue
+    log "pip (fleet): installing $requirement"
+    python3 -m pip install --quiet --disable-pip-version-check "$requirement"
+    if command -v pyenv >/dev/null; then pyenv rehash; fi
+  done
+  log "fleet: $(podman --version 2>/dev/null), $(prometheus --version 2>&1 | head -n 1)"
+}
+
 main() {
   local start=$SECONDS peers=1
   case "${1:-}" in
@@ -364,6 +391,7 @@ main() {
   setup_node
   setup_arm64 # after node: it fetches the arm64 Node with npm
   setup_java
+  setup_fleet
   if [[ $peers -eq 1 ]]; then setup_scx_peers; else log "scx peers: left out (--no-peers)"; fi
   log "done in $((SECONDS - start))s"
 }
