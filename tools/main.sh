@@ -58,12 +58,13 @@ step_python_bench_vm() {
   bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus
 }
 
-# sdk-python as a service sees it, against the real agent (sim backend at its defaults, private
-# runtime directory, no root): fairness of 2/4/8 CPU-bound tasks and an aiohttp service over loopback
-# (light p99, heavy req/s), the naive yield and morpheus side by side in the same run
-# (sdk-python/BENCHMARKS.md, "Service").
+# sdk-python as a service sees it, against the real agent at its defaults (slice 5 ms, grace 2 ms), the
+# sim backend and the tracing backend (BPF, where the kernel and root allow; otherwise it says why and
+# runs sim only) side by side, each in a private runtime directory: fairness of 2/4/8 CPU-bound tasks
+# and an aiohttp service over loopback (light p99 as a ratio to `asyncio.sleep(0)` per round and
+# backend, heavy req/s), 5 rounds (sdk-python/BENCHMARKS.md, "Service"). About 4 minutes.
 step_python_service() {
-  bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-3}"
+  bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-5}" "${MORPHEUS_SERVICE_FAIRNESS_ROUNDS:-2}"
 }
 
 # sdk-node's service table: the example Fastify service driven over loopback with the sim scheduler
