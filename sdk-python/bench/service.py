@@ -207,7 +207,7 @@ def table(results: list, seconds: float, backends: list) -> str:
     def spread(values):
         known = [v for v in values if v == v]
         if not known:
-            return "nan"
+            return "no round with a ratio"
         nan = f", {len(values) - len(known)} rounds without a ratio" if len(known) < len(values) else ""
         return f"{statistics.median(known):.2f} [{min(known):.2f}–{max(known):.2f}]{nan}"
 
