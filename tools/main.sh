@@ -30,10 +30,13 @@ step_abi_check() {
   python3 abi/gen/morpheus_abigen.py --check
 }
 
-# Starvation benchmark: Morpheus off / observer / enforced side by side. The benchmark starts and
-# stops scx_morpheus (simulation backend, private region and socket) itself for each mode.
+# Starvation benchmark: Morpheus off / observer / enforced side by side, observer and enforced on the sim
+# backend and on the tracing backend (where root and BTF allow; otherwise sim only, saying why) in the
+# same rounds, 5 rounds with the spread of each ratio to off (scheduler/BENCHMARKS.md, "Starvation").
+# The benchmark starts and stops scx_morpheus (private region and socket; trace: private bpffs)
+# itself for each mode. About 2 minutes.
 step_starvation() {
-  bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-10}"
+  bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-15}" --rounds "${MORPHEUS_STARVATION_ROUNDS:-5}"
 }
 
 # The same starvation benchmark in the real-kernel VM (Debian sid under qemu TCG): off with the
@@ -49,6 +52,14 @@ step_starvation_vm() {
 # (scheduler/BENCHMARKS.md, "Tracing backend"). Needs root and BPF with BTF; about 2 minutes.
 step_trace_bench() {
   bash scheduler/trace-bench/run.sh --rounds "${MORPHEUS_TRACE_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_TRACE_BENCH_SECONDS:-5}"
+}
+
+# Time to yield per SDK on the tracing backend: request (preempt_seq published) to acknowledgement
+# (the runtime's store to last_ack_seq, caught by a hardware write breakpoint), p50/p99, with the
+# checkpoint density, for the e2e workers of Rust, C, Python, Node and Java (scheduler/BENCHMARKS.md,
+# "Time to yield per SDK"). Needs root, BPF with BTF and hardware breakpoints; about 3 minutes.
+step_yield_bench() {
+  bash scheduler/trace-bench/yield.sh --rounds "${MORPHEUS_YIELD_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_YIELD_BENCH_SECONDS:-4}"
 }
 
 # sdk-python's asyncio table (blocking / naive / morpheus, latency probe) against the real BPF scheduler
@@ -96,6 +107,7 @@ STEPS=(
   abi_report
   starvation
   trace_bench
+  yield_bench
   starvation_vm
   python_bench_vm
   python_service
