@@ -143,6 +143,8 @@ class Scb:
                 head = os.pread(self.mem, abi.RegionHeader.SIZE, start)
             except OSError:
                 continue
+            if len(head) < abi.RegionHeader.SIZE:
+                continue  # e.g. a shared file mapping past its file's end
             H = abi.RegionHeader
             if struct.unpack_from(H.MAGIC.struct_format, head, H.MAGIC.offset)[0] != abi.REGION_MAGIC:
                 continue
@@ -154,6 +156,8 @@ class Scb:
                 if base + abi.Scb.SIZE > end:
                     break
                 scb = os.pread(self.mem, abi.Scb.SIZE, base)
+                if len(scb) < abi.Scb.SIZE:
+                    break
                 get = lambda f: struct.unpack_from(f.struct_format, scb, f.offset)[0]  # noqa: E731
                 if get(abi.Scb.PID) == self.pid and get(abi.Scb.WORKER_STATE) == abi.WorkerState.RUNNING:
                     return base, get(abi.Scb.TID)
