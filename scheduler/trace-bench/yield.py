@@ -117,20 +117,28 @@ class Ring:
 class Scb:
     """One worker's SCB as its own process maps it, read through /proc/PID/mem."""
 
-    def __init__(self, pid, deadline):
-        self.pid = pid
-        self.mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    def __init__(self, proc, deadline):
+        self.pid = pid = proc.pid
+        self.mem = None
         while True:
             found = self.find()
             if found:
                 self.base, self.tid = found
                 return
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                raise SystemExit(f"yield.py: worker {pid} exited ({proc.returncode}) before it was found registered:\n{out}{err}")
             if time.monotonic() > deadline:
                 raise SystemExit(f"yield.py: worker {pid} shows no RUNNING slot of its own in any mapped region")
             time.sleep(0.05)
 
     def find(self):
+        # Opened afresh on every look: a descriptor of /proc/PID/mem keeps the address space it was
+        # opened on, and the process starts as `sh` before it execs the worker.
+        if self.mem is not None:
+            os.close(self.mem)
         try:
+            self.mem = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
             maps = open(f"/proc/{self.pid}/maps").read().splitlines()
         except FileNotFoundError:
             raise SystemExit(f"yield.py: worker {self.pid} exited before it registered")
@@ -182,7 +190,7 @@ def measure(sdk, command, sock, seconds, calibrate):
     proc = subprocess.Popen(["sh", "-c", f"exec {command} --seconds {seconds:g} cooperative"],
                             env=dict(os.environ, **{abi.ENV_SOCKET: sock}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        scb = Scb(proc.pid, time.monotonic() + 120)
+        scb = Scb(proc, time.monotonic() + 120)
         # 1. Density: loads of preempt_seq (one per checkpoint) per CPU-µs of the registered thread.
         fd = perf_breakpoint(scb.tid, scb.addr(abi.Scb.PREEMPT_SEQ), HW_BREAKPOINT_RW, sample=False)
         cpu0 = on_cpu_ns(proc.pid, scb.tid)
