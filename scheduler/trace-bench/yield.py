@@ -32,7 +32,6 @@ import ctypes
 import mmap
 import os
 import select
-import shlex
 import statistics
 import struct
 import subprocess
