@@ -30,10 +30,13 @@ step_abi_check() {
   python3 abi/gen/morpheus_abigen.py --check
 }
 
-# Starvation benchmark: Morpheus off / observer / enforced side by side. The benchmark starts and
-# stops scx_morpheus (simulation backend, private region and socket) itself for each mode.
+# Starvation benchmark: Morpheus off / observer / enforced side by side, observer and enforced on the sim
+# backend and on the tracing backend (where root and BTF allow; otherwise sim only, saying why) in the
+# same rounds, 5 rounds with the spread of each ratio to off (scheduler/BENCHMARKS.md, "Starvation").
+# The benchmark starts and stops scx_morpheus (private region and socket; trace: private bpffs)
+# itself for each mode. About 2 minutes.
 step_starvation() {
-  bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-10}"
+  bash scheduler/starvation/run.sh --seconds "${MORPHEUS_STARVATION_SECONDS:-15}" --rounds "${MORPHEUS_STARVATION_ROUNDS:-5}"
 }
 
 # The same starvation benchmark in the real-kernel VM (Debian sid under qemu TCG): off with the
@@ -51,6 +54,14 @@ step_trace_bench() {
   bash scheduler/trace-bench/run.sh --rounds "${MORPHEUS_TRACE_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_TRACE_BENCH_SECONDS:-5}"
 }
 
+# Time to yield per SDK on the tracing backend: request (preempt_seq published) to acknowledgement
+# (the runtime's store to last_ack_seq, caught by a hardware write breakpoint), p50/p99, with the
+# checkpoint density, for the e2e workers of Rust, C, Python, Node and Java (scheduler/BENCHMARKS.md,
+# "Time to yield per SDK"). Needs root, BPF with BTF and hardware breakpoints; about 3 minutes.
+step_yield_bench() {
+  bash scheduler/trace-bench/yield.sh --rounds "${MORPHEUS_YIELD_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_YIELD_BENCH_SECONDS:-4}"
+}
+
 # sdk-python's asyncio table (blocking / naive / morpheus, latency probe) against the real BPF scheduler
 # in the VM: off (kernel default scheduler) and scx_morpheus on sched_ext in one boot, probe p99 beside
 # slice + grace and its ratio to off (sdk-python/BENCHMARKS.md).
@@ -58,12 +69,13 @@ step_python_bench_vm() {
   bash scheduler/e2e/pybench-vm.sh -- --seconds "${MORPHEUS_PYBENCH_VM_SECONDS:-2}" --repeat 1 --calls 0 --modes idle,blocking,naive,morpheus
 }
 
-# sdk-python as a service sees it, against the real agent (sim backend at its defaults, private
-# runtime directory, no root): fairness of 2/4/8 CPU-bound tasks and an aiohttp service over loopback
-# (light p99, heavy req/s), the naive yield and morpheus side by side in the same run
-# (sdk-python/BENCHMARKS.md, "Service").
+# sdk-python as a service sees it, against the real agent at its defaults (slice 5 ms, grace 2 ms), the
+# sim backend and the tracing backend (BPF, where the kernel and root allow; otherwise it says why and
+# runs sim only) side by side, each in a private runtime directory: fairness of 2/4/8 CPU-bound tasks
+# and an aiohttp service over loopback (light p99 as a ratio to `asyncio.sleep(0)` per round and
+# backend, heavy req/s), 5 rounds (sdk-python/BENCHMARKS.md, "Service"). About 4 minutes.
 step_python_service() {
-  bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-3}"
+  bash sdk-python/bench/service.sh "${MORPHEUS_SERVICE_SECONDS:-8}" "${MORPHEUS_SERVICE_ROUNDS:-5}" "${MORPHEUS_SERVICE_FAIRNESS_ROUNDS:-2}"
 }
 
 # sdk-node's service table: the example Fastify service driven over loopback with scx_morpheus's sim
@@ -107,6 +119,7 @@ STEPS=(
   abi_report
   starvation
   trace_bench
+  yield_bench
   starvation_vm
   python_bench_vm
   python_service

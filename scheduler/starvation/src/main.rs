@@ -9,8 +9,15 @@
 //! this program with a private socket), and the table compares them in the same run.
 //!
 //! `--backend sim` (the default) runs scx_morpheus's simulation backend in a private runtime directory (each user's region comes with the registration reply);
+//! `--backend trace` runs its tracing backend (BPF programs at sched_switch and a BPF timer on the host
+//! kernel, no sched_ext; root and a kernel with BPF and BTF) in a mount namespace of its own with a
+//! private bpffs on /sys/fs/bpf, so its pins meet no other agent's;
 //! `--backend kernel` runs the sched_ext BPF scheduler (a kernel with sched_ext, as root: the VM test
 //! scheduler/e2e/starvation-vm.sh), whose region is the pinned map the workers find by discovery.
+//! Several backends (`--backend sim,trace`) run side by side in the same rounds: each round runs `off`
+//! once, then each backend's modes (the backends' order rotated by one each round), and every ratio to
+//! `off` is also taken within its round, so the spread over the rounds is printed beside the pooled
+//! figures.
 //!
 //! Workers are what an application gets: `morpheus::Worker` registered through the agent's socket,
 //! `checkpoint_sync` between pieces of work, and the SDK's runtime modes (a PRESSURED or DEFENSIVE
@@ -46,6 +53,8 @@ impl Mode {
 enum Backend {
     /// The simulation backend (any kernel), private runtime directory.
     Sim,
+    /// The tracing backend (BPF on the host kernel: needs root, BPF and BTF); private bpffs.
+    Trace,
     /// The sched_ext BPF scheduler (needs sched_ext and root); region pinned on bpffs.
     Kernel,
 }
@@ -54,6 +63,7 @@ impl Backend {
     fn name(self) -> &'static str {
         match self {
             Backend::Sim => "sim",
+            Backend::Trace => "trace",
             Backend::Kernel => "kernel",
         }
     }
@@ -90,9 +100,10 @@ struct Opts {
     /// Modes to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Mode::Off, Mode::Observer, Mode::Enforced])]
     modes: Vec<Mode>,
-    /// scx_morpheus backend of the observer and enforced modes.
-    #[arg(long, value_enum, default_value_t = Backend::Sim)]
-    backend: Backend,
+    /// scx_morpheus backends of the observer and enforced modes (several, comma-separated, run side by
+    /// side in the same rounds).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Backend::Sim])]
+    backend: Vec<Backend>,
     /// The scx_morpheus binary (default: next to this one).
     #[arg(long)]
     scheduler: Option<PathBuf>,
@@ -104,6 +115,8 @@ struct Opts {
 /// One mode's results, pooled over the rounds.
 #[derive(Default)]
 struct PhaseResult {
+    /// Per round: that round's latencies' p50, p95, p99 and max (ns), for the spread over rounds.
+    per_round: Vec<[u64; 4]>,
     latencies_ns: Vec<u64>,
     /// Sum over rounds of the zombie's CPU share (divide by the rounds).
     zombie_cpu_share: f64,
@@ -122,7 +135,14 @@ impl Opts {
 
 fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: &[String]) -> Result<(Child, Target)> {
     let target = Target { socket: dir.join("agent.sock") };
-    let mut command = Command::new(bin);
+    let mut command = if backend == Backend::Trace {
+        // Its own mount namespace with a private bpffs: exec keeps the pid, so the child is the agent.
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount -t bpf bpf /sys/fs/bpf && exec "$0" "$@""#]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
     command.args(["--backend", backend.name(), "--mode", mode.name(), "--policy", "kick"]);
     let mut child = command
         .arg("--socket")
@@ -132,14 +152,16 @@ fn start_scheduler(bin: &Path, backend: Backend, mode: Mode, dir: &Path, extra: 
         .stderr(Stdio::inherit())
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Loading and verifying BPF programs on a loaded 2-core host takes seconds, not milliseconds.
+    let wait_s = if backend == Backend::Sim { 10 } else { 60 };
+    let deadline = Instant::now() + Duration::from_secs(wait_s);
     while !target.socket.exists() {
         if let Some(status) = child.try_wait()? {
-            bail!("{} exited early ({status})", bin.display());
+            bail!("{} --backend {} exited early ({status})", bin.display(), backend.name());
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            bail!("{} did not open {} within 10 s", bin.display(), target.socket.display());
+            bail!("{} --backend {} did not open {} within {wait_s} s", bin.display(), backend.name(), target.socket.display());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -203,14 +225,15 @@ fn field(totals: &[serde_json::Value], label: &str) -> String {
     totals.iter().map(|t| t.pointer(pointer).and_then(|v| v.as_u64()).unwrap_or(0)).sum::<u64>().to_string()
 }
 
-/// Runs one mode once (starting and stopping scx_morpheus around it) and pools the results.
-fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, result: &mut PhaseResult) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("morpheus-starvation-{}-{}", std::process::id(), mode.name()));
+/// Runs one mode once on `backend` (starting and stopping scx_morpheus around it; `off` runs none) and
+/// pools the results.
+fn run_mode(opts: &Opts, mode: Mode, backend: Backend, cpu: usize, bin: &Path, seconds: f64, result: &mut PhaseResult) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("morpheus-starvation-{}-{}-{}", std::process::id(), backend.name(), mode.name()));
     std::fs::create_dir_all(&dir)?;
     let (child, target) = if mode == Mode::Off {
         (None, None)
     } else {
-        let (child, target) = start_scheduler(bin, opts.backend, mode, &dir, &opts.scheduler_args)?;
+        let (child, target) = start_scheduler(bin, backend, mode, &dir, &opts.scheduler_args)?;
         (Some(child), Some(target))
     };
     let socket = target.as_ref().map(|t| t.socket.clone());
@@ -221,7 +244,7 @@ fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, resul
             let totals = socket.as_deref().map(read_stats).transpose();
             stop_scheduler(child)?;
             let totals = totals?;
-            if opts.backend == Backend::Kernel {
+            if backend == Backend::Kernel {
                 wait_sched_ext_disabled()?;
             }
             totals
@@ -229,12 +252,43 @@ fn run_mode(opts: &Opts, mode: Mode, cpu: usize, bin: &Path, seconds: f64, resul
         None => None,
     };
     let _ = std::fs::remove_dir_all(&dir);
-    let (latencies_ns, zombie_cpu_share, yields, bound) = phase?;
+    let (mut latencies_ns, zombie_cpu_share, yields, bound) = phase?;
+    latencies_ns.sort_unstable();
+    result.per_round.push(quantiles(&latencies_ns));
     result.slice_plus_grace_ns = result.slice_plus_grace_ns.or(bound);
     result.latencies_ns.extend(latencies_ns);
     result.zombie_cpu_share += zombie_cpu_share;
     result.yields.add(yields);
     result.totals.extend(totals);
+    Ok(())
+}
+
+/// p50, p95, p99 and max of sorted latencies.
+fn quantiles(sorted: &[u64]) -> [u64; 4] {
+    [percentile(sorted, 50.0), percentile(sorted, 95.0), percentile(sorted, 99.0), *sorted.last().unwrap_or(&0)]
+}
+
+/// `median [min–max]` of per-round values.
+fn spread(mut values: Vec<f64>) -> String {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return "-".into();
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
+    format!("{median:.3} [{:.3}–{:.3}]", values[0], values[n - 1])
+}
+
+/// What the tracing backend needs of this machine, or why it cannot run here.
+fn check_trace_backend() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("--backend trace: loading its BPF programs needs root; use --backend sim");
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("--backend trace: this kernel has no BTF (/sys/kernel/btf/vmlinux is missing); use --backend sim");
+    }
     Ok(())
 }
 
@@ -260,35 +314,78 @@ fn main() -> Result<()> {
     if opts.modes.iter().any(|m| *m != Mode::Off) && !bin.exists() {
         bail!("scx_morpheus not found at {} (build it, or pass --scheduler)", bin.display());
     }
-    if opts.backend == Backend::Kernel {
+    if opts.backend.is_empty() {
+        bail!("--backend: name at least one backend (sim, trace, kernel)");
+    }
+    if let Some(b) = opts.backend.iter().enumerate().find_map(|(i, b)| opts.backend[..i].contains(b).then_some(b)) {
+        bail!("--backend: {} is named twice", b.name());
+    }
+    if opts.backend.contains(&Backend::Trace) {
+        check_trace_backend()?;
+    }
+    if opts.backend.contains(&Backend::Kernel) {
         match std::fs::read_to_string(SCHED_EXT_STATE) {
             Ok(state) if state.trim() == "disabled" => {}
             Ok(state) => bail!("--backend kernel: a sched_ext scheduler is already loaded ({SCHED_EXT_STATE} is '{}')", state.trim()),
             Err(e) => bail!("--backend kernel: this kernel has no sched_ext ({SCHED_EXT_STATE}: {e}); use --backend sim"),
         }
     }
+    let backends: Vec<&str> = opts.backend.iter().map(|b| b.name()).collect();
     println!(
         "starvation: 1 zombie + {} cooperative workers pinned to CPU {cpu} (of {ncpu}); release every {} ms, {} µs of work in {} µs pieces; {} s per mode in {} round(s); scx_morpheus backend {}",
-        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds, opts.rounds, opts.backend.name()
+        opts.workers, opts.period_ms, opts.work_us, opts.chunk_us, opts.seconds, opts.rounds, backends.join(",")
     );
-    let mut results: Vec<(Mode, PhaseResult)> = opts.modes.iter().map(|m| (*m, PhaseResult::default())).collect();
-    for _round in 0..opts.rounds {
-        for (mode, result) in results.iter_mut() {
-            run_mode(&opts, *mode, cpu, &bin, seconds, result)?;
+    // The table's rows: `off` once (no scheduler: the same for every backend), then each backend's modes.
+    let mut results: Vec<(Mode, Backend, PhaseResult)> = Vec::new();
+    if opts.modes.contains(&Mode::Off) {
+        results.push((Mode::Off, opts.backend[0], PhaseResult::default()));
+    }
+    for backend in &opts.backend {
+        for mode in opts.modes.iter().filter(|m| **m != Mode::Off) {
+            results.push((*mode, *backend, PhaseResult::default()));
         }
     }
-    for (_, r) in results.iter_mut() {
+    let label = |mode: Mode, backend: Backend| match mode {
+        Mode::Off => "off".to_string(),
+        _ if opts.backend.len() == 1 => mode.name().to_string(),
+        _ => format!("{}/{}", backend.name(), mode.name()),
+    };
+    for round in 0..opts.rounds as usize {
+        // Off first, then the backends in an order rotated by one each round.
+        let order: Vec<Backend> = (0..opts.backend.len()).map(|i| opts.backend[(i + round) % opts.backend.len()]).collect();
+        for (mode, backend, result) in results.iter_mut().filter(|(m, _, _)| *m == Mode::Off) {
+            run_mode(&opts, *mode, *backend, cpu, &bin, seconds, result)?;
+        }
+        for b in &order {
+            for (mode, backend, result) in results.iter_mut().filter(|(m, bk, _)| *m != Mode::Off && bk == b) {
+                run_mode(&opts, *mode, *backend, cpu, &bin, seconds, result)?;
+            }
+        }
+        let off_p99 = results.iter().find(|(m, _, _)| *m == Mode::Off).map(|(_, _, r)| r.per_round[round][2]);
+        let cells: Vec<String> = results
+            .iter()
+            .map(|(m, b, r)| {
+                let p99 = r.per_round[round][2];
+                let vs_off = match off_p99 {
+                    Some(base) if base != 0 && *m != Mode::Off => format!(" ({:.3}x off)", p99 as f64 / base as f64),
+                    _ => String::new(),
+                };
+                format!("{} p99 {:.1} µs{vs_off}", label(*m, *b), p99 as f64 / 1e3)
+            })
+            .collect();
+        println!("round {}: {}", round + 1, cells.join("; "));
+    }
+    for (_, _, r) in results.iter_mut() {
         r.latencies_ns.sort_unstable();
         r.zombie_cpu_share /= opts.rounds as f64;
     }
 
-    let quantiles = |l: &[u64]| [percentile(l, 50.0), percentile(l, 95.0), percentile(l, 99.0), *l.last().unwrap_or(&0)];
-    let off = results.iter().find(|(m, _)| *m == Mode::Off).map(|(_, r)| quantiles(&r.latencies_ns));
+    let off = results.iter().find(|(m, _, _)| *m == Mode::Off).map(|(_, _, r)| quantiles(&r.latencies_ns));
     println!(
-        "{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7}",
+        "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7}",
         "mode", "samples", "p50_us", "p95_us", "p99_us", "max_us", "p50/off", "p95/off", "p99/off", "max/off", "hints", "yields", "escalations", "zombie%"
     );
-    for (mode, r) in &results {
+    for (mode, backend, r) in &results {
         let l = &r.latencies_ns;
         let q = quantiles(l);
         let ratio = |i: usize| match off {
@@ -296,8 +393,8 @@ fn main() -> Result<()> {
             _ => "-".to_string(),
         };
         println!(
-            "{:<9} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7.1}",
-            mode.name(),
+            "{:<16} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>11} {:>7.1}",
+            label(*mode, *backend),
             l.len(),
             q[0] as f64 / 1e3,
             q[1] as f64 / 1e3,
@@ -313,30 +410,44 @@ fn main() -> Result<()> {
             r.zombie_cpu_share * 100.0
         );
     }
-    for (mode, r) in &results {
+    for (mode, backend, r) in &results {
         if let Some(bound) = r.slice_plus_grace_ns {
             let q = quantiles(&r.latencies_ns);
             let vs_off = off.filter(|b| b[2] != 0).map_or("-".to_string(), |b| format!("{:.3}", q[2] as f64 / b[2] as f64));
             println!(
                 "{}: p99 {:.1} µs = {:.2} x (slice + grace = {:.1} µs); p99/off {vs_off}",
-                mode.name(),
+                label(*mode, *backend),
                 q[2] as f64 / 1e3,
                 q[2] as f64 / bound as f64,
                 bound as f64 / 1e3
             );
         }
     }
-    for (mode, r) in &results {
+    // The spread over the rounds: each ratio taken within its round.
+    let off_rounds = results.iter().find(|(m, _, _)| *m == Mode::Off).map(|(_, _, r)| r.per_round.clone());
+    for (mode, backend, r) in &results {
+        let p99s: Vec<f64> = r.per_round.iter().map(|q| q[2] as f64 / 1e3).collect();
+        let mut line = format!("{} over {} round(s), median [min–max]: p99 {} µs", label(*mode, *backend), r.per_round.len(), spread(p99s));
+        if let (Some(off_rounds), true) = (&off_rounds, *mode != Mode::Off) {
+            let ratios = r.per_round.iter().zip(off_rounds).map(|(q, o)| q[2] as f64 / o[2] as f64).collect();
+            line += &format!(", p99/off {}", spread(ratios));
+        }
+        if let Some(bound) = r.slice_plus_grace_ns {
+            line += &format!(", p99/(slice + grace) {}", spread(r.per_round.iter().map(|q| q[2] as f64 / bound as f64).collect()));
+        }
+        println!("{line}");
+    }
+    for (mode, backend, r) in &results {
         if *mode != Mode::Off {
             let y = r.yields;
-            println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", mode.name(), y.preempt, y.budget, y.defensive);
+            println!("{}: cooperative yields by reason: preempt_request={} budget={} defensive={}", label(*mode, *backend), y.preempt, y.budget, y.defensive);
         }
         if !r.totals.is_empty() {
             let sums: Vec<String> = TOTALS
                 .iter()
                 .map(|(k, _)| format!("{k}={}", field(&r.totals, k)))
                 .collect();
-            println!("{}: scx_morpheus totals over {} round(s): {}", mode.name(), r.totals.len(), sums.join(" "));
+            println!("{}: scx_morpheus totals over {} round(s): {}", label(*mode, *backend), r.totals.len(), sums.join(" "));
         }
     }
     Ok(())
