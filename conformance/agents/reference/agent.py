@@ -29,7 +29,9 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   unknown_level_keeps   a pressure level the reader does not know keeps the previous pressure state
                         (SCB.md §2.1: it is a good snapshot, not HIGH);
   no_snapshot_keeps_mode  with no pressure snapshot ever read, leaving DEFENSIVE keeps the current mode
-                        (SCB.md §5.4: with none the level is not HIGH).
+                        (SCB.md §5.4: with none the level is not HIGH);
+  env_retired_detaches  a retired region named by MORPHEUS_REGION is detached mode, as a retired default
+                        region would be (SCB.md §1.2: the environment's region is explicit, NOT_READY).
 """
 
 from __future__ import annotations
@@ -104,10 +106,11 @@ class Worker:
     # -- attach -----------------------------------------------------------------------------------
 
     def attach(self, path: str | None):
+        from_env = False
         if path is None:
             env = os.environ.get(m.ENV_REGION)
             if env is not None:
-                path = env
+                path, from_env = env, True
             elif os.path.exists(m.PINNED_REGION_PATH):
                 raise SdkError(m.ErrorCode.IO, "the reference agent cannot open pinned BPF maps")
             elif os.path.exists(m.SIM_REGION_PATH):
@@ -159,6 +162,9 @@ class Worker:
             raise SdkError(m.ErrorCode.UNKNOWN_REQUIRED_FEATURE,
                            f"required feature bits {unknown:#x} are unknown to ABI {m.ABI_MAJOR}.{m.ABI_MINOR}")
         if generation == 0:
+            if BREAK == "env_retired_detaches" and from_env:
+                self.attached = False
+                return {"attached": False}
             raise SdkError(m.ErrorCode.NOT_READY, "region generation is 0 (not ready or retired)")
         self.mm, self.attached, self.attach_generation = mm, True, generation
         self.header_size, self.stride, self.count = hs, stride, count  # cached: never re-read

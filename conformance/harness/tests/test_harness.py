@@ -294,6 +294,11 @@ class DecidedPlacesTest(unittest.TestCase):
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
 
+    def test_a_retired_region_named_by_the_environment_is_not_ready(self):
+        red = self.red("env_retired_detaches")
+        self.assertEqual(set(red), {"discovery_env_region_retired"})
+        self.assertIn("NOT_READY", red["discovery_env_region_retired"].message)
+
     def test_no_snapshot_ever_is_not_high(self):
         red = self.red("no_snapshot_keeps_mode")
         self.assertEqual(set(red), self.both("mode_defensive_leave_without_snapshot"))
