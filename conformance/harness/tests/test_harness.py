@@ -35,7 +35,10 @@ def faulty(fault, op="checkpoint"):
     return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT))
 
 
-def run(agents, names, timeout=5.0, scenarios_dir=SCENARIOS, build=False):
+# The per-request hang detector of these runs: generous, since a verdict must not depend on how loaded
+# the machine is (an agent that starts slowly under load is not a hung one); the tests of the detector
+# itself pass their own, short timeouts to faulty agents that really hang.
+def run(agents, names, timeout=60.0, scenarios_dir=SCENARIOS, build=False):
     scenarios, broken = load_dir(scenarios_dir)
     scenarios = [s for s in scenarios if s.name in names] if names else scenarios
     results = cli.run_matrix(agents, scenarios, timeout, jobs=2, build=build)
