@@ -198,6 +198,7 @@ int main(void)
 	printf("const PINNED_REGION_PATH %s\n", MORPHEUS_PINNED_REGION_PATH);
 	printf("const PINNED_HINTS_PATH %s\n", MORPHEUS_PINNED_HINTS_PATH);
 	printf("const SIM_REGION_PATH %s\n", MORPHEUS_SIM_REGION_PATH);
+	printf("escapable UNKNOWN %u\n", MORPHEUS_ESCAPABLE_DEFAULT_UNKNOWN);
 	printf("escapable RUST %u\n", MORPHEUS_ESCAPABLE_DEFAULT_RUST);
 	printf("escapable C %u\n", MORPHEUS_ESCAPABLE_DEFAULT_C);
 	printf("escapable PYTHON %u\n", MORPHEUS_ESCAPABLE_DEFAULT_PYTHON);

@@ -80,12 +80,12 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_SCHEDULER_MODE_OBSERVER 0u /* Hints only; never escalates. The default. */
 #define MORPHEUS_SCHEDULER_MODE_ENFORCED 1u /* Escalates workers that pass the escalation gate. */
 
-/* enum worker_state: Lifecycle of an SCB slot: INIT -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> INIT. */
-#define MORPHEUS_WORKER_STATE_INIT 0u /* Slot free. Written by the scheduler when it creates or reclaims the slot. */
-#define MORPHEUS_WORKER_STATE_REGISTERED 1u /* Slot assigned to a thread. Written by the scheduler on registration. */
+/* enum worker_state: Lifecycle of an SCB slot (SCB.md 4): INIT -> CLAIMED -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> CLAIMED -> INIT. Every hand-off between parties is a CAS into CLAIMED; the registrar is the agent, or the SDK itself under direct registration. */
+#define MORPHEUS_WORKER_STATE_INIT 0u /* Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED. */
+#define MORPHEUS_WORKER_STATE_REGISTERED 1u /* Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data. */
 #define MORPHEUS_WORKER_STATE_RUNNING 2u /* The runtime drives the worker and calls checkpoints. Written by the runtime. */
 #define MORPHEUS_WORKER_STATE_QUIESCING 3u /* The runtime is shutting the worker down. Written by the runtime. */
-#define MORPHEUS_WORKER_STATE_DEAD 4u /* The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */
+#define MORPHEUS_WORKER_STATE_DEAD 4u /* The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed). */
 #define MORPHEUS_WORKER_STATE_CLAIMED 5u /* A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */
 
 /* enum escalation_policy: How an escalation is carried out. Global: stored in the region header. */
@@ -97,10 +97,10 @@ typedef __INT64_TYPE__ morpheus_s64;
 /* enum yield_reason: Why a checkpoint yielded; the runtime stores it in last_yield_reason. */
 #define MORPHEUS_YIELD_REASON_NONE 0u /* No yield has happened yet. */
 #define MORPHEUS_YIELD_REASON_PREEMPT_REQUEST 1u /* The scheduler bumped preempt_seq. */
-#define MORPHEUS_YIELD_REASON_BUDGET 2u /* The runtime's own budget ran out (budget_remaining_ns reached 0). */
-#define MORPHEUS_YIELD_REASON_PRESSURE 3u /* The runtime yielded because global pressure is high (PRESSURED mode). */
+#define MORPHEUS_YIELD_REASON_BUDGET 2u /* A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4). */
+#define MORPHEUS_YIELD_REASON_PRESSURE 3u /* Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET. */
 #define MORPHEUS_YIELD_REASON_DEFENSIVE 4u /* The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode). */
-#define MORPHEUS_YIELD_REASON_EXPLICIT 5u /* The application asked for a yield. */
+#define MORPHEUS_YIELD_REASON_EXPLICIT 5u /* An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8). */
 
 /* enum runtime_mode: How the runtime decides to yield; written by the runtime for the scheduler's information. */
 #define MORPHEUS_RUNTIME_MODE_DETERMINISTIC 0u /* Yield only when the scheduler asks (preempt_seq moved). */
@@ -130,7 +130,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_BACKEND_SIM 2u /* The simulation backend; the region is a shared-memory file. */
 
 /* enum runtime_kind: Which SDK drives a worker (informative; also keys the escapable defaults). */
-#define MORPHEUS_RUNTIME_KIND_UNKNOWN 0u /* Not stated. */
+#define MORPHEUS_RUNTIME_KIND_UNKNOWN 0u /* Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]). */
 #define MORPHEUS_RUNTIME_KIND_RUST 1u /* sdk-rust. */
 #define MORPHEUS_RUNTIME_KIND_C 2u /* sdk-c. */
 #define MORPHEUS_RUNTIME_KIND_PYTHON 3u /* sdk-python. */
@@ -168,7 +168,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_E_REGION_TRUNCATED 3u /* The region is smaller than its header says (or than a header). */
 #define MORPHEUS_E_BAD_LAYOUT 4u /* header_size or scb_stride is too small or not a multiple of CACHE_LINE_SIZE. */
 #define MORPHEUS_E_UNKNOWN_REQUIRED_FEATURE 5u /* The region sets a required feature bit the SDK does not know. */
-#define MORPHEUS_E_NOT_READY 6u /* The region's generation is 0: the scheduler has not finished writing it. */
+#define MORPHEUS_E_NOT_READY 6u /* The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6). */
 #define MORPHEUS_E_GENERATION_CHANGED 7u /* The scheduler restarted; the worker must re-register. */
 #define MORPHEUS_E_SLOT_OUT_OF_RANGE 8u /* A worker index is >= scb_count. */
 #define MORPHEUS_E_ALREADY_REGISTERED 9u /* The calling thread already holds a worker. */
@@ -182,6 +182,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_E_UNSUPPORTED_PLATFORM 17u /* The host is big-endian or lacks lock-free 64-bit atomics, which the ABI requires (since 1.3). */
 
 /* Whether a worker may be escalated unless the application says otherwise, per SDK. */
+#define MORPHEUS_ESCAPABLE_DEFAULT_UNKNOWN 0u
 #define MORPHEUS_ESCAPABLE_DEFAULT_RUST 1u
 #define MORPHEUS_ESCAPABLE_DEFAULT_C 1u
 #define MORPHEUS_ESCAPABLE_DEFAULT_PYTHON 0u
@@ -228,7 +229,7 @@ struct morpheus_region_header {
 	morpheus_u32 scheduler_pid; /* @80 plain, scheduler: written before generation is published. Process id of the scheduler's agent. */
 	morpheus_u32 backend; /* @84 plain, scheduler: written before generation is published. backend. */
 	morpheus_u8 _reserved0[8]; /* @88 plain. Zero. */
-	struct morpheus_pressure pressure; /* @96 plain, agent: seqlock (see the pressure record). Global pressure record. */
+	struct morpheus_pressure pressure; /* @96 plain, agent: not one access: each field of the record is an atomic, accessed relaxed inside its seqlock (SCB.md 2.1). Global pressure record. */
 } __attribute__((aligned(64)));
 
 MORPHEUS_STATIC_ASSERT(sizeof(struct morpheus_region_header) == 128, "struct morpheus_region_header must be 128 bytes");

@@ -202,7 +202,7 @@ def parse(raw: dict) -> Spec:
 
     kinds = {v.name for v in spec.enum("runtime_kind").values} if any(e.name == "runtime_kind" for e in spec.enums) else set()
     for lang, value in raw.get("escapable_default", {}).items():
-        if lang not in kinds or lang == "UNKNOWN":
+        if lang not in kinds:
             raise SpecError(f"escapable_default: '{lang}' is not a runtime_kind")
         if not isinstance(value, bool):
             raise SpecError(f"escapable_default.{lang}: must be true or false, found {value!r}")

@@ -277,7 +277,10 @@ def emit_rust(spec: Spec) -> str:
     out += ["/// Whether a worker of the given SDK may be escalated unless the application says otherwise.",
             "pub const fn escapable_default(kind: RuntimeKind) -> bool {", "    match kind {"]
     out += [f"        RuntimeKind::{variant(lang)} => {str(v).lower()}," for lang, v in spec.escapable_default.items()]
-    out += ["        _ => false,", "    }", "}", ""]
+    # A kind the table leaves out is not escapable; with every kind listed the arm would be unreachable.
+    if set(spec.escapable_default) != {v.name for v in spec.enum("runtime_kind").values}:
+        out += ["        _ => false,"]
+    out += ["    }", "}", ""]
     width_type = {8: "AtomicU64", 4: "AtomicU32", 2: "AtomicU16", 1: "AtomicU8"}
     for r in reclaimed_records(spec):
         out += [f"/// {reclaim_doc(r)}", "///", "/// # Safety",

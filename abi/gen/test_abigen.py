@@ -304,3 +304,25 @@ def test_a_field_named_like_a_generated_record_member_is_refused():
     next(f for f in req["fields"] if f["name"] == "message_size")["name"] = "size"
     with pytest.raises(SpecError, match="field reg_request.size: the name is taken by the generated code"):
         abispec.parse(spec)
+
+
+def test_every_runtime_kind_has_an_escapable_default_and_unknown_is_not_escapable():
+    """SCB.md §5.5: a new language's SDK stores UNKNOWN and is judged against its default, false."""
+    spec = abispec.parse(raw())
+    assert set(spec.escapable_default) == {v.name for v in spec.enum("runtime_kind").values}
+    assert spec.escapable_default["UNKNOWN"] is False
+
+
+def test_the_rust_escapable_default_has_a_catch_all_only_for_kinds_left_out():
+    """With every kind listed the match is exhaustive (a `_` arm would be unreachable); a kind left out
+    falls to `false`."""
+    partial_raw = raw()
+    del partial_raw["escapable_default"]["UNKNOWN"]
+
+    def arms(spec_raw: dict) -> str:
+        rust = morpheus_abigen.emit_rust(abispec.parse(spec_raw))
+        return rust.split("pub const fn escapable_default")[1].split("\n}\n")[0]
+
+    full, partial = arms(raw()), arms(partial_raw)
+    assert "RuntimeKind::Unknown => false," in full and "_ => false," not in full
+    assert "RuntimeKind::Unknown" not in partial and "_ => false," in partial

@@ -66,13 +66,13 @@ export declare const SchedulerMode: {
   /** Escalates workers that pass the escalation gate. */ readonly ENFORCED: number;
 };
 
-/** Lifecycle of an SCB slot: INIT -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> INIT. */
+/** Lifecycle of an SCB slot (SCB.md 4): INIT -> CLAIMED -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> CLAIMED -> INIT. Every hand-off between parties is a CAS into CLAIMED; the registrar is the agent, or the SDK itself under direct registration. */
 export declare const WorkerState: {
-  /** Slot free. Written by the scheduler when it creates or reclaims the slot. */ readonly INIT: number;
-  /** Slot assigned to a thread. Written by the scheduler on registration. */ readonly REGISTERED: number;
+  /** Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED. */ readonly INIT: number;
+  /** Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data. */ readonly REGISTERED: number;
   /** The runtime drives the worker and calls checkpoints. Written by the runtime. */ readonly RUNNING: number;
   /** The runtime is shutting the worker down. Written by the runtime. */ readonly QUIESCING: number;
-  /** The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */ readonly DEAD: number;
+  /** The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed). */ readonly DEAD: number;
   /** A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */ readonly CLAIMED: number;
 };
 
@@ -88,10 +88,10 @@ export declare const EscalationPolicy: {
 export declare const YieldReason: {
   /** No yield has happened yet. */ readonly NONE: number;
   /** The scheduler bumped preempt_seq. */ readonly PREEMPT_REQUEST: number;
-  /** The runtime's own budget ran out (budget_remaining_ns reached 0). */ readonly BUDGET: number;
-  /** The runtime yielded because global pressure is high (PRESSURED mode). */ readonly PRESSURE: number;
+  /** A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4). */ readonly BUDGET: number;
+  /** Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET. */ readonly PRESSURE: number;
   /** The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode). */ readonly DEFENSIVE: number;
-  /** The application asked for a yield. */ readonly EXPLICIT: number;
+  /** An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8). */ readonly EXPLICIT: number;
 };
 
 /** How the runtime decides to yield; written by the runtime for the scheduler's information. */
@@ -133,7 +133,7 @@ export declare const Backend: {
 
 /** Which SDK drives a worker (informative; also keys the escapable defaults). */
 export declare const RuntimeKind: {
-  /** Not stated. */ readonly UNKNOWN: number;
+  /** Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]). */ readonly UNKNOWN: number;
   /** sdk-rust. */ readonly RUST: number;
   /** sdk-c. */ readonly C: number;
   /** sdk-python. */ readonly PYTHON: number;
@@ -181,7 +181,7 @@ export declare const ErrorCode: {
   /** The region is smaller than its header says (or than a header). */ readonly REGION_TRUNCATED: number;
   /** header_size or scb_stride is too small or not a multiple of CACHE_LINE_SIZE. */ readonly BAD_LAYOUT: number;
   /** The region sets a required feature bit the SDK does not know. */ readonly UNKNOWN_REQUIRED_FEATURE: number;
-  /** The region's generation is 0: the scheduler has not finished writing it. */ readonly NOT_READY: number;
+  /** The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6). */ readonly NOT_READY: number;
   /** The scheduler restarted; the worker must re-register. */ readonly GENERATION_CHANGED: number;
   /** A worker index is >= scb_count. */ readonly SLOT_OUT_OF_RANGE: number;
   /** The calling thread already holds a worker. */ readonly ALREADY_REGISTERED: number;
@@ -196,6 +196,7 @@ export declare const ErrorCode: {
 };
 
 export declare const ESCAPABLE_DEFAULT: {
+  readonly UNKNOWN: boolean;
   readonly RUST: boolean;
   readonly C: boolean;
   readonly PYTHON: boolean;

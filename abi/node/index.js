@@ -61,13 +61,13 @@ exports.SchedulerMode = Object.freeze({
   /** Escalates workers that pass the escalation gate. */ ENFORCED: 1,
 });
 
-/** Lifecycle of an SCB slot: INIT -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> INIT. */
+/** Lifecycle of an SCB slot (SCB.md 4): INIT -> CLAIMED -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> CLAIMED -> INIT. Every hand-off between parties is a CAS into CLAIMED; the registrar is the agent, or the SDK itself under direct registration. */
 exports.WorkerState = Object.freeze({
-  /** Slot free. Written by the scheduler when it creates or reclaims the slot. */ INIT: 0,
-  /** Slot assigned to a thread. Written by the scheduler on registration. */ REGISTERED: 1,
+  /** Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED. */ INIT: 0,
+  /** Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data. */ REGISTERED: 1,
   /** The runtime drives the worker and calls checkpoints. Written by the runtime. */ RUNNING: 2,
   /** The runtime is shutting the worker down. Written by the runtime. */ QUIESCING: 3,
-  /** The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread). */ DEAD: 4,
+  /** The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed). */ DEAD: 4,
   /** A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING. */ CLAIMED: 5,
 });
 
@@ -83,10 +83,10 @@ exports.EscalationPolicy = Object.freeze({
 exports.YieldReason = Object.freeze({
   /** No yield has happened yet. */ NONE: 0,
   /** The scheduler bumped preempt_seq. */ PREEMPT_REQUEST: 1,
-  /** The runtime's own budget ran out (budget_remaining_ns reached 0). */ BUDGET: 2,
-  /** The runtime yielded because global pressure is high (PRESSURED mode). */ PRESSURE: 3,
+  /** A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4). */ BUDGET: 2,
+  /** Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET. */ PRESSURE: 3,
   /** The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode). */ DEFENSIVE: 4,
-  /** The application asked for a yield. */ EXPLICIT: 5,
+  /** An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8). */ EXPLICIT: 5,
 });
 
 /** How the runtime decides to yield; written by the runtime for the scheduler's information. */
@@ -128,7 +128,7 @@ exports.Backend = Object.freeze({
 
 /** Which SDK drives a worker (informative; also keys the escapable defaults). */
 exports.RuntimeKind = Object.freeze({
-  /** Not stated. */ UNKNOWN: 0,
+  /** Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]). */ UNKNOWN: 0,
   /** sdk-rust. */ RUST: 1,
   /** sdk-c. */ C: 2,
   /** sdk-python. */ PYTHON: 3,
@@ -176,7 +176,7 @@ exports.ErrorCode = Object.freeze({
   /** The region is smaller than its header says (or than a header). */ REGION_TRUNCATED: 3,
   /** header_size or scb_stride is too small or not a multiple of CACHE_LINE_SIZE. */ BAD_LAYOUT: 4,
   /** The region sets a required feature bit the SDK does not know. */ UNKNOWN_REQUIRED_FEATURE: 5,
-  /** The region's generation is 0: the scheduler has not finished writing it. */ NOT_READY: 6,
+  /** The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6). */ NOT_READY: 6,
   /** The scheduler restarted; the worker must re-register. */ GENERATION_CHANGED: 7,
   /** A worker index is >= scb_count. */ SLOT_OUT_OF_RANGE: 8,
   /** The calling thread already holds a worker. */ ALREADY_REGISTERED: 9,
@@ -192,6 +192,7 @@ exports.ErrorCode = Object.freeze({
 
 /** Whether a worker of the given SDK may be escalated unless the application says otherwise. */
 exports.ESCAPABLE_DEFAULT = Object.freeze({
+  UNKNOWN: false,
   RUST: true,
   C: true,
   PYTHON: false,

@@ -84,6 +84,11 @@ pub fn checkpoint_sync() -> bool {
 /// The calling thread's asynchronous checkpoint. When the scheduler asked, the future yields to the
 /// executor once (wakes itself and returns `Pending`) and acknowledges when polled again, so the
 /// acknowledgement is written only after the task really yielded. Resolves to whether it yielded.
+///
+/// Executor-agnostic: the self-wake puts the task straight back in the run queue. Under tokio that
+/// queue is served before the I/O and timer driver is polled, so tokio code should await
+/// `morpheus::tokio::checkpoint()` (feature `tokio`), which yields through `tokio::task::yield_now`
+/// and lets the driver run first; `checkpoint!()` picks that one when the feature is on.
 #[inline(always)]
 pub fn checkpoint() -> Checkpoint {
     Checkpoint { ticket: None }
@@ -128,7 +133,9 @@ pub fn critical_section() -> CriticalSection<'static> {
 
 /// Checkpoint macro.
 ///
-/// * `checkpoint!()` inside an `async` block: one load; yields to the executor only when asked.
+/// * `checkpoint!()` inside an `async` block: one load; yields to the executor only when asked
+///   (through [`checkpoint`]'s self-wake, or with the `tokio` feature through
+///   `morpheus::tokio::checkpoint()`, which lets tokio's I/O and timer driver run first).
 /// * `checkpoint!(sync)`: the calling thread's [`checkpoint_sync`] (a `bool`: true = yield now).
 /// * `checkpoint!(worker)`: `worker.checkpoint_sync()`.
 #[macro_export]
@@ -146,9 +153,19 @@ macro_rules! checkpoint {
 
 #[doc(hidden)]
 pub mod __private {
-    /// What `checkpoint!()` awaits: the fast path decides before any future is polled.
+    /// What `checkpoint!()` awaits without the `tokio` feature: the fast path decides before any
+    /// future is polled.
+    #[cfg(not(feature = "tokio"))]
     #[inline(always)]
     pub fn checkpoint_async() -> super::Checkpoint {
         super::checkpoint()
+    }
+
+    /// What `checkpoint!()` awaits with the `tokio` feature: tokio's yield, which lets the runtime
+    /// poll its I/O and timer driver before the task resumes (and wakes at once outside tokio).
+    #[cfg(feature = "tokio")]
+    #[inline(always)]
+    pub fn checkpoint_async() -> impl core::future::Future<Output = bool> {
+        super::tokio::checkpoint()
     }
 }

@@ -107,18 +107,18 @@ class SchedulerMode(enum.IntEnum):
 
 
 class WorkerState(enum.IntEnum):
-    """Lifecycle of an SCB slot: INIT -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> INIT."""
+    """Lifecycle of an SCB slot (SCB.md 4): INIT -> CLAIMED -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> CLAIMED -> INIT. Every hand-off between parties is a CAS into CLAIMED; the registrar is the agent, or the SDK itself under direct registration."""
 
     INIT = 0
-    """Slot free. Written by the scheduler when it creates or reclaims the slot."""
+    """Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED."""
     REGISTERED = 1
-    """Slot assigned to a thread. Written by the scheduler on registration."""
+    """Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data."""
     RUNNING = 2
     """The runtime drives the worker and calls checkpoints. Written by the runtime."""
     QUIESCING = 3
     """The runtime is shutting the worker down. Written by the runtime."""
     DEAD = 4
-    """The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread)."""
+    """The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed)."""
     CLAIMED = 5
     """A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING."""
 
@@ -144,13 +144,13 @@ class YieldReason(enum.IntEnum):
     PREEMPT_REQUEST = 1
     """The scheduler bumped preempt_seq."""
     BUDGET = 2
-    """The runtime's own budget ran out (budget_remaining_ns reached 0)."""
+    """A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4)."""
     PRESSURE = 3
-    """The runtime yielded because global pressure is high (PRESSURED mode)."""
+    """Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET."""
     DEFENSIVE = 4
     """The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode)."""
     EXPLICIT = 5
-    """The application asked for a yield."""
+    """An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8)."""
 
 
 class RuntimeMode(enum.IntEnum):
@@ -216,7 +216,7 @@ class RuntimeKind(enum.IntEnum):
     """Which SDK drives a worker (informative; also keys the escapable defaults)."""
 
     UNKNOWN = 0
-    """Not stated."""
+    """Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default])."""
     RUST = 1
     """sdk-rust."""
     C = 2
@@ -297,7 +297,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_REQUIRED_FEATURE = 5
     """The region sets a required feature bit the SDK does not know."""
     NOT_READY = 6
-    """The region's generation is 0: the scheduler has not finished writing it."""
+    """The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6)."""
     GENERATION_CHANGED = 7
     """The scheduler restarted; the worker must re-register."""
     SLOT_OUT_OF_RANGE = 8
@@ -323,6 +323,7 @@ class ErrorCode(enum.IntEnum):
 
 
 ESCAPABLE_DEFAULT = {
+    RuntimeKind.UNKNOWN: False,
     RuntimeKind.RUST: True,
     RuntimeKind.C: True,
     RuntimeKind.PYTHON: False,

@@ -110,19 +110,19 @@ impl core::fmt::Display for SchedulerMode {
     }
 }
 
-/// Lifecycle of an SCB slot: INIT -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> INIT.
+/// Lifecycle of an SCB slot (SCB.md 4): INIT -> CLAIMED -> REGISTERED -> RUNNING -> QUIESCING -> DEAD -> CLAIMED -> INIT. Every hand-off between parties is a CAS into CLAIMED; the registrar is the agent, or the SDK itself under direct registration.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WorkerState {
-    /// Slot free. Written by the scheduler when it creates or reclaims the slot.
+    /// Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED.
     Init = 0,
-    /// Slot assigned to a thread. Written by the scheduler on registration.
+    /// Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data.
     Registered = 1,
     /// The runtime drives the worker and calls checkpoints. Written by the runtime.
     Running = 2,
     /// The runtime is shutting the worker down. Written by the runtime.
     Quiescing = 3,
-    /// The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread).
+    /// The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed).
     Dead = 4,
     /// A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING.
     Claimed = 5,
@@ -147,11 +147,11 @@ impl WorkerState {
     /// The spec's documentation of the value.
     pub const fn doc(self) -> &'static str {
         match self {
-            WorkerState::Init => "Slot free. Written by the scheduler when it creates or reclaims the slot.",
-            WorkerState::Registered => "Slot assigned to a thread. Written by the scheduler on registration.",
+            WorkerState::Init => "Slot free. Written by the scheduler when it creates the region, and by the registrar (release, after the reclaim clear) when it releases a slot from CLAIMED.",
+            WorkerState::Registered => "Slot assigned to a thread. Written by the registrar (release) from CLAIMED, after the slot's data.",
             WorkerState::Running => "The runtime drives the worker and calls checkpoints. Written by the runtime.",
             WorkerState::Quiescing => "The runtime is shutting the worker down. Written by the runtime.",
-            WorkerState::Dead => "The runtime has let go of the slot. Written by the runtime (or the scheduler for a dead thread).",
+            WorkerState::Dead => "The runtime has let go of the slot. Written by the runtime (release); a registrar then takes it by CAS into CLAIMED (for a gone thread, from whatever state it observed).",
             WorkerState::Claimed => "A registrar won the slot's hand-off CAS and is writing it; REGISTERED (or INIT, on reclaim) follows with release (since 1.3). Neither free nor RUNNING.",
         }
     }
@@ -258,13 +258,13 @@ pub enum YieldReason {
     None = 0,
     /// The scheduler bumped preempt_seq.
     PreemptRequest = 1,
-    /// The runtime's own budget ran out (budget_remaining_ns reached 0).
+    /// A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4).
     Budget = 2,
-    /// The runtime yielded because global pressure is high (PRESSURED mode).
+    /// Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET.
     Pressure = 3,
     /// The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode).
     Defensive = 4,
-    /// The application asked for a yield.
+    /// An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8).
     Explicit = 5,
 }
 
@@ -289,10 +289,10 @@ impl YieldReason {
         match self {
             YieldReason::None => "No yield has happened yet.",
             YieldReason::PreemptRequest => "The scheduler bumped preempt_seq.",
-            YieldReason::Budget => "The runtime's own budget ran out (budget_remaining_ns reached 0).",
-            YieldReason::Pressure => "The runtime yielded because global pressure is high (PRESSURED mode).",
+            YieldReason::Budget => "A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4).",
+            YieldReason::Pressure => "Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET.",
             YieldReason::Defensive => "The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode).",
-            YieldReason::Explicit => "The application asked for a yield.",
+            YieldReason::Explicit => "An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8).",
         }
     }
 
@@ -639,7 +639,7 @@ impl core::fmt::Display for Backend {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuntimeKind {
-    /// Not stated.
+    /// Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]).
     Unknown = 0,
     /// sdk-rust.
     Rust = 1,
@@ -672,7 +672,7 @@ impl RuntimeKind {
     /// The spec's documentation of the value.
     pub const fn doc(self) -> &'static str {
         match self {
-            RuntimeKind::Unknown => "Not stated.",
+            RuntimeKind::Unknown => "Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]).",
             RuntimeKind::Rust => "sdk-rust.",
             RuntimeKind::C => "sdk-c.",
             RuntimeKind::Python => "sdk-python.",
@@ -944,7 +944,7 @@ pub enum ErrorCode {
     BadLayout = 4,
     /// The region sets a required feature bit the SDK does not know.
     UnknownRequiredFeature = 5,
-    /// The region's generation is 0: the scheduler has not finished writing it.
+    /// The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6).
     NotReady = 6,
     /// The scheduler restarted; the worker must re-register.
     GenerationChanged = 7,
@@ -1005,7 +1005,7 @@ impl ErrorCode {
             ErrorCode::RegionTruncated => "The region is smaller than its header says (or than a header).",
             ErrorCode::BadLayout => "header_size or scb_stride is too small or not a multiple of CACHE_LINE_SIZE.",
             ErrorCode::UnknownRequiredFeature => "The region sets a required feature bit the SDK does not know.",
-            ErrorCode::NotReady => "The region's generation is 0: the scheduler has not finished writing it.",
+            ErrorCode::NotReady => "The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6).",
             ErrorCode::GenerationChanged => "The scheduler restarted; the worker must re-register.",
             ErrorCode::SlotOutOfRange => "A worker index is >= scb_count.",
             ErrorCode::AlreadyRegistered => "The calling thread already holds a worker.",
@@ -1063,12 +1063,12 @@ impl core::fmt::Display for ErrorCode {
 /// Whether a worker of the given SDK may be escalated unless the application says otherwise.
 pub const fn escapable_default(kind: RuntimeKind) -> bool {
     match kind {
+        RuntimeKind::Unknown => false,
         RuntimeKind::Rust => true,
         RuntimeKind::C => true,
         RuntimeKind::Python => false,
         RuntimeKind::Node => false,
         RuntimeKind::Java => false,
-        _ => false,
     }
 }
 

@@ -22,7 +22,16 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   reclaim_128           the reclaim clear covers only the 128 bytes of the 1.0 SCB, not the stride;
   no_modes              the runtime mode never leaves DETERMINISTIC;
   refusal_order         registration refusals in the wrong order: a slot past scb_count, then a held
-                        worker, before an out-of-range priority (SCB.md §4 gives the reverse).
+                        worker, before an out-of-range priority (SCB.md §4 gives the reverse);
+  status_unlatched      status reports a changed generation without losing the worker, so the worker
+                        writes again once the generation changes back (SCB.md §6: losing is a latch);
+  modes_in_critical     a checkpoint inside a critical section evaluates the mode (SCB.md §5.4: none);
+  unknown_level_keeps   a pressure level the reader does not know keeps the previous pressure state
+                        (SCB.md §2.1: it is a good snapshot, not HIGH);
+  no_snapshot_keeps_mode  with no pressure snapshot ever read, leaving DEFENSIVE keeps the current mode
+                        (SCB.md §5.4: with none the level is not HIGH);
+  env_retired_detaches  a retired region named by MORPHEUS_REGION is detached mode, as a retired default
+                        region would be (SCB.md §1.2: the environment's region is explicit, NOT_READY).
 """
 
 from __future__ import annotations
@@ -97,10 +106,11 @@ class Worker:
     # -- attach -----------------------------------------------------------------------------------
 
     def attach(self, path: str | None):
+        from_env = False
         if path is None:
             env = os.environ.get(m.ENV_REGION)
             if env is not None:
-                path = env
+                path, from_env = env, True
             elif os.path.exists(m.PINNED_REGION_PATH):
                 raise SdkError(m.ErrorCode.IO, "the reference agent cannot open pinned BPF maps")
             elif os.path.exists(m.SIM_REGION_PATH):
@@ -152,6 +162,9 @@ class Worker:
             raise SdkError(m.ErrorCode.UNKNOWN_REQUIRED_FEATURE,
                            f"required feature bits {unknown:#x} are unknown to ABI {m.ABI_MAJOR}.{m.ABI_MINOR}")
         if generation == 0:
+            if BREAK == "env_retired_detaches" and from_env:
+                self.attached = False
+                return {"attached": False}
             raise SdkError(m.ErrorCode.NOT_READY, "region generation is 0 (not ready or retired)")
         self.mm, self.attached, self.attach_generation = mm, True, generation
         self.header_size, self.stride, self.count = hs, stride, count  # cached: never re-read
@@ -239,6 +252,9 @@ class Worker:
 
     def status(self):
         self._need_worker()
+        if BREAK == "status_unlatched" and self.slot is not None:
+            if self._hdr(m.RegionHeader.GENERATION).value != self.attach_generation:
+                raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted (not latched)")
         if self.slot is not None:
             self.generation_ok()
         if self.lost:
@@ -289,9 +305,13 @@ class Worker:
         grew = dropped != self.last_dropped
         self.last_dropped = dropped
         level = self._pressure_level()
-        if level is not None:  # no snapshot: keep what was known
+        if BREAK == "unknown_level_keeps" and level is not None and level not in m.PressureLevel._value2member_map_:
+            level = None
+        if level is not None:  # no fresh snapshot: the last good one; none yet: not HIGH (SCB.md §2.1)
             self.pressured = level == m.PressureLevel.HIGH
         mode = Mode.DEFENSIVE if grew else (Mode.PRESSURED if self.pressured else Mode.DETERMINISTIC)
+        if BREAK == "no_snapshot_keeps_mode" and level is None and not grew:
+            mode = self.mode
         if BREAK == "no_modes":
             mode = Mode.DETERMINISTIC
         if mode != self.mode:
@@ -311,7 +331,9 @@ class Worker:
                 self.store(S.LAST_ACK_SEQ, self.load(S.LAST_ACK_SEQ))  # the broken fast path
             return None
         if self.depth > 0:
-            return None  # a request stays pending
+            if BREAK == "modes_in_critical" and self.generation_ok():
+                self._evaluate_mode(time.monotonic_ns())
+            return None  # a request stays pending; no mode evaluation (SCB.md §5.4)
         if not self.generation_ok():
             return None  # lost: a plain no-yield, never an error (§6)
         if seq != self.acked:

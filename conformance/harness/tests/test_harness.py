@@ -35,7 +35,10 @@ def faulty(fault, op="checkpoint"):
     return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT))
 
 
-def run(agents, names, timeout=5.0, scenarios_dir=SCENARIOS, build=False):
+# The per-request hang detector of these runs: generous, since a verdict must not depend on how loaded
+# the machine is (an agent that starts slowly under load is not a hung one); the tests of the detector
+# itself pass their own, short timeouts to faulty agents that really hang.
+def run(agents, names, timeout=60.0, scenarios_dir=SCENARIOS, build=False):
     scenarios, broken = load_dir(scenarios_dir)
     scenarios = [s for s in scenarios if s.name in names] if names else scenarios
     results = cli.run_matrix(agents, scenarios, timeout, jobs=2, build=build)
@@ -124,6 +127,8 @@ class BrokenRuleTest(unittest.TestCase):
         "checkpoint_coalesces_bumps[async]", "checkpoint_pending_yields_once[async]",
         "checkpoint_idle_no_store[async]",
         "critical_blocks_yield[async]", "critical_nesting_outermost_only[async]",
+        "critical_no_mode_evaluation[async]", "mode_defensive_leave_without_snapshot[async]",
+        "mode_unknown_pressure_level_not_high[async]",
         "discovery_env_region[async]", "region_newer_minor_larger_layout[async]",
         "mode_defensive_baseline[async]", "mode_defensive_enter_and_leave[async]",
         "mode_defensive_over_pressured[async]", "mode_pressure_seqlock_parked[async]",
@@ -256,7 +261,50 @@ class OtherBrokenRulesTest(unittest.TestCase):
         red = self.red("no_modes")
         self.assertEqual(set(red), {f"{name}[{v}]" for v in ("sync", "async") for name in (
             "mode_pressured_budget_yield", "mode_pressured_leave", "mode_defensive_enter_and_leave",
-            "mode_defensive_over_pressured")})
+            "mode_defensive_over_pressured", "critical_no_mode_evaluation", "mode_unknown_pressure_level_not_high",
+            "mode_defensive_leave_without_snapshot")})
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
+
+
+class DecidedPlacesTest(unittest.TestCase):
+    """Each rule SCB.md 1.4 (draft) states where 1.3 allowed another reading (SCB.md Appendix A) has a
+    scenario that the other reading fails: the reference agent, switched to that reading, turns exactly
+    that scenario red, at the step that tells the readings apart."""
+
+    def red(self, brk):
+        results, _, _ = run([reference({"MORPHEUS_CONFORMANCE_BREAK": brk}, name="broken")], None)
+        return {r.row: r for r in results if r.status == "fail"}
+
+    def both(self, name):
+        return {f"{name}[sync]", f"{name}[async]"}
+
+    def test_a_loss_only_status_saw_is_a_latch(self):
+        red = self.red("status_unlatched")
+        self.assertEqual(set(red), self.both("restart_status_latches_loss"))
+        for r in red.values():
+            self.assertIn("lost: a plain no-yield", r.message)
+
+    def test_no_mode_evaluation_inside_a_critical_section(self):
+        red = self.red("modes_in_critical")
+        self.assertEqual(set(red), self.both("critical_no_mode_evaluation"))
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
+
+    def test_an_unknown_pressure_level_is_not_high(self):
+        red = self.red("unknown_level_keeps")
+        self.assertEqual(set(red), self.both("mode_unknown_pressure_level_not_high"))
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
+
+    def test_a_retired_region_named_by_the_environment_is_not_ready(self):
+        red = self.red("env_retired_detaches")
+        self.assertEqual(set(red), {"discovery_env_region_retired"})
+        self.assertIn("NOT_READY", red["discovery_env_region_retired"].message)
+
+    def test_no_snapshot_ever_is_not_high(self):
+        red = self.red("no_snapshot_keeps_mode")
+        self.assertEqual(set(red), self.both("mode_defensive_leave_without_snapshot"))
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
 

@@ -84,6 +84,7 @@ public final class Abi {
     /** Whether a worker of the given SDK may be escalated unless the application says otherwise. */
     public static boolean escapableDefault(RuntimeKind kind) {
         return switch (kind) {
+            case UNKNOWN -> false;
             case RUST -> true;
             case C -> true;
             case PYTHON -> false;

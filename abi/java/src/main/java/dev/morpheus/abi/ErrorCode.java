@@ -14,7 +14,7 @@ public enum ErrorCode {
     BAD_LAYOUT(4),
     /** The region sets a required feature bit the SDK does not know. */
     UNKNOWN_REQUIRED_FEATURE(5),
-    /** The region's generation is 0: the scheduler has not finished writing it. */
+    /** The region's generation is 0: the scheduler has not finished writing it, or it retired the region (SCB.md 1.1, 6). */
     NOT_READY(6),
     /** The scheduler restarted; the worker must re-register. */
     GENERATION_CHANGED(7),

@@ -4,7 +4,7 @@ package dev.morpheus.abi;
 
 /** Which SDK drives a worker (informative; also keys the escapable defaults). */
 public enum RuntimeKind {
-    /** Not stated. */
+    /** Not stated, or an SDK of a language this version does not name; escapable by default: false ([escapable_default]). */
     UNKNOWN(0),
     /** sdk-rust. */
     RUST(1),

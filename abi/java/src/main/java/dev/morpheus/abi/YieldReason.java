@@ -8,13 +8,13 @@ public enum YieldReason {
     NONE(0),
     /** The scheduler bumped preempt_seq. */
     PREEMPT_REQUEST(1),
-    /** The runtime's own budget ran out (budget_remaining_ns reached 0). */
+    /** A PRESSURED-mode yield: budget_remaining_ns reached 0 and the worker ran a slice since its last yield (SCB.md 5.4). */
     BUDGET(2),
-    /** The runtime yielded because global pressure is high (PRESSURED mode). */
+    /** Never written by 1.x SDKs: a PRESSURED-mode yield records BUDGET (SCB.md 5.4). Kept because enum values are never removed; a reader treats it as BUDGET. */
     PRESSURE(3),
     /** The runtime yielded on its own clock because hints were being lost (DEFENSIVE mode). */
     DEFENSIVE(4),
-    /** The application asked for a yield. */
+    /** An explicit yield: the application yielded on its own and told the SDK so (SCB.md 5.8). */
     EXPLICIT(5);
 
     /** The value as stored in memory. */
