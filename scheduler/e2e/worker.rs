@@ -227,8 +227,17 @@ fn run_role(role: Role, until: Until) -> Result<String, String> {
             }
         }
         Until::File(path) => {
-            while !std::path::Path::new(path).exists() {
+            // The run ends when FILE exists, or when the directory it would be made in is gone (the
+            // test that owned it has ended without making it): a worker never outlives its test.
+            let path = std::path::Path::new(path);
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            let mut pieces = 0u32;
+            while !path.exists() {
                 work_piece();
+                pieces = pieces.wrapping_add(1);
+                if pieces % 1024 == 0 && !dir.exists() {
+                    break;
+                }
             }
         }
     }
@@ -535,7 +544,17 @@ fn main() -> ExitCode {
     }
     let until = match (seconds, stress, until_file) {
         (Some(s), None, None) if !roles.is_empty() => Until::Seconds(s),
-        (None, None, Some(path)) if !roles.is_empty() => Until::File(path),
+        (None, None, Some(path)) if !roles.is_empty() => {
+            // A worker that runs until told must not outlive the test that started it: the kernel
+            // sends SIGKILL when the parent dies; a parent already gone (reparented) ends it now.
+            let parent = unsafe { libc::getppid() };
+            // SAFETY: PR_SET_PDEATHSIG takes a signal number and has no other preconditions.
+            if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } != 0 || unsafe { libc::getppid() } != parent {
+                eprintln!("morpheus-e2e-worker: --until: the parent is gone (or PR_SET_PDEATHSIG failed); not starting");
+                return ExitCode::FAILURE;
+            }
+            Until::File(path)
+        }
         (None, Some(n), None) if roles.is_empty() => {
             roles = vec![Role::Racer, Role::Spin, Role::Unescapable];
             Until::Sections(n, Arc::new(AtomicBool::new(false)))

@@ -83,7 +83,8 @@ struct Opts {
     #[arg(short = 'p', long, value_enum, default_value_t = PolicyArg::Kick)]
     policy: PolicyArg,
 
-    /// auto: kernel if this kernel has sched_ext (/sys/kernel/sched_ext), else sim.
+    /// Which backend publishes the hints; auto: kernel where sched_ext runs, else trace where BPF with
+    /// BTF is usable, else sim (the choice and why are logged).
     #[arg(short = 'b', long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
 
