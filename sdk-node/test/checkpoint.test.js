@@ -286,6 +286,9 @@ test('a slow path that changes the state without yielding (the worker lost to a 
 
 test('a task computing during a yield\'s passes steps aside at its first checkpoint and resumes after the yielder (§5.7)', async () => {
   register();
+  // A slice no step of this test lasts: the order checked is the rotation's, never a timed turn's end
+  // (a slow or loaded machine must not end B's or A's turn by the clock).
+  region.header('slice_ns', 60_000_000_000n);
   region.bump(SLOT);
   const order = [];
   const yielder = (async () => {
