@@ -26,52 +26,20 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-# shellcheck source=deploy/images/podman.sh
-source "$here/images/podman.sh"
-
-GID=2390 # the DaemonSet's --socket-group
-DEADLINE=${MORPHEUS_CONTAINER_DEADLINE:-240} # seconds any one awaited state may take
-failures=0
-say() { printf 'container-test: %s\n' "$*"; }
-fail() { printf 'container-test: FAIL: %s\n' "$*"; failures=$((failures + 1)); }
-die() { printf 'container-test: error: %s\n' "$*" >&2; exit 1; }
-
-[[ $EUID -eq 0 ]] || die "needs root (containers in the host's pid namespace, uids 1001-1004)"
-command -v podman >/dev/null || die "podman not found (tools/setup.sh installs it)"
+# shellcheck source=deploy/testlib.sh
+source "$here/testlib.sh"
 
 run_id="mt$$"
 # Container names, unique to this run.
 AGENT1="$run_id-agent1" AGENT2="$run_id-agent2" SVC_A="$run_id-svc-a" SVC_B="$run_id-svc-b" SVC_C="$run_id-svc-c" SVC_D="$run_id-svc-d"
-tag="test-$run_id"
-tmp="$(mktemp -d /tmp/morpheus-container-test.XXXXXX)"
-chmod 0755 "$tmp"
+testlib_setup container-test "test-$run_id" node
 node="$tmp/run-morpheus" # the node's /run/morpheus
 mkdir -m 0755 "$node"
-containers=()
-cleanup() {
-  local c
-  for c in "${containers[@]+"${containers[@]}"}"; do pod rm -f -t 2 "$c" >/dev/null 2>&1 || true; done
-  pod rmi -f "localhost/morpheus/scx_morpheus:$tag" "localhost/morpheus/node-service:$tag" >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
-say "building the images (deploy/images/build.sh --tag $tag)"
-bash "$here/images/build.sh" --tag "$tag" agent node >/dev/null
-agent_image="localhost/morpheus/scx_morpheus:$tag"
-service_image="localhost/morpheus/node-service:$tag"
-
-# The DaemonSet's container, as podman options (deploy/base/daemonset.yaml; SYS_NICE from overlays/enforced).
-AGENT_OPTS=(--pid=host --network=none --read-only --cap-drop=all --cap-add=CHOWN,SYS_PTRACE,DAC_READ_SEARCH,CHECKPOINT_RESTORE,SYS_NICE,BPF,PERFMON)
-AGENT_ARGS=(--backend sim --socket /run/morpheus/agent.sock --socket-group "$GID" --throttle-max-ms 60000)
-
-# Starts the agent container $1 with mode $2; waits until it serves.
-start_agent() {
-  local name="$1" mode="$2"
-  containers+=("$name")
-  pod_run -d --name "$name" "${AGENT_OPTS[@]}" -v "$node:/run/morpheus" "$agent_image" "${AGENT_ARGS[@]}" --mode "$mode" -v >/dev/null
-  await "agent $name serving" "pod logs $name 2>&1 | grep -q 'listening for registrations'"
-}
+# The DaemonSet's container (testlib.sh's AGENT_OPTS and AGENT_ARGS) with the tracing backend's
+# capabilities, and the agent's throttle bound.
+AGENT_OPTS+=(--network=none --cap-add=BPF,PERFMON)
+AGENT_ARGS+=(--throttle-max-ms 60000)
 
 # Starts service container $1 as uid $2 with roles $3; further arguments are podman options.
 start_service() {
@@ -81,34 +49,23 @@ start_service() {
   pod_run -d --name "$name" --user "$uid:$uid" --network=none --read-only -e HOG_BURST_MS=3000 "$@" "$service_image" "$roles" >/dev/null
 }
 
-# Waits until the shell condition $2 holds; fails the test naming $1 after DEADLINE seconds.
-await() {
-  local what="$1" cond="$2" start=$SECONDS
-  until eval "$cond"; do
-    if ((SECONDS - start > DEADLINE)); then
-      fail "waited ${DEADLINE}s for: $what"
-      return 1
-    fi
-    sleep 0.5
-  done
-}
-
-# One stats snapshot of agent container $1 (morpheus top --json, inside the agent's image) into $tmp/stats.json.
-snapshot() {
-  pod exec "$1" morpheus top --json --socket /run/morpheus/agent.sock >"$tmp/stats.json" 2>/dev/null
-}
-
-# Evaluates the Python expression $1 over the snapshot (m: the stats; w: its workers).
-query() {
-  python3 -c '
-import json, sys
-m = json.load(open(sys.argv[1])); w = m["workers"]
-print(eval(sys.argv[2]))' "$tmp/stats.json" "$1"
-}
-
 # The scheduling policy of thread $2 of host process $1 (/proc/PID/task/TID/stat field 41; 5: SCHED_IDLE).
 policy() {
   awk '{ sub(/.*\) /, ""); print $39 }' "/proc/$1/task/$2/stat"
+}
+
+# Sets demoted to one of the threads $3 (tids) of host process $2 seen demoted (SCHED_IDLE) while the
+# agent (host pid $1) is SIGSTOPped, and leaves the agent stopped; after DEADLINE seconds without one,
+# leaves demoted empty, the agent running, and returns 1.
+catch_demoted() {
+  local agent_pid="$1" pid="$2" tids="$3" t start=$SECONDS
+  demoted=""
+  while [[ -z $demoted ]] && ((SECONDS - start <= DEADLINE)); do
+    kill -STOP "$agent_pid"
+    for t in $tids; do [[ $(policy "$pid" "$t") == 5 ]] && demoted=$t; done
+    [[ -n $demoted ]] || { kill -CONT "$agent_pid"; sleep 0.2; }
+  done
+  [[ -n $demoted ]]
 }
 
 # --- 1. bad input: the agent's privileges and socket directory ----------------------------------
@@ -149,14 +106,13 @@ else
 fi
 
 # --- 2. two services register, get hints, acknowledge; enforced mode escalates only A's hog -----
-start_agent ${AGENT1} enforced
+start_agent ${AGENT1} "$node" --mode enforced -v
 SOCKET_MOUNT=(-v "$node:/run/morpheus:ro" --group-add "$GID")
 start_service ${SVC_A} 1001 hog,cooperative "${SOCKET_MOUNT[@]}"
 start_service ${SVC_B} 1002 critical,unescapable "${SOCKET_MOUNT[@]}"
 for c in "${SVC_A} hog" "${SVC_A} cooperative" "${SVC_B} critical" "${SVC_B} unescapable"; do
   read -r name role <<<"$c"
-  await "$name's $role worker registered" "pod logs $name 2>&1 | grep -q 'role=$role registered'" &&
-    say "ok: $name: $(pod logs "$name" 2>&1 | grep "role=$role registered" | head -n 1)"
+  await_registered "$name" "$role"
 done
 
 # A's hog: escapable, outside any section. B's workers: one in a section, one escapable=0.
@@ -226,21 +182,14 @@ tids_of() { query "' '.join(str(x['tid']) for x in w if x['uid'] == $1)"; }
 a_tids="$(tids_of 1001)"
 # SIGSTOP the agent until one of A's workers is seen demoted (SCHED_IDLE) while it cannot change.
 agent_pid="$(pod inspect -f '{{.State.Pid}}' ${AGENT1})"
-demoted=""
-start=$SECONDS
-while [[ -z $demoted ]] && ((SECONDS - start <= DEADLINE)); do
-  kill -STOP "$agent_pid"
-  for t in $a_tids; do [[ $(policy "$a_pid" "$t") == 5 ]] && demoted=$t; done
-  [[ -n $demoted ]] || { kill -CONT "$agent_pid"; sleep 0.2; }
-done
-[[ -n $demoted ]] || die "none of A's workers ($a_tids) was demoted within ${DEADLINE}s"
+catch_demoted "$agent_pid" "$a_pid" "$a_tids" || die "none of A's workers ($a_tids) was demoted within ${DEADLINE}s"
 pod kill -s KILL ${AGENT1} >/dev/null
 kill -CONT "$agent_pid" 2>/dev/null || true
 await "${AGENT1} gone" "[[ \$(pod inspect -f '{{.State.Running}}' ${AGENT1}) == false ]]"
 say "ok: ${AGENT1} SIGKILLed while A's thread $demoted is demoted: its policy is $(policy "$a_pid" "$demoted") (5: SCHED_IDLE) with no agent"
 # The services wait, stopped, while the next agent starts: nothing but its recovery can touch them.
 kill -STOP "$a_pid" "$b_pid"
-start_agent ${AGENT2} enforced
+start_agent ${AGENT2} "$node" --mode enforced -v
 p="$(policy "$a_pid" "$demoted")"
 if [[ $p == 0 ]]; then say "ok: ${AGENT2} restored A's thread $demoted (policy 0) from the journal before serving"; else fail "A's thread $demoted still has policy $p after ${AGENT2} started"; fi
 kill -CONT "$a_pid" "$b_pid"
@@ -251,14 +200,7 @@ await "A's two workers and B's unescapable worker registered again with ${AGENT2
 # A final SIGTERM while a worker is demoted leaves nothing behind.
 agent_pid="$(pod inspect -f '{{.State.Pid}}' ${AGENT2})"
 a_tids="$(snapshot ${AGENT2} && tids_of 1001)"
-demoted=""
-start=$SECONDS
-while [[ -z $demoted ]] && ((SECONDS - start <= DEADLINE)); do
-  kill -STOP "$agent_pid"
-  for t in $a_tids; do [[ $(policy "$a_pid" "$t") == 5 ]] && demoted=$t; done
-  [[ -n $demoted ]] || { kill -CONT "$agent_pid"; sleep 0.2; }
-done
-[[ -n $demoted ]] || fail "none of A's workers was demoted by ${AGENT2} within ${DEADLINE}s"
+catch_demoted "$agent_pid" "$a_pid" "$a_tids" || fail "none of A's workers was demoted by ${AGENT2} within ${DEADLINE}s"
 kill -TERM "$agent_pid"
 kill -CONT "$agent_pid"
 await "${AGENT2} exited" "[[ \$(pod inspect -f '{{.State.Running}}' ${AGENT2}) == false ]]"
@@ -274,8 +216,4 @@ else
   fail "threads left with a changed policy after the agent stopped:$left"
 fi
 
-if ((failures)); then
-  say "$failures check(s) failed"
-  exit 1
-fi
-say "all checks passed"
+finish

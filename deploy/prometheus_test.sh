@@ -8,34 +8,9 @@
 # prometheus (tools/setup.sh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=deploy/images/podman.sh
-source "$here/images/podman.sh"
-
-GID=2390
-DEADLINE=${MORPHEUS_CONTAINER_DEADLINE:-240}
-failures=0
-say() { printf 'prometheus-test: %s\n' "$*"; }
-fail() { printf 'prometheus-test: FAIL: %s\n' "$*"; failures=$((failures + 1)); }
-die() { printf 'prometheus-test: error: %s\n' "$*" >&2; exit 1; }
-
-[[ $EUID -eq 0 ]] || die "needs root"
-command -v podman >/dev/null || die "podman not found (tools/setup.sh installs it)"
-command -v prometheus >/dev/null || die "prometheus not found (tools/setup.sh installs it)"
-
-tag="test-mp$$"
-tmp="$(mktemp -d /tmp/morpheus-prometheus-test.XXXXXX)"
-chmod 0755 "$tmp"
-containers=()
-prom_pid=""
-cleanup() {
-  local c
-  [[ -z $prom_pid ]] || kill "$prom_pid" 2>/dev/null || true
-  for c in "${containers[@]+"${containers[@]}"}"; do pod rm -f -t 2 "$c" >/dev/null 2>&1 || true; done
-  pod rmi -f "localhost/morpheus/scx_morpheus:$tag" "localhost/morpheus/node-service:$tag" >/dev/null 2>&1 || true
-  [[ -z $prom_pid ]] || wait "$prom_pid" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=deploy/testlib.sh
+source "$here/testlib.sh"
+AWAIT_INTERVAL=1
 
 # Four free local TCP ports: two agents, Prometheus, and one spare.
 read -r port_a port_b port_prom _ < <(python3 -c '
@@ -44,31 +19,27 @@ socks = [socket.socket() for _ in range(4)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
 
-say "building the images (deploy/images/build.sh --tag $tag)"
-bash "$here/images/build.sh" --tag "$tag" agent node >/dev/null
-
-await() {
-  local what="$1" cond="$2" start=$SECONDS
-  until eval "$cond"; do
-    if ((SECONDS - start > DEADLINE)); then
-      fail "waited ${DEADLINE}s for: $what"
-      return 1
-    fi
-    sleep 1
-  done
+testlib_setup prometheus-test "test-mp$$" node prometheus
+prom_pid=""
+# Stops Prometheus (it writes into $tmp) before the containers, images and $tmp go.
+cleanup() {
+  if [[ -n $prom_pid ]]; then
+    kill "$prom_pid" 2>/dev/null || true
+    wait "$prom_pid" 2>/dev/null || true
+  fi
+  testlib_cleanup
 }
+trap cleanup EXIT
+AGENT_OPTS+=(--network=host)
 
 # One node: its socket directory, its agent (enforced, --metrics on the host's loopback), a service.
 start_node() {
   local node="$1" port="$2" dir="$tmp/$1"
   mkdir -m 0755 "$dir"
-  containers+=("$tag-agent-$node" "$tag-svc-$node")
-  pod_run -d --name "$tag-agent-$node" --pid=host --network=host --read-only --cap-drop=all --cap-add=CHOWN,SYS_PTRACE,DAC_READ_SEARCH,CHECKPOINT_RESTORE,SYS_NICE \
-    -v "$dir:/run/morpheus" "localhost/morpheus/scx_morpheus:$tag" --backend sim --mode enforced \
-    --socket /run/morpheus/agent.sock --socket-group "$GID" --metrics "127.0.0.1:$port" >/dev/null
-  await "agent of $node serving" "pod logs $tag-agent-$node 2>&1 | grep -q 'listening for registrations'"
+  start_agent "$tag-agent-$node" "$dir" --mode enforced --metrics "127.0.0.1:$port"
+  containers+=("$tag-svc-$node")
   pod_run -d --name "$tag-svc-$node" --user 1001:1001 --group-add "$GID" --network=none --read-only -v "$dir:/run/morpheus:ro" \
-    "localhost/morpheus/node-service:$tag" hog,cooperative >/dev/null
+    "$service_image" hog,cooperative >/dev/null
 }
 start_node node-a "$port_a"
 start_node node-b "$port_b"
@@ -124,8 +95,7 @@ print(" ".join(sorted(r["name"] for x in g for r in x["rules"] if r["health"] !=
 if [[ -z $out ]]; then say "ok: every rule of deploy/prometheus/rules.yaml evaluates (health ok)"; else fail "rules not healthy: $out"; fi
 
 if ((failures)); then
-  say "$failures check(s) failed; prometheus log:"
+  say "prometheus log:"
   tail -n 20 "$tmp/prometheus.log"
-  exit 1
 fi
-say "all checks passed"
+finish
