@@ -44,15 +44,16 @@ fn slots_of(region: &SimRegion, scb_count: u32, tid: u32) -> Vec<(u32, morpheus:
         .collect()
 }
 
-#[test]
-fn tokio_workers_register_checkpoint_and_release_their_slots() {
-    let region = Arc::new(SimRegion::temp(8));
+/// A multi-thread runtime with one worker thread and the timer, its threads registered by
+/// `morpheus::tokio::register_workers` with a fresh region of `slots` slots and a normal fake agent;
+/// every error the hooks report is printed and counted in the returned counter.
+fn one_worker_runtime(slots: u32) -> (Arc<SimRegion>, FakeAgent, tokio::runtime::Runtime, Arc<AtomicUsize>) {
+    let region = Arc::new(SimRegion::temp(slots));
     let agent = FakeAgent::start(region.clone(), AgentBehaviour::Normal);
     let errors = Arc::new(AtomicUsize::new(0));
     let errors2 = errors.clone();
     let config = morpheus::Config::default().region_path(region.path()).agent_socket(agent.path());
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // One worker thread: the spawned task cannot move between threads, so the ack is deterministic.
     builder.worker_threads(1).enable_time();
     let runtime = morpheus::tokio::register_workers(builder, config, move |e| {
         eprintln!("{e}");
@@ -60,6 +61,13 @@ fn tokio_workers_register_checkpoint_and_release_their_slots() {
     })
     .build()
     .unwrap();
+    (region, agent, runtime, errors)
+}
+
+#[test]
+fn tokio_workers_register_checkpoint_and_release_their_slots() {
+    // One worker thread: the spawned task cannot move between threads, so the ack is deterministic.
+    let (region, agent, runtime, errors) = one_worker_runtime(8);
     let r = region.clone();
     let yielded = runtime.block_on(async move {
         tokio::spawn(async move {
@@ -90,19 +98,7 @@ fn tokio_workers_register_checkpoint_and_release_their_slots() {
 #[test]
 fn spawn_blocking_threads_are_never_registered() {
     const SLOTS: u32 = 8;
-    let region = Arc::new(SimRegion::temp(SLOTS));
-    let agent = FakeAgent::start(region.clone(), AgentBehaviour::Normal);
-    let errors = Arc::new(AtomicUsize::new(0));
-    let errors2 = errors.clone();
-    let config = morpheus::Config::default().region_path(region.path()).agent_socket(agent.path());
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.worker_threads(1).enable_time();
-    let runtime = morpheus::tokio::register_workers(builder, config, move |e| {
-        eprintln!("{e}");
-        errors2.fetch_add(1, Ordering::Relaxed);
-    })
-    .build()
-    .unwrap();
+    let (region, _agent, runtime, errors) = one_worker_runtime(SLOTS);
     let (job_tid_tx, job_tid_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let (worker_tid, job) = runtime.block_on(async {
