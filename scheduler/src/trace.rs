@@ -7,8 +7,9 @@
 //!   context switch (tp_btf/sched_switch), and the worker layer's check timer (a BPF timer, brought
 //!   forward to the slice end of a worker that starts running) decides hints and the escalation gate
 //!   with src/policy/morpheus_policy.h, publishing into the per-uid region maps exactly as the kernel
-//!   backend does. Regions, the `worker_slots` map and the rings are the kernel backend's machinery
-//!   (src/kernel.rs), reused here.
+//!   backend does. The agent's side of the worker layer (regions, `worker_slots` and the `worker_tids`
+//!   bitmap, the rings, counters and reaction times) is src/kernel.rs's `LayerAgent` and `LayerSlots`,
+//!   shared with the kernel backend.
 //! * The header's `backend` is `KERNEL`: the region is the same pinned BPF_F_MMAPABLE array map and
 //!   the hints come from the same BPF worker layer, so a runtime cannot tell the two apart (the field
 //!   is informative, spec/SCB.md §2).
