@@ -10,8 +10,9 @@ Detection (one cooperative worker: morpheus-e2e-worker `cooperative`, checkpoint
 end when preempt_seq was published, for the first hint after each acknowledgement (the agent's stats,
 `reactions/hint`: p50, p99, max). The sim backend's granularity is its 1 ms tick.
 
-Overhead, with 0, 8 and 64 registered workers (morpheus-e2e-worker `cooperative` threads of one
-process, all on CPU 1, busy the whole time), for each backend in turn, and without any agent (`none`:
+Overhead, with 0, 8 and 64 registered workers (morpheus-e2e-worker `cooperative` threads, 16 a
+process and user: the agent's connection limit per user; moved to CPU 1 once all are registered, busy
+the whole time), for each backend in turn, and without any agent (`none`:
 the same number of plain busy threads on CPU 1, not registered):
   - context switch: `perf bench sched pipe` on CPU 0 (two processes passing a byte through pipes on
     one CPU: each round trip is two context switches and two wake-ups there), usecs per round trip,
@@ -111,15 +112,20 @@ class Agent:
         self.bin_dir = bin_dir
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 120
-        while not os.path.exists(self.sock):
+        while not (os.path.exists(self.sock) and os.path.exists(self.sock + ".stats")):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"bench.py: scx_morpheus ({label}) did not start; see {self.log.name}")
             time.sleep(0.05)
 
     def stat(self, pointer):
-        out = subprocess.run([os.path.join(self.bin_dir, "morpheus"), "stats", "--socket", self.sock, "--get", pointer],
-                             check=True, capture_output=True, text=True, timeout=60).stdout
-        return float(out.strip())
+        # The agent answers at its next tick; on a saturated host a query can fail: asked again, 3 times.
+        for attempt in range(3):
+            done = subprocess.run([os.path.join(self.bin_dir, "morpheus"), "stats", "--socket", self.sock, "--get", pointer],
+                                  capture_output=True, text=True, timeout=60)
+            if done.returncode == 0:
+                return float(done.stdout.strip())
+            time.sleep(1)
+        raise SystemExit(f"bench.py: morpheus stats --get {pointer} failed ({self.label}): {done.stderr.strip()}")
 
     def stop(self):
         self.proc.terminate()
@@ -157,23 +163,32 @@ class Load:
             # workers run as further users (each its own trust domain), beside the first as root.
             self.procs = []
             for k in range(0, n, CONNECTIONS_PER_UID):
-                cmd = ["taskset", "-c", "1", worker, "--until", self.until] + ["cooperative"] * min(CONNECTIONS_PER_UID, n - k)
+                # Pinned to CPU 1 only once all are registered (below): a thread registering on a
+                # CPU its busy siblings hold can miss the SDK's 5 s answer deadline on a loaded host.
+                cmd = [worker, "--until", self.until] + ["cooperative"] * min(CONNECTIONS_PER_UID, n - k)
                 if k:
                     uid = BENCH_UID + k // CONNECTIONS_PER_UID
                     cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={SOCKET_GID}"] + cmd
                 self.log = os.path.join(workdir, f"workers-{agent.label}-{n}.log")
                 with open(self.log, "a") as log:
                     self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env))
+                # One process (16 registrations) at a time: the SDK waits 5 s for each answer.
+                self.wait_registered(agent, min(n, k + CONNECTIONS_PER_UID))
         self.proc = self.procs[0]
         if agent is not None:
-            deadline = time.monotonic() + 120
-            while agent.stat("/nr_workers") < n:
-                if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
-                    self.stop()
-                    with open(self.log) as log:
-                        why = log.read().strip().splitlines()[-1:] or ["(no error from the workers: timed out)"]
-                    raise NotRegistered(f"{n} workers did not register with {agent.label}: {why[0]}")
-                time.sleep(0.1)
+            for p in self.procs:
+                subprocess.run(["taskset", "-a", "-p", "-c", "1", str(p.pid)], check=True, capture_output=True)
+
+    def wait_registered(self, agent, n):
+        deadline = time.monotonic() + 120
+        while agent.stat("/nr_workers") < n:
+            if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+                self.proc = self.procs[0]
+                self.stop()
+                with open(self.log) as log:
+                    why = log.read().strip().splitlines()[-1:] or ["(no error from the workers: timed out)"]
+                raise NotRegistered(f"{n} workers did not register with {agent.label}: {why[0]}")
+            time.sleep(0.1)
 
     def stop(self):
         if self.proc is None:
