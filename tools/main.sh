@@ -46,10 +46,11 @@ step_starvation_vm() {
   bash scheduler/e2e/starvation-vm.sh -- --seconds "${MORPHEUS_STARVATION_VM_SECONDS:-12}" --rounds 3
 }
 
-# The tracing backend (BPF on the host kernel, no sched_ext) against the sim backend in the same run:
-# detection latency (CPU time past the slice end when preempt_seq is published, p50/p99/max) and the
-# context-switch cost with and without its programs loaded, each a ratio within a round, 5 rounds
-# (scheduler/BENCHMARKS.md, "Tracing backend"). Needs root and BPF with BTF; about 2 minutes.
+# The tracing backend (BPF on the host kernel, no sched_ext) against the sim backend in the same run,
+# side by side: detection latency (CPU time past the slice end when preempt_seq is published,
+# p50/p99/max) and overhead with 0, 8 and 64 registered busy workers (agent CPU, BPF CPU, context-switch
+# cost against no agent), each a ratio within a round, 5 rounds, median [min-max] (scheduler/BENCHMARKS.md,
+# "Tracing backend"). Needs root and BPF with BTF; about 10 minutes.
 step_trace_bench() {
   bash scheduler/trace-bench/run.sh --rounds "${MORPHEUS_TRACE_BENCH_ROUNDS:-5}" --seconds "${MORPHEUS_TRACE_BENCH_SECONDS:-5}"
 }

@@ -551,37 +551,118 @@ pub(crate) fn episode_open(workers: &MapHandle, slot: u32) -> Option<bool> {
     Some(ctx.esc.open != 0)
 }
 
-/// Records in the worker layer's `worker_slots` map that thread `worker.tid` is the worker of `slot`
-/// (its domain and SCB index): all the BPF side believes about who a worker is.
-pub(crate) fn record_worker_slot(worker_slots: &MapHandle, slot: u32, worker: &Assigned) -> Result<()> {
-    let tid = worker.tid;
-    let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
-    // SAFETY: a plain C struct viewed as its bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))
-    };
-    worker_slots.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).with_context(|| {
-        format!("cannot record tid {tid} -> slot {slot} (domain {}, SCB {}) in the BPF worker_slots map", value.domain, value.local)
-    })
+/// The worker layer's `worker_tids` bitmap (src/bpf/worker.bpf.c: one bit per tid below
+/// MORPHEUS_TID_LIMIT), mapped read-write here: the agent is its only writer. A bit is set before the
+/// tid's `worker_slots` entry is written and cleared only once the tid has no entry, so the BPF side,
+/// which takes a clear bit for "no worker" without looking in `worker_slots`, never misses a worker.
+struct TidBits {
+    map: MapMapping,
 }
 
-/// Removes thread `tid` from the worker layer's `worker_slots` map, but only while its entry still
-/// names `slot`: the BPF side may have removed it already at the thread's exit, and a later
-/// registration of the same tid (another slot) may have written it since. Called under the registry's
-/// table lock, the only writer of entries, so between the lookup and the delete no registration can
-/// write the tid again; only the BPF side may delete it.
-pub(crate) fn forget_worker_slot(worker_slots: &MapHandle, slot: u32, tid: u32) {
-    let names_this_slot = match worker_slots.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
-        Ok(Some(bytes)) => read_record::<bpf_intf::morpheus_worker_slot>(&bytes).is_some_and(|v| v.slot == slot),
-        Ok(None) => false,
-        Err(e) => {
-            log::debug!("tid {tid}: cannot look up its BPF worker_slots entry: {e}");
-            true
+impl TidBits {
+    fn new(worker_tids: &MapHandle) -> Result<Self> {
+        let words = bpf_intf::MORPHEUS_TID_WORDS as usize;
+        if worker_tids.value_size() as usize != size_of::<u64>() || worker_tids.max_entries() as usize != words {
+            bail!("the BPF worker_tids map is not {words} u64 words");
         }
-    };
-    if names_this_slot {
-        if let Err(e) = worker_slots.delete(&tid.to_ne_bytes()) {
-            log::debug!("tid {tid} was no longer in the BPF worker_slots map: {e}");
+        let fd = worker_tids.as_fd().try_clone_to_owned().context("cannot duplicate the worker_tids map fd")?;
+        let len = words * size_of::<u64>();
+        // SAFETY: mapping a BPF_F_MMAPABLE array map of `len` bytes (a whole number of pages); checked
+        // for MAP_FAILED below.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error()).context("cannot mmap the BPF worker_tids map");
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned NULL");
+        Ok(TidBits { map: MapMapping { base, len, _fd: fd } })
+    }
+
+    /// The word holding `tid`'s bit and the bit, or None for a tid the bitmap does not cover (the BPF
+    /// side looks those up in `worker_slots` directly).
+    fn bit(&self, tid: u32) -> Option<(&std::sync::atomic::AtomicU64, u64)> {
+        if tid >= bpf_intf::MORPHEUS_TID_LIMIT {
+            return None;
+        }
+        let word = (tid / 64) as usize;
+        // SAFETY: word < MORPHEUS_TID_WORDS, inside the mapping, which lives as long as self; u64
+        // words of a page-aligned mapping are aligned, and every access is atomic.
+        let word = unsafe { &*self.map.base.as_ptr().cast::<std::sync::atomic::AtomicU64>().add(word) };
+        Some((word, 1u64 << (tid % 64)))
+    }
+
+    fn set(&self, tid: u32) {
+        if let Some((word, bit)) = self.bit(tid) {
+            word.fetch_or(bit, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn clear(&self, tid: u32) {
+        if let Some((word, bit)) = self.bit(tid) {
+            word.fetch_and(!bit, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Who the worker layer takes for a worker: its `worker_slots` map (tid -> slot, domain, SCB index),
+/// all the BPF side believes about who a worker is and where its SCB is, and the `worker_tids` bitmap
+/// that lets every other thread's context switch pass with one load. Written only under the
+/// registry's table lock (the slot observer's calls).
+pub(crate) struct LayerSlots {
+    worker_slots: MapHandle,
+    tids: TidBits,
+}
+
+impl LayerSlots {
+    /// Over the worker layer's `worker_slots` and `worker_tids` maps (either backend's object).
+    pub(crate) fn new(worker_slots: &libbpf_rs::MapMut<'_>, worker_tids: &libbpf_rs::MapMut<'_>) -> Result<Self> {
+        Self::over(
+            MapHandle::try_from(worker_slots).context("worker_slots map handle")?,
+            &MapHandle::try_from(worker_tids).context("worker_tids map handle")?,
+        )
+    }
+
+    fn over(worker_slots: MapHandle, worker_tids: &MapHandle) -> Result<Self> {
+        Ok(LayerSlots { worker_slots, tids: TidBits::new(worker_tids)? })
+    }
+
+    /// Records that thread `worker.tid` is the worker of `slot` (its domain and SCB index): its bit
+    /// first, then its entry.
+    pub(crate) fn record(&self, slot: u32, worker: &Assigned) -> Result<()> {
+        let tid = worker.tid;
+        let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
+        // SAFETY: a plain C struct viewed as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))
+        };
+        self.tids.set(tid);
+        self.worker_slots.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).with_context(|| {
+            format!("cannot record tid {tid} -> slot {slot} (domain {}, SCB {}) in the BPF worker_slots map", value.domain, value.local)
+        })
+    }
+
+    /// Removes thread `tid`'s entry, but only while it still names `slot`: the BPF side may have
+    /// removed it already at the thread's exit, and a later registration of the same tid (another slot)
+    /// may have written it since; its bit is cleared once the tid has no entry. Called under the
+    /// registry's table lock, the only writer of entries, so between the lookup and the delete no
+    /// registration can write the tid again; only the BPF side may delete it.
+    pub(crate) fn forget(&self, slot: u32, tid: u32) {
+        let (names_this_slot, absent) = match self.worker_slots.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
+            Ok(Some(bytes)) => (read_record::<bpf_intf::morpheus_worker_slot>(&bytes).is_some_and(|v| v.slot == slot), false),
+            Ok(None) => (false, true),
+            Err(e) => {
+                log::debug!("tid {tid}: cannot look up its BPF worker_slots entry: {e}");
+                (true, false)
+            }
+        };
+        if names_this_slot {
+            if let Err(e) = self.worker_slots.delete(&tid.to_ne_bytes()) {
+                log::debug!("tid {tid} was no longer in the BPF worker_slots map: {e}");
+            }
+        }
+        if names_this_slot || absent {
+            self.tids.clear(tid);
         }
     }
 }
@@ -595,17 +676,17 @@ pub(crate) fn forget_worker_slot(worker_slots: &MapHandle, slot: u32, tid: u32) 
 /// agent's delete of an entry that is already gone is not an error, and an entry that a later
 /// registration of the same tid wrote (another slot) is left alone.
 struct KernelSlots {
-    worker_slots: MapHandle,
+    slots: LayerSlots,
     throttles: Arc<Mutex<Throttles>>,
 }
 
 impl SlotObserver for KernelSlots {
     fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()> {
-        record_worker_slot(&self.worker_slots, slot, worker)
+        self.slots.record(slot, worker)
     }
 
     fn released(&self, slot: u32, worker: &Assigned) {
-        forget_worker_slot(&self.worker_slots, slot, worker.tid);
+        self.slots.forget(slot, worker.tid);
         self.throttles.lock().unwrap().lift(slot, "slot released");
     }
 }
@@ -698,51 +779,339 @@ pub(crate) fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
     (data.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
 }
 
+/// Refuses a configuration the worker layer cannot hold (`what`: the backend, named in the message).
+pub(crate) fn check_layer_config(config: &Config, what: &str) -> Result<()> {
+    if config.max_workers > abi::MAX_WORKERS {
+        bail!("--max-workers {}: the {what} backend tracks at most {} workers (MAX_WORKERS)", config.max_workers, abi::MAX_WORKERS);
+    }
+    if config.max_workers_per_uid > abi::MAX_WORKERS {
+        bail!(
+            "--max-workers-per-uid {}: a region map of the {what} backend holds at most {} SCBs (MAX_WORKERS)",
+            config.max_workers_per_uid,
+            abi::MAX_WORKERS
+        );
+    }
+    if let Some(path) = &config.region_path {
+        if path != Path::new(abi::PINNED_REGION_PATH) {
+            bail!("--region {}: the {what} backend always publishes its region at {}", path.display(), abi::PINNED_REGION_PATH);
+        }
+    }
+    Ok(())
+}
+
+/// Sets the worker layer's load-time data in either object's .rodata (their generated types differ;
+/// the layer's fields are the same). The configuration the live paths decide with (S4): load-time data
+/// only the agent writes. The header publishes the same values for runtimes; the BPF side never reads
+/// them back from it.
+macro_rules! set_layer_rodata {
+    ($rodata:expr, $config:expr) => {{
+        let rodata = $rodata;
+        let config: &$crate::backend::Config = $config;
+        rodata.check_interval_ns = $crate::kernel::check_interval_ns(config);
+        rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+        rodata.throttle_max_ns = config.throttle_max_ns;
+        rodata.cfg_scheduler_mode = config.mode.raw();
+        rodata.cfg_escalation_policy = config.policy.raw();
+        rodata.cfg_slice_ns = config.slice_ns;
+        rodata.cfg_grace_ns = config.grace_ns;
+        rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
+        rodata.cfg_scb_count = config.max_workers;
+    }};
+}
+pub(crate) use set_layer_rodata;
+
+/// The worker layer's variables in a loaded object's mmapped .bss (either object's: the generated types
+/// differ, the layer's fields are the same): counters BPF updates atomically, the timer's flags it
+/// chose at start, and the pressure level only the agent writes. Made by [`layer_bss`].
+pub(crate) struct LayerBss {
+    counters: NonNull<[u64]>,
+    gate_verdicts: NonNull<[u64]>,
+    escalations_by_policy: NonNull<[u64]>,
+    lifts_by_step: NonNull<[u64]>,
+    pressure_level: NonNull<u32>,
+    timer_start_flags: NonNull<u64>,
+}
+
+impl LayerBss {
+    /// # Safety
+    /// The arguments are the worker layer's variables in a skeleton's mmapped .bss, which must outlive
+    /// the returned value (the backend holds both).
+    pub(crate) unsafe fn new(
+        counters: &mut [u64],
+        gate_verdicts: &mut [u64],
+        escalations_by_policy: &mut [u64],
+        lifts_by_step: &mut [u64],
+        pressure_level: &mut u32,
+        timer_start_flags: &mut u64,
+    ) -> Self {
+        LayerBss {
+            counters: NonNull::from(counters),
+            gate_verdicts: NonNull::from(gate_verdicts),
+            escalations_by_policy: NonNull::from(escalations_by_policy),
+            lifts_by_step: NonNull::from(lifts_by_step),
+            pressure_level: NonNull::from(pressure_level),
+            timer_start_flags: NonNull::from(timer_start_flags),
+        }
+    }
+
+    /// Element `i` of one of the arrays (0 past its end).
+    fn at(array: NonNull<[u64]>, i: usize) -> u64 {
+        if i >= array.len() {
+            return 0;
+        }
+        // SAFETY: in bounds of a live .bss mapping (`new`); a u64 BPF updates atomically.
+        unsafe { std::ptr::read_volatile(array.cast::<u64>().as_ptr().add(i)) }
+    }
+}
+
+/// The worker layer's variables of a loaded skeleton (`skel.maps.bss_data`), as a [`LayerBss`].
+macro_rules! layer_bss {
+    ($skel:expr) => {{
+        let bss = $skel.maps.bss_data.as_mut().expect("the BPF program has .bss");
+        // SAFETY: the skeleton's .bss mapping lives as long as the skeleton, which the backend holds
+        // beside the value made here.
+        unsafe {
+            $crate::kernel::LayerBss::new(
+                &mut bss.counters,
+                &mut bss.gate_verdicts,
+                &mut bss.escalations_by_policy,
+                &mut bss.lifts_by_step,
+                &mut bss.pressure_level,
+                &mut bss.timer_start_flags,
+            )
+        }
+    }};
+}
+pub(crate) use layer_bss;
+
+/// The agent's side of the worker layer, the same for both of its hosts (the sched_ext program and
+/// the tracing programs): the regions, the agent's ticks and waits, the records' rings, the reaction
+/// times and the layer's counters. Each backend adds what its host needs (escalation records, its
+/// effects).
+pub(crate) struct LayerAgent {
+    /// The agent's slot table (whose SCB a record's slot means).
+    pub(crate) table: Arc<Workers>,
+    regions: Arc<BpfRegions>,
+    /// Region pins (one per trust domain), removed at shutdown.
+    pinned: Arc<Mutex<Vec<PathBuf>>>,
+    rings: RingBuffer<'static>,
+    drained: Rc<RefCell<Drained>>,
+    observer: Arc<dyn SlotObserver>,
+    bss: LayerBss,
+    tick_interval: Duration,
+    hint_records: u64,
+    /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
+    times: RecordTimes,
+}
+
+impl LayerAgent {
+    /// Once the host's programs are attached (so a start that fails leaves the paths as they were):
+    /// the rings' consumer, PIN_DIR cleared of what a killed instance left, and the regions' maker.
+    pub(crate) fn new(
+        config: &Config,
+        table: Arc<Workers>,
+        maps: [&libbpf_rs::MapMut<'_>; 3],
+        observer: Arc<dyn SlotObserver>,
+        bss: LayerBss,
+    ) -> Result<Self> {
+        let [hints, events, regions] = maps;
+        let hints = MapHandle::try_from(hints).context("hints ring handle")?;
+        let events = MapHandle::try_from(events).context("escalation ring handle")?;
+        let (rings, drained) = layer_rings(&hints, &events)?;
+        prepare_pin_dir()?;
+        let pinned = Arc::new(Mutex::new(Vec::new()));
+        let regions = Arc::new(BpfRegions {
+            outer: MapHandle::try_from(regions).context("regions map handle")?,
+            pin_dir: Some(PathBuf::from(abi::PIN_DIR)),
+            pinned: Arc::clone(&pinned),
+        });
+        Ok(LayerAgent {
+            table,
+            regions,
+            pinned,
+            rings,
+            drained,
+            observer,
+            bss,
+            tick_interval: config.tick,
+            hint_records: 0,
+            times: RecordTimes::default(),
+        })
+    }
+
+    /// What the host logs at start: the check timer's resolution and placement, and where regions go.
+    pub(crate) fn describe(&self, config: &Config) -> String {
+        // SAFETY: a u64 of the live .bss mapping, written once by the timer's start.
+        let flags = unsafe { std::ptr::read_volatile(self.bss.timer_start_flags.as_ptr()) };
+        format!(
+            "overrun check at each slice end, then every {} µs, on a BPF timer {}; one region map per uid, pinned in {}",
+            check_interval_ns(config) / 1000,
+            if flags != 0 { "pinned to the CPU that arms it" } else { "the kernel places (no BPF_F_TIMER_CPU_PIN here)" },
+            abi::PIN_DIR
+        )
+    }
+
+    pub(crate) fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
+        Some(Arc::clone(&self.regions) as Arc<dyn RegionMaker>)
+    }
+
+    pub(crate) fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
+        Some(Arc::clone(&self.observer))
+    }
+
+    pub(crate) fn tick_interval(&self) -> Duration {
+        self.tick_interval.max(AGENT_TICK)
+    }
+
+    pub(crate) fn idle_tick_interval(&self) -> Duration {
+        self.tick_interval.max(AGENT_IDLE_TICK)
+    }
+
+    /// Waits for a record that wakes the agent, or `timeout`.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Result<()> {
+        // epoll's resolution is a millisecond: round up, or a sub-millisecond wait would spin.
+        let ms = timeout.as_micros().div_ceil(1000) as u64;
+        let ret = self.rings.poll_raw(Duration::from_millis(ms));
+        if ret < 0 && ret != -libc::EINTR {
+            return Err(io::Error::from_raw_os_error(-ret)).context("polling the BPF ring buffers");
+        }
+        Ok(())
+    }
+
+    /// Stores the pressure level the BPF side copies into each SCB (it never reads the header's).
+    pub(crate) fn set_pressure(&self, level: u32) {
+        // SAFETY: an aligned u32 of the live .bss mapping that BPF only loads.
+        unsafe { std::ptr::write_volatile(self.bss.pressure_level.as_ptr(), level) };
+    }
+
+    /// The worker layer's counter `idx`.
+    pub(crate) fn counter(&self, idx: bpf_intf::morpheus_counter) -> u64 {
+        LayerBss::at(self.bss.counters, idx as usize)
+    }
+
+    /// The acknowledgement count of the worker in the agent's slot `slot` (for reaction times only),
+    /// read from the SCB the agent's table names; None for a free slot.
+    pub(crate) fn last_ack_seq(&self, slot: u32) -> Option<u64> {
+        let w = self.table.get(slot)?;
+        Some(w.domain.region.scb(w.local).last_ack_seq().load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Consumes both rings: hint records are counted and timed here; the escalation records are the
+    /// host's to act on.
+    pub(crate) fn drain(&mut self) -> Result<Vec<abi::EscalationEvent>> {
+        self.rings.consume().context("consuming the BPF ring buffers")?;
+        let drained = std::mem::take(&mut *self.drained.borrow_mut());
+        for hint in drained.hints {
+            self.hint_records += 1;
+            let ack = self.last_ack_seq(hint.slot);
+            self.times.hint(&hint, ack);
+        }
+        Ok(drained.events)
+    }
+
+    /// Times escalation record `ev` (the first of an episode measures grace expiry -> escalation).
+    pub(crate) fn time_event(&mut self, ev: &abi::EscalationEvent) {
+        let ack = self.last_ack_seq(ev.slot).unwrap_or(0);
+        self.times.event(ev, ack);
+    }
+
+    pub(crate) fn reactions(&self) -> Reactions {
+        self.times.reactions.clone()
+    }
+
+    /// The layer's part of the stats' counters: timer runs, hints, gate verdicts, escalations by policy.
+    pub(crate) fn fill_counters(&self, c: &mut Counters) {
+        c.ticks = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS);
+        c.hints_emitted = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        c.hints_dropped = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
+        for (i, slot) in c.gate.iter_mut().enumerate() {
+            *slot = LayerBss::at(self.bss.gate_verdicts, i);
+        }
+        for (i, slot) in c.escalations_by_policy.iter_mut().enumerate().take(bpf_intf::MORPHEUS_NR_POLICIES as usize) {
+            *slot = LayerBss::at(self.bss.escalations_by_policy, i);
+        }
+    }
+
+    /// Escalations by policy, as the BPF side counted them.
+    pub(crate) fn escalations_by_policy(&self) -> Vec<u64> {
+        (0..bpf_intf::MORPHEUS_NR_POLICIES as usize).map(|i| LayerBss::at(self.bss.escalations_by_policy, i)).collect()
+    }
+
+    /// The stats' `backend_counters`: the layer's counters by name, its lifts by state machine step,
+    /// and the hint records drained.
+    pub(crate) fn backend_counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = LAYER_COUNTERS.iter().map(|&(name, idx)| (name.to_owned(), self.counter(idx))).collect();
+        for step in morpheus_policy_ffi::EscalationStep::ALL {
+            if let Some(why) = step.lift_reason() {
+                out.push((format!("lifts_{why}"), LayerBss::at(self.bss.lifts_by_step, step as usize)));
+            }
+        }
+        out.push(("hint_records".into(), self.hint_records));
+        out
+    }
+
+    /// At shutdown, once the host's programs are detached: unpins the regions (errors into `errors`) and
+    /// logs the layer's counters and reaction times.
+    pub(crate) fn finish(&self, errors: &mut Vec<String>) {
+        unpin_all(&self.pinned, errors);
+        log::info!(
+            "BPF counters: {}",
+            self.backend_counters().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        );
+        log::info!("reaction overrun->hint: {}", self.times.reactions.hint.summary());
+        log::info!("reaction grace expiry->escalation: {}", self.times.reactions.escalation.summary());
+    }
+}
+
+/// The [`Backend`] methods both hosts of the worker layer answer alike, from their `layer`
+/// ([`LayerAgent`]), expanded in each one's `impl Backend`. Both report `KERNEL` in the header: the
+/// region is the same pinned BPF_F_MMAPABLE map and the hints come from the same worker layer, so a
+/// runtime cannot tell them apart (the field is informative, spec/SCB.md §2).
+macro_rules! layer_backend_methods {
+    () => {
+        fn kind(&self) -> morpheus_abi::Backend {
+            morpheus_abi::Backend::Kernel
+        }
+
+        fn region_maker(&self) -> Option<std::sync::Arc<dyn $crate::domains::RegionMaker>> {
+            self.layer.region_maker()
+        }
+
+        fn slot_observer(&self) -> Option<std::sync::Arc<dyn $crate::backend::SlotObserver>> {
+            self.layer.slot_observer()
+        }
+
+        fn tick_interval(&self) -> std::time::Duration {
+            self.layer.tick_interval()
+        }
+
+        fn idle_tick_interval(&self) -> std::time::Duration {
+            self.layer.idle_tick_interval()
+        }
+
+        fn wait(&mut self, timeout: std::time::Duration) -> anyhow::Result<()> {
+            self.layer.wait(timeout)
+        }
+
+        fn reactions(&self) -> $crate::stats::Reactions {
+            self.layer.reactions()
+        }
+    };
+}
+pub(crate) use layer_backend_methods;
+
 pub struct KernelBackend {
     skel: BpfSkel<'static>,
     link: Option<Link>,
-    /// The agent's slot table (whose SCB a record's slot means).
-    table: Arc<Workers>,
-    regions: Arc<BpfRegions>,
-    rings: RingBuffer<'static>,
-    drained: Rc<RefCell<Drained>>,
+    layer: LayerAgent,
     throttles: Arc<Mutex<Throttles>>,
-    observer: Arc<KernelSlots>,
-    tick_interval: Duration,
-    /// Region pins (one per trust domain), removed at shutdown.
-    pinned: Arc<Mutex<Vec<PathBuf>>>,
-    hint_records: u64,
     kick_records: u64,
-    /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
-    times: RecordTimes,
     shut_down: bool,
 }
 
 impl KernelBackend {
     pub fn open(config: &Config, table: Arc<Workers>) -> Result<Self> {
-        if config.max_workers > abi::MAX_WORKERS {
-            bail!(
-                "--max-workers {}: the kernel backend tracks at most {} workers (MAX_WORKERS)",
-                config.max_workers,
-                abi::MAX_WORKERS
-            );
-        }
-        if config.max_workers_per_uid > abi::MAX_WORKERS {
-            bail!(
-                "--max-workers-per-uid {}: a region map of the kernel backend holds at most {} SCBs (MAX_WORKERS)",
-                config.max_workers_per_uid,
-                abi::MAX_WORKERS
-            );
-        }
-        if let Some(path) = &config.region_path {
-            if path != Path::new(abi::PINNED_REGION_PATH) {
-                bail!(
-                    "--region {}: the kernel backend always publishes its region at {}",
-                    path.display(),
-                    abi::PINNED_REGION_PATH
-                );
-            }
-        }
+        check_layer_config(config, "kernel")?;
         // Before touching any pin: a running scheduler (ours or not) keeps its maps and paths.
         if scx_utils::compat::is_sched_ext_enabled().unwrap_or(false) {
             bail!(
@@ -760,18 +1129,9 @@ impl KernelBackend {
         skel.struct_ops.morpheus_ops_mut().exit_dump_len = config.exit_dump_len;
 
         let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
-        rodata.check_interval_ns = check_interval_ns(config);
-        rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
+        set_layer_rodata!(&mut *rodata, config);
         rodata.nr_online_cpus = online_cpus();
-        rodata.throttle_max_ns = config.throttle_max_ns;
-        // The configuration the live paths decide with (S4): load-time data only the agent writes. The
-        // header publishes the same values for runtimes; the BPF side never reads them back from it.
-        rodata.cfg_scheduler_mode = config.mode.raw();
-        rodata.cfg_escalation_policy = config.policy.raw();
-        rodata.cfg_slice_ns = config.slice_ns;
-        rodata.cfg_grace_ns = config.grace_ns;
-        rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
-        rodata.cfg_scb_count = config.max_workers;
+        // The base policy's ordering (the sched_ext ops only; the worker layer does not read it).
         rodata.base_order = match config.base_order {
             crate::backend::BaseOrder::Deadline => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_DEADLINE,
             crate::backend::BaseOrder::Cputime => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_CPUTIME,
@@ -791,89 +1151,32 @@ impl KernelBackend {
             errors: 0,
         }));
         let observer = Arc::new(KernelSlots {
-            worker_slots: MapHandle::try_from(&skel.maps.worker_slots).context("worker_slots map handle")?,
+            slots: LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids)?,
             throttles: Arc::clone(&throttles),
         });
-
-        let hints = MapHandle::try_from(&skel.maps.hints).context("hints ring handle")?;
-        let events = MapHandle::try_from(&skel.maps.escalation_events).context("escalation ring handle")?;
-        let (rings, drained) = layer_rings(&hints, &events)?;
 
         let link = scx_ops_attach!(skel, morpheus_ops)?;
         log_verifier_complexity();
 
-        // Pinned only once attached, so a start that fails leaves the paths as they were.
-        prepare_pin_dir()?;
-        let pinned = Arc::new(Mutex::new(Vec::new()));
-        let regions = Arc::new(BpfRegions {
-            outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
-            pin_dir: Some(PathBuf::from(abi::PIN_DIR)),
-            pinned: Arc::clone(&pinned),
-        });
-        log::info!(
-            "sched_ext scheduler attached (overrun check at each slice end, then every {} µs); one region map per uid, pinned in {}",
-            check_interval_ns(config) / 1000,
-            abi::PIN_DIR
-        );
+        let bss = layer_bss!(skel);
+        let maps = [&skel.maps.hints, &skel.maps.escalation_events, &skel.maps.regions];
+        let layer = LayerAgent::new(config, table, maps, observer, bss)?;
+        log::info!("sched_ext scheduler attached ({})", layer.describe(config));
 
-        Ok(KernelBackend {
-            skel,
-            link: Some(link),
-            table,
-            regions,
-            rings,
-            drained,
-            throttles,
-            observer,
-            tick_interval: config.tick,
-            pinned,
-            hint_records: 0,
-            kick_records: 0,
-            times: RecordTimes::default(),
-            shut_down: false,
-        })
-    }
-
-    fn bss(&self) -> &bpf_skel::types::bss {
-        self.skel.maps.bss_data.as_ref().expect("the BPF program has .bss")
-    }
-
-    fn counter(&self, idx: bpf_intf::morpheus_counter) -> u64 {
-        // SAFETY: reading a u64 of the mmapped .bss that BPF updates atomically.
-        unsafe { std::ptr::read_volatile(&self.bss().counters[idx as usize]) }
-    }
-
-    /// Raw BPF counters by name (the stats' `backend_counters`).
-    pub fn bpf_counters(&self) -> Vec<(&'static str, u64)> {
-        LAYER_COUNTERS.iter().map(|&(name, idx)| (name, self.counter(idx))).collect()
-    }
-
-    /// The acknowledgement count of the worker in the agent's slot `slot` (for reaction times only),
-    /// read from the SCB the agent's table names; None for a free slot.
-    fn last_ack_seq(&self, slot: u32) -> Option<u64> {
-        let w = self.table.get(slot)?;
-        Some(w.domain.region.scb(w.local).last_ack_seq().load(std::sync::atomic::Ordering::Acquire))
+        Ok(KernelBackend { skel, link: Some(link), layer, throttles, kick_records: 0, shut_down: false })
     }
 
     fn drain(&mut self) -> Result<()> {
-        self.rings.consume().context("consuming the BPF ring buffers")?;
-        let drained = std::mem::take(&mut *self.drained.borrow_mut());
-        for hint in drained.hints {
-            self.hint_records += 1;
-            let ack = self.last_ack_seq(hint.slot);
-            self.times.hint(&hint, ack);
-        }
-        for ev in drained.events {
+        for ev in self.layer.drain()? {
             let slot = ev.slot;
-            let ack = self.last_ack_seq(slot).unwrap_or(0);
-            self.times.event(&ev, ack);
+            self.layer.time_event(&ev);
             match abi::EscalationAction::try_from(ev.action) {
                 Ok(abi::EscalationAction::Kick) => {
                     self.kick_records += 1;
                     log::debug!("kick: slot {slot} (tid {}) {} µs past slice + grace", ev.tid, ev.overrun_ns / 1000);
                 }
                 Ok(abi::EscalationAction::Throttle) => {
-                    let holder = self.table.get(slot);
+                    let holder = self.layer.table.get(slot);
                     self.throttles.lock().unwrap().apply(slot, holder.as_ref());
                 }
                 Ok(abi::EscalationAction::Unthrottle) => {
@@ -887,35 +1190,7 @@ impl KernelBackend {
 }
 
 impl Backend for KernelBackend {
-    fn kind(&self) -> abi::Backend {
-        abi::Backend::Kernel
-    }
-
-    fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
-        Some(Arc::clone(&self.regions) as Arc<dyn RegionMaker>)
-    }
-
-    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
-        Some(Arc::clone(&self.observer) as Arc<dyn SlotObserver>)
-    }
-
-    fn tick_interval(&self) -> Duration {
-        self.tick_interval.max(AGENT_TICK)
-    }
-
-    fn idle_tick_interval(&self) -> Duration {
-        self.tick_interval.max(AGENT_IDLE_TICK)
-    }
-
-    fn wait(&mut self, timeout: Duration) -> Result<()> {
-        // epoll's resolution is a millisecond: round up, or a sub-millisecond wait would spin.
-        let ms = timeout.as_micros().div_ceil(1000) as u64;
-        let ret = self.rings.poll_raw(Duration::from_millis(ms));
-        if ret < 0 && ret != -libc::EINTR {
-            return Err(std::io::Error::from_raw_os_error(-ret)).context("polling the BPF ring buffers");
-        }
-        Ok(())
-    }
+    layer_backend_methods!();
 
     fn tick(&mut self, _now_ns: u64, pressure_level: u32) -> Result<()> {
         if uei_exited!(&self.skel, uei) {
@@ -927,55 +1202,31 @@ impl Backend for KernelBackend {
                 Err(e) => Err(e.context("the BPF scheduler exited with an error")),
             };
         }
-        // The BPF side copies it into each SCB; it never reads the header's pressure record.
-        let bss = self.skel.maps.bss_data.as_mut().expect("the BPF program has .bss");
-        // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
-        unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
+        self.layer.set_pressure(pressure_level);
         self.drain()?;
         let capped = self.throttles.lock().unwrap().capped();
-        let holders: HashMap<u32, Option<u32>> = capped.into_iter().map(|slot| (slot, self.table.get(slot).map(|w| w.tid))).collect();
+        let holders: HashMap<u32, Option<u32>> = capped.into_iter().map(|slot| (slot, self.layer.table.get(slot).map(|w| w.tid))).collect();
         self.throttles.lock().unwrap().lift_closed(&holders);
         Ok(())
     }
 
     fn counters(&self) -> Counters {
-        let mut c = Counters { ticks: self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS), ..Counters::default() };
-        c.hints_emitted = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
-        c.hints_dropped = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
-        for (i, slot) in c.gate.iter_mut().enumerate() {
-            // SAFETY: as in `counter`.
-            *slot = unsafe { std::ptr::read_volatile(&self.bss().gate_verdicts[i]) };
-        }
+        let mut c = Counters::default();
+        self.layer.fill_counters(&mut c);
         let t = self.throttles.lock().unwrap();
-        c.actions[abi::EscalationAction::Kick.raw() as usize] = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS);
+        c.actions[abi::EscalationAction::Kick.raw() as usize] = self.layer.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS);
         c.actions[abi::EscalationAction::Throttle.raw() as usize] = t.applied;
         c.actions[abi::EscalationAction::Unthrottle.raw() as usize] = t.lifted;
         c.fallbacks = t.fallbacks;
         c.effect_errors = t.errors;
-        c.spared_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL)
-            + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
-        c.held_in_critical = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL);
-        for (i, slot) in c.escalations_by_policy.iter_mut().enumerate().take(bpf_intf::MORPHEUS_NR_POLICIES as usize) {
-            // SAFETY: as in `counter`.
-            *slot = unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) };
-        }
+        c.spared_in_critical = self.layer.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_KICKS_SPARED_CRITICAL)
+            + self.layer.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HOLDS_SPARED_CRITICAL);
+        c.held_in_critical = self.layer.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HELD_IN_CRITICAL);
         c
     }
 
-    fn reactions(&self) -> Reactions {
-        self.times.reactions.clone()
-    }
-
     fn backend_counters(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = self.bpf_counters().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        for step in morpheus_policy_ffi::EscalationStep::ALL {
-            if let Some(why) = step.lift_reason() {
-                // SAFETY: as in `counter`.
-                let n = unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[step as usize]) };
-                out.push((format!("lifts_{why}"), n));
-            }
-        }
-        out.push(("hint_records".into(), self.hint_records));
+        let mut out = self.layer.backend_counters();
         out.push(("kick_records".into(), self.kick_records));
         out
     }
@@ -998,31 +1249,14 @@ impl Backend for KernelBackend {
         // every domain's region.)
         let _ = self.link.take();
         let mut errors = Vec::new();
-        unpin_all(&self.pinned, &mut errors);
-
+        self.layer.finish(&mut errors);
         let c = self.counters();
-        log::info!(
-            "BPF counters: {}",
-            self.bpf_counters().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-        );
         log::info!(
             "gate verdicts: {}; escalations by policy: {:?}",
             c.gate.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
-            // SAFETY: as in `counter`.
-            (0..bpf_intf::MORPHEUS_NR_POLICIES as usize)
-                .map(|i| unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) })
-                .collect::<Vec<_>>()
+            self.layer.escalations_by_policy()
         );
-        let lifts: Vec<String> = morpheus_policy_ffi::EscalationStep::ALL
-            .iter()
-            .filter_map(|step| step.lift_reason().map(|why| (*step as usize, why)))
-            // SAFETY: as in `counter`.
-            .map(|(i, why)| format!("{why}={}", unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[i]) }))
-            .collect();
-        log::info!("escalation lifts: {}", lifts.join(" "));
-        log::info!("reaction overrun->hint: {}", self.times.reactions.hint.summary());
-        log::info!("reaction grace expiry->escalation: {}", self.times.reactions.escalation.summary());
-        log::info!("hint records drained: {}, kick records: {}", self.hint_records, self.kick_records);
+        log::info!("kick records: {}", self.kick_records);
 
         match uei_report!(&self.skel, uei) {
             Ok(_) => {}
@@ -1086,6 +1320,74 @@ mod tests {
         fn release(&self, uid: u32, index: u32, pin: Option<&Path>) {
             self.inner.release(uid, index, pin)
         }
+    }
+
+    /// Whether `tid`'s bit is set in the worker_tids map `map` (read through the syscall, as a second
+    /// reader beside the agent's mapping).
+    fn tid_bit(map: &MapHandle, tid: u32) -> bool {
+        let word = tid / 64;
+        let bytes = map.lookup(&word.to_ne_bytes(), MapFlags::ANY).unwrap().expect("an array has every word");
+        u64::from_ne_bytes(bytes[..8].try_into().unwrap()) & (1 << (tid % 64)) != 0
+    }
+
+    /// The worker layer takes a clear bit in worker_tids for "no worker" without looking in
+    /// worker_slots, so a bit must be set while the tid has an entry and may be cleared only once it has
+    /// none: kept across the release of a slot whose tid another registration holds now, cleared when
+    /// the entry named the released slot or was removed already (the BPF side at the thread's exit).
+    #[test]
+    #[ignore = "needs root and bpf(2): run with --ignored (//scheduler:region_pin_test does)"]
+    fn a_tid_bit_is_set_while_its_worker_slots_entry_exists() {
+        let domains = crate::domains::Domains::new(RegionParams::enforced_with_defaults(4, abi::Backend::Kernel), 7, None, LIMITS);
+        let domain = domains.for_uid(40003, 40003).unwrap();
+        let worker_slots = MapHandle::create(
+            MapType::Hash,
+            Some("worker_slots"),
+            4,
+            size_of::<bpf_intf::morpheus_worker_slot>() as u32,
+            16,
+            &libbpf_rs::libbpf_sys::bpf_map_create_opts { sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() },
+        )
+        .expect(NEEDS);
+        let worker_tids = MapHandle::create(
+            MapType::Array,
+            Some("worker_tids"),
+            4,
+            8,
+            bpf_intf::MORPHEUS_TID_WORDS,
+            &libbpf_rs::libbpf_sys::bpf_map_create_opts {
+                sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+                map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+                ..Default::default()
+            },
+        )
+        .expect(NEEDS);
+        let entries = MapHandle::from_map_id(worker_slots.info().unwrap().info.id).unwrap();
+        let slots = LayerSlots::over(worker_slots, &worker_tids).unwrap();
+        // SAFETY: no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let pinned = Arc::new(crate::identity::Peer::this_process().expect("pin this process").thread(me).expect("this thread"));
+        // Only the numbers are written to the maps: each record names another tid, pinned as this thread.
+        let thread = |tid: u32| Assigned { tid, pid: tid, uid: 40003, thread: Arc::clone(&pinned), domain: Arc::clone(&domain), local: 0 };
+        let (tid, neighbour) = (4242, 4243);
+        slots.record(1, &thread(tid)).unwrap();
+        slots.record(2, &thread(neighbour)).unwrap();
+        assert!(tid_bit(&worker_tids, tid) && tid_bit(&worker_tids, neighbour), "set with the entries");
+        // The tid registered again elsewhere (slot 3) before slot 1's release: its entry names 3.
+        slots.record(3, &thread(tid)).unwrap();
+        slots.forget(1, tid);
+        assert!(tid_bit(&worker_tids, tid), "cleared while the tid still has an entry (slot 3)");
+        assert!(entries.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().is_some());
+        // The BPF side removed the entry at the thread's exit; the agent then releases slot 3.
+        entries.delete(&tid.to_ne_bytes()).unwrap();
+        slots.forget(3, tid);
+        assert!(!tid_bit(&worker_tids, tid), "left set once the tid has no entry");
+        assert!(tid_bit(&worker_tids, neighbour), "a neighbour's bit in the same word was cleared");
+        slots.forget(2, neighbour);
+        assert!(!tid_bit(&worker_tids, neighbour));
+        assert!(entries.lookup(&neighbour.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "the released slot's entry stayed");
+        // A tid past the bitmap (never a real tid) is recorded; the BPF side looks it up directly.
+        slots.record(4, &thread(bpf_intf::MORPHEUS_TID_LIMIT)).unwrap();
+        slots.forget(4, bpf_intf::MORPHEUS_TID_LIMIT);
     }
 
     #[test]

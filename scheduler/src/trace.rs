@@ -7,8 +7,9 @@
 //!   context switch (tp_btf/sched_switch), and the worker layer's check timer (a BPF timer, brought
 //!   forward to the slice end of a worker that starts running) decides hints and the escalation gate
 //!   with src/policy/morpheus_policy.h, publishing into the per-uid region maps exactly as the kernel
-//!   backend does. Regions, the `worker_slots` map and the rings are the kernel backend's machinery
-//!   (src/kernel.rs), reused here.
+//!   backend does. The agent's side of the worker layer (regions, `worker_slots` and the `worker_tids`
+//!   bitmap, the rings, counters and reaction times) is src/kernel.rs's `LayerAgent` and `LayerSlots`,
+//!   shared with the kernel backend.
 //! * The header's `backend` is `KERNEL`: the region is the same pinned BPF_F_MMAPABLE array map and
 //!   the hints come from the same BPF worker layer, so a runtime cannot tell the two apart (the field
 //!   is informative, spec/SCB.md §2).
@@ -27,27 +28,24 @@ mod bpf_skel {
     include!(concat!(env!("OUT_DIR"), "/trace/bpf_skel.rs"));
 }
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapHandle, OpenObject, ProgramInput, RingBuffer};
+use libbpf_rs::{Link, MapHandle, OpenObject, ProgramInput};
 use morpheus_abi as abi;
 use morpheus_abi::EscalationAction;
 
 use crate::backend::{Backend, Config, SlotObserver};
-use crate::domains::{Assigned, RegionMaker, Workers};
-use crate::kernel::{self, bpf_intf, BpfRegions, Drained, RecordTimes};
+use crate::domains::{Assigned, Workers};
+use crate::kernel;
 use crate::identity::Thread;
 use crate::sim::{Cause, Effect, Effects, Released};
-use crate::stats::{Counters, Reactions};
+use crate::stats::Counters;
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
 /// Where the kernel publishes its BTF, which tp_btf programs attach by.
@@ -59,13 +57,6 @@ pub const BTF_PATH_ENV: &str = "MORPHEUS_TEST_BTF_PATH";
 
 /// statfs's f_type of a bpffs mount (include/uapi/linux/magic.h).
 const BPF_FS_MAGIC: libc::c_long = 0xcafe4a11;
-
-/// How often the agent ticks while workers are registered: it only drains records for the stats (an
-/// escalation record wakes it at once) and samples the SCBs.
-const AGENT_TICK: Duration = Duration::from_millis(10);
-
-/// How often the agent ticks while no worker is registered.
-const AGENT_IDLE_TICK: Duration = Duration::from_millis(100);
 
 /// Whether this machine can run the tracing backend: the kernel's BTF is published, bpf(2) creates a
 /// map for this process, and bpffs is mounted where the regions are pinned. The error names what is
@@ -129,30 +120,27 @@ struct InForce {
 /// Keeps the worker layer's tid -> slot map in step with the registry; released slots are lifted at
 /// the next tick (on the agent's thread, where the effects live).
 struct TraceSlots {
-    worker_slots: MapHandle,
+    slots: kernel::LayerSlots,
     released: Released,
 }
 
 impl SlotObserver for TraceSlots {
     fn assigned(&self, slot: u32, worker: &Assigned) -> Result<()> {
-        kernel::record_worker_slot(&self.worker_slots, slot, worker)
+        self.slots.record(slot, worker)
     }
 
     fn released(&self, slot: u32, worker: &Assigned) {
-        kernel::forget_worker_slot(&self.worker_slots, slot, worker.tid);
+        self.slots.forget(slot, worker.tid);
         self.released.released(slot, worker);
     }
 }
 
 pub struct TraceBackend {
+    /// The loaded object: its programs, maps and the .bss mapping `layer` reads live as long as it.
+    #[allow(dead_code)]
     skel: BpfSkel<'static>,
     links: Vec<Link>,
-    /// The agent's slot table (whose SCB a record's slot means).
-    table: Arc<Workers>,
-    regions: Arc<BpfRegions>,
-    pinned: Arc<Mutex<Vec<PathBuf>>>,
-    rings: RingBuffer<'static>,
-    drained: Rc<RefCell<Drained>>,
+    layer: kernel::LayerAgent,
     observer: Arc<TraceSlots>,
     /// The worker layer's `workers` map (whether an episode is still open).
     workers_map: MapHandle,
@@ -160,31 +148,14 @@ pub struct TraceBackend {
     in_force: HashMap<u32, InForce>,
     /// The agent's side: effects applied and undone, fallbacks, spared and held in critical sections.
     counters: Counters,
-    times: RecordTimes,
-    hint_records: u64,
     escalation_records: u64,
-    tick_interval: Duration,
     shut_down: bool,
 }
 
 impl TraceBackend {
     pub fn open(config: &Config, table: Arc<Workers>) -> Result<Self> {
         probe().context("--backend trace")?;
-        if config.max_workers > abi::MAX_WORKERS {
-            bail!("--max-workers {}: the tracing backend tracks at most {} workers (MAX_WORKERS)", config.max_workers, abi::MAX_WORKERS);
-        }
-        if config.max_workers_per_uid > abi::MAX_WORKERS {
-            bail!(
-                "--max-workers-per-uid {}: a region map of the tracing backend holds at most {} SCBs (MAX_WORKERS)",
-                config.max_workers_per_uid,
-                abi::MAX_WORKERS
-            );
-        }
-        if let Some(path) = &config.region_path {
-            if path != Path::new(abi::PINNED_REGION_PATH) {
-                bail!("--region {}: the tracing backend always publishes its region at {}", path.display(), abi::PINNED_REGION_PATH);
-            }
-        }
+        kernel::check_layer_config(config, "tracing")?;
         scx_utils::try_set_rlimit_infinity();
 
         let open_object: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -192,27 +163,14 @@ impl TraceBackend {
         builder.obj_builder.debug(config.verbose > 1);
         let mut skel = builder.open(open_object).context("cannot open the tracing backend's BPF object")?;
         let rodata = skel.maps.rodata_data.as_mut().expect("the BPF program has .rodata");
-        rodata.check_interval_ns = kernel::check_interval_ns(config);
-        rodata.nr_possible_cpus = *scx_utils::NR_CPU_IDS as u32;
-        rodata.throttle_max_ns = config.throttle_max_ns;
-        // The configuration the live paths decide with (S4), as the kernel backend sets it.
-        rodata.cfg_scheduler_mode = config.mode.raw();
-        rodata.cfg_escalation_policy = config.policy.raw();
-        rodata.cfg_slice_ns = config.slice_ns;
-        rodata.cfg_grace_ns = config.grace_ns;
-        rodata.cfg_hint_min_interval_ns = config.hint_min_interval_ns;
-        rodata.cfg_scb_count = config.max_workers;
-        let skel = skel.load().context("the kernel refused the tracing backend's BPF programs (verifier log above with -vv)")?;
+        kernel::set_layer_rodata!(&mut *rodata, config);
+        let mut skel = skel.load().context("the kernel refused the tracing backend's BPF programs (verifier log above with -vv)")?;
 
         let workers_map = MapHandle::try_from(&skel.maps.workers).context("workers map handle")?;
         let observer = Arc::new(TraceSlots {
-            worker_slots: MapHandle::try_from(&skel.maps.worker_slots).context("worker_slots map handle")?,
+            slots: kernel::LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids)?,
             released: Released::default(),
         });
-        let hints = MapHandle::try_from(&skel.maps.hints).context("hints ring handle")?;
-        let events = MapHandle::try_from(&skel.maps.escalation_events).context("escalation ring handle")?;
-        let (rings, drained) = kernel::layer_rings(&hints, &events)?;
-
         let links = vec![
             skel.progs.morpheus_switch.attach().context("cannot attach tp_btf/sched_switch (no sched_switch tracepoint in the kernel's BTF?)")?,
             skel.progs.morpheus_task_free.attach().context("cannot attach tp_btf/sched_process_free (no sched_process_free tracepoint in the kernel's BTF?)")?,
@@ -223,52 +181,22 @@ impl TraceBackend {
         }
         log_verifier_complexity();
 
-        kernel::prepare_pin_dir()?;
-        let pinned = Arc::new(Mutex::new(Vec::new()));
-        let regions = Arc::new(BpfRegions {
-            outer: MapHandle::try_from(&skel.maps.regions).context("regions map handle")?,
-            pin_dir: Some(PathBuf::from(abi::PIN_DIR)),
-            pinned: Arc::clone(&pinned),
-        });
-        log::info!(
-            "tracing backend attached (sched_switch accounting; overrun check at each slice end, then every {} µs); one region map per uid, pinned in {}",
-            kernel::check_interval_ns(config) / 1000,
-            abi::PIN_DIR
-        );
+        let bss = kernel::layer_bss!(skel);
+        let maps = [&skel.maps.hints, &skel.maps.escalation_events, &skel.maps.regions];
+        let layer = kernel::LayerAgent::new(config, table, maps, Arc::clone(&observer) as Arc<dyn SlotObserver>, bss)?;
+        log::info!("tracing backend attached (sched_switch accounting; {})", layer.describe(config));
         Ok(TraceBackend {
             skel,
             links,
-            table,
-            regions,
-            pinned,
-            rings,
-            drained,
+            layer,
             observer,
             workers_map,
             effects: Effects::new(config),
             in_force: HashMap::new(),
             counters: Counters::default(),
-            times: RecordTimes::default(),
-            hint_records: 0,
             escalation_records: 0,
-            tick_interval: config.tick,
             shut_down: false,
         })
-    }
-
-    fn bss(&self) -> &bpf_skel::types::bss {
-        self.skel.maps.bss_data.as_ref().expect("the BPF program has .bss")
-    }
-
-    fn counter(&self, idx: bpf_intf::morpheus_counter) -> u64 {
-        // SAFETY: reading a u64 of the mmapped .bss that BPF updates atomically.
-        unsafe { std::ptr::read_volatile(&self.bss().counters[idx as usize]) }
-    }
-
-    /// The acknowledgement count of the worker in the agent's slot `slot`; None for a free slot.
-    fn last_ack_seq(&self, slot: u32) -> Option<u64> {
-        let w = self.table.get(slot)?;
-        Some(w.domain.region.scb(w.local).last_ack_seq().load(Ordering::Acquire))
     }
 
     /// Undoes the effects in force for `slot`. `held_in_critical`: the worker is in a critical section
@@ -276,20 +204,20 @@ impl TraceBackend {
     fn lift(&mut self, slot: u32, why: &str) {
         let Some(f) = self.in_force.remove(&slot) else { return };
         if !f.effects.is_empty() {
-            if let Some(a) = self.table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, &f.thread)) {
+            if let Some(a) = self.layer.table.get(slot).filter(|a| Arc::ptr_eq(&a.thread, &f.thread)) {
                 if a.domain.region.scb(a.local).in_critical().load(Ordering::Acquire) != 0 {
                     self.counters.held_in_critical += 1;
                 }
             }
         }
-        self.effects.lift(&mut self.counters, &self.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, why);
+        self.effects.lift(&mut self.counters, &self.layer.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, why);
     }
 
     /// Carries out an action the worker layer decided (a KICK: SCHED_IDLE demotion; a THROTTLE: the
     /// cgroup cap, or the demotion where none can be set) for the thread the agent's table names.
     fn act(&mut self, ev: &abi::EscalationEvent) {
         let slot = ev.slot;
-        let Some(holder) = self.table.get(slot) else {
+        let Some(holder) = self.layer.table.get(slot) else {
             log::debug!("escalation of slot {slot} not applied: the slot is free");
             return;
         };
@@ -318,24 +246,16 @@ impl TraceBackend {
         if !unsafe { morpheus_policy_ffi::effect_may_hold(scb.as_ptr()) } {
             self.counters.spared_in_critical += 1;
             let f = self.in_force.remove(&slot).expect("inserted above");
-            self.effects.lift(&mut self.counters, &self.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, "critical section");
+            self.effects.lift(&mut self.counters, &self.layer.table, slot, &f.thread, f.pid, f.effects, f.preempt_seq, "critical section");
         }
     }
 
     fn drain(&mut self) -> Result<()> {
-        self.rings.consume().context("consuming the BPF ring buffers")?;
-        let drained = std::mem::take(&mut *self.drained.borrow_mut());
-        for hint in drained.hints {
-            self.hint_records += 1;
-            let ack = self.last_ack_seq(hint.slot);
-            self.times.hint(&hint, ack);
-        }
-        for ev in drained.events {
+        for ev in self.layer.drain()? {
             self.escalation_records += 1;
             match EscalationAction::try_from(ev.action) {
                 Ok(EscalationAction::Kick | EscalationAction::Throttle) => {
-                    let ack = self.last_ack_seq(ev.slot).unwrap_or(0);
-                    self.times.event(&ev, ack);
+                    self.layer.time_event(&ev);
                     self.act(&ev);
                 }
                 Ok(EscalationAction::Unthrottle | EscalationAction::Restore) => self.lift(ev.slot, "lifted by the worker layer"),
@@ -379,41 +299,10 @@ fn run_syscall_prog(prog: &libbpf_rs::ProgramMut<'_>) -> Result<u32> {
 }
 
 impl Backend for TraceBackend {
-    fn kind(&self) -> abi::Backend {
-        abi::Backend::Kernel
-    }
-
-    fn region_maker(&self) -> Option<Arc<dyn RegionMaker>> {
-        Some(Arc::clone(&self.regions) as Arc<dyn RegionMaker>)
-    }
-
-    fn slot_observer(&self) -> Option<Arc<dyn SlotObserver>> {
-        Some(Arc::clone(&self.observer) as Arc<dyn SlotObserver>)
-    }
-
-    fn tick_interval(&self) -> Duration {
-        self.tick_interval.max(AGENT_TICK)
-    }
-
-    fn idle_tick_interval(&self) -> Duration {
-        self.tick_interval.max(AGENT_IDLE_TICK)
-    }
-
-    fn wait(&mut self, timeout: Duration) -> Result<()> {
-        // epoll's resolution is a millisecond: round up, or a sub-millisecond wait would spin.
-        let ms = timeout.as_micros().div_ceil(1000) as u64;
-        let ret = self.rings.poll_raw(Duration::from_millis(ms));
-        if ret < 0 && ret != -libc::EINTR {
-            return Err(std::io::Error::from_raw_os_error(-ret)).context("polling the BPF ring buffers");
-        }
-        Ok(())
-    }
+    kernel::layer_backend_methods!();
 
     fn tick(&mut self, _now_ns: u64, pressure_level: u32) -> Result<()> {
-        // The BPF side copies it into each SCB; it never reads the header's pressure record.
-        let bss = self.skel.maps.bss_data.as_mut().expect("the BPF program has .bss");
-        // SAFETY: an aligned u32 of the mmapped .bss that BPF only loads.
-        unsafe { std::ptr::write_volatile(&mut bss.pressure_level, pressure_level) };
+        self.layer.set_pressure(pressure_level);
         self.drain()?;
         for (slot, thread) in self.observer.released.take() {
             if self.in_force.get(&slot).is_some_and(|f| Arc::ptr_eq(&f.thread, &thread)) {
@@ -425,7 +314,7 @@ impl Backend for TraceBackend {
             .in_force
             .iter()
             .filter(|(&slot, f)| {
-                !self.table.get(slot).is_some_and(|a| Arc::ptr_eq(&a.thread, &f.thread)) || kernel::episode_open(&self.workers_map, slot) == Some(false)
+                !self.layer.table.get(slot).is_some_and(|a| Arc::ptr_eq(&a.thread, &f.thread)) || kernel::episode_open(&self.workers_map, slot) == Some(false)
             })
             .map(|(&slot, _)| slot)
             .collect();
@@ -441,35 +330,13 @@ impl Backend for TraceBackend {
 
     fn counters(&self) -> Counters {
         let mut c = self.counters.clone();
-        c.ticks = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_TIMER_RUNS);
-        c.hints_emitted = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_EMITTED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
-        c.hints_dropped = self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RATE_LIMITED) + self.counter(bpf_intf::morpheus_counter_MORPHEUS_CNT_HINTS_RING_FULL);
-        for (i, slot) in c.gate.iter_mut().enumerate() {
-            // SAFETY: as in `counter`.
-            *slot = unsafe { std::ptr::read_volatile(&self.bss().gate_verdicts[i]) };
-        }
-        for (i, slot) in c.escalations_by_policy.iter_mut().enumerate().take(bpf_intf::MORPHEUS_NR_POLICIES as usize) {
-            // SAFETY: as in `counter`.
-            *slot = unsafe { std::ptr::read_volatile(&self.bss().escalations_by_policy[i]) };
-        }
-        c.workers = self.table.assigned().len() as u64;
+        self.layer.fill_counters(&mut c);
+        c.workers = self.layer.table.assigned().len() as u64;
         c
     }
 
-    fn reactions(&self) -> Reactions {
-        self.times.reactions.clone()
-    }
-
     fn backend_counters(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = kernel::LAYER_COUNTERS.iter().map(|&(name, idx)| (name.to_owned(), self.counter(idx))).collect();
-        for step in morpheus_policy_ffi::EscalationStep::ALL {
-            if let Some(why) = step.lift_reason() {
-                // SAFETY: as in `counter`.
-                let n = unsafe { std::ptr::read_volatile(&self.bss().lifts_by_step[step as usize]) };
-                out.push((format!("lifts_{why}"), n));
-            }
-        }
-        out.push(("hint_records".into(), self.hint_records));
+        let mut out = self.layer.backend_counters();
         out.push(("escalation_records".into(), self.escalation_records));
         out
     }
@@ -487,13 +354,7 @@ impl Backend for TraceBackend {
         // Detach: the programs stop at once (the timer goes with the maps when the object is freed).
         self.links.clear();
         let mut errors = Vec::new();
-        kernel::unpin_all(&self.pinned, &mut errors);
-        log::info!(
-            "BPF counters: {}",
-            self.backend_counters().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-        );
-        log::info!("reaction overrun->hint: {}", self.times.reactions.hint.summary());
-        log::info!("reaction grace expiry->escalation: {}", self.times.reactions.escalation.summary());
+        self.layer.finish(&mut errors);
         if errors.is_empty() {
             Ok(())
         } else {

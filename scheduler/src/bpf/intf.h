@@ -90,6 +90,15 @@ struct worker_ctx {
 	morpheus_u32 agent_effect; /* the open episode has an effect the agent carries out (its lift is reported) */
 };
 
+/*
+ * The `worker_tids` bitmap (worker.bpf.c): one bit per possible tid, set by the agent for every tid it
+ * has a `worker_slots` entry for, so that a context switch of any other thread is told apart by one
+ * load. Tids are below the kernel's PID_MAX_LIMIT (include/linux/threads.h: 4 Mi on 64-bit kernels);
+ * a tid at or above it is looked up in worker_slots directly.
+ */
+#define MORPHEUS_TID_LIMIT (4u * 1024 * 1024)
+#define MORPHEUS_TID_WORDS (MORPHEUS_TID_LIMIT / 64)
+
 /* Highest CPU id the per-CPU "current worker" table covers. */
 #define MORPHEUS_BPF_MAX_CPUS 1024
 

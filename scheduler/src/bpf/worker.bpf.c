@@ -103,6 +103,22 @@ struct {
 	__type(value, struct morpheus_worker_slot);
 } worker_slots SEC(".maps");
 
+/*
+ * One bit per tid below MORPHEUS_TID_LIMIT (intf.h), written only by the agent through its own mapping
+ * (src/kernel.rs, TidBits): set before it writes a tid's worker_slots entry, cleared only once the tid
+ * has none. So a clear bit means "no registered worker", which is what nearly every context switch of
+ * the machine asks, answered with one load; a set bit sends the question to worker_slots, the one
+ * truth (an entry this side removed at the thread's exit leaves the bit set until the agent releases
+ * the slot).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MORPHEUS_TID_WORDS);
+	__type(key, u32);
+	__type(value, u64);
+} worker_tids SEC(".maps");
+
 /* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -171,11 +187,29 @@ static __always_inline struct morpheus_region *region_of(u32 domain)
 	return bpf_map_lookup_elem(inner, &zero);
 }
 
+/*
+ * Whether thread `tid` may have a worker_slots entry: false only if its bit in worker_tids is clear. An
+ * array lookup the verifier inlines (no call, no hash), for the threads that are no worker.
+ */
+static __always_inline bool tid_may_be_worker(u32 tid)
+{
+	u32 word = tid / 64;
+	u64 *bits;
+
+	if (tid >= MORPHEUS_TID_LIMIT)
+		return true;
+	bits = bpf_map_lookup_elem(&worker_tids, &word);
+	return !bits || ((READ_ONCE(*bits) >> (tid % 64)) & 1);
+}
+
 /* Where a registered thread's bookkeeping and SCB are (the agent's record), or NULL. */
 static __always_inline struct morpheus_worker_slot *worker_slot_of(u32 tid)
 {
-	struct morpheus_worker_slot *ws = bpf_map_lookup_elem(&worker_slots, &tid);
+	struct morpheus_worker_slot *ws;
 
+	if (!tid_may_be_worker(tid))
+		return NULL;
+	ws = bpf_map_lookup_elem(&worker_slots, &tid);
 	if (!ws || ws->slot >= MORPHEUS_MAX_WORKERS)
 		return NULL;
 	return ws;
@@ -490,10 +524,23 @@ static __always_inline bool timer_expiry_lower(u64 at)
 	return false;
 }
 
+/*
+ * bpf_timer_start's flags, chosen once by worker_timer_start: BPF_F_TIMER_CPU_PIN (Linux 6.7) where the
+ * kernel takes it, so that the check timer expires on the CPU that last brought it forward (the CPU
+ * of the worker whose slice ends first) and is never moved to another; 0 on a kernel that refuses the
+ * flag. The agent reads it (whether the timer is pinned).
+ */
+u64 timer_start_flags;
+
+static __always_inline u64 timer_flags(void)
+{
+	return READ_ONCE(timer_start_flags);
+}
+
 static __always_inline void timer_bring_forward(struct bpf_timer *timer, u64 now, u64 due_in)
 {
 	if (timer_expiry_lower(now + due_in))
-		bpf_timer_start(timer, due_in, 0);
+		bpf_timer_start(timer, due_in, timer_flags());
 }
 
 /* Raise slots_seen to n (the sweep's bound). */
@@ -584,11 +631,11 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	 */
 	timer_expiry_lower(now + due);
 	at = READ_ONCE(timer_expires_ns);
-	bpf_timer_start(timer, time_before(now, at) ? at - now : 0, 0);
+	bpf_timer_start(timer, time_before(now, at) ? at - now : 0, timer_flags());
 	full_barrier();
 	if (READ_ONCE(timer_expires_ns) != at) {
 		at = READ_ONCE(timer_expires_ns);
-		bpf_timer_start(timer, time_before(now, at) ? at - now : 0, 0);
+		bpf_timer_start(timer, time_before(now, at) ? at - now : 0, timer_flags());
 	}
 	return 0;
 }
@@ -816,6 +863,7 @@ __hidden s32 worker_timer_start(void)
 {
 	struct check_timer *t;
 	u32 zero = 0;
+	long ret;
 
 	t = bpf_map_lookup_elem(&check_timer, &zero);
 	if (!t)
@@ -823,6 +871,13 @@ __hidden s32 worker_timer_start(void)
 	bpf_timer_init(&t->timer, &check_timer, CLOCK_MONOTONIC);
 	bpf_timer_set_callback(&t->timer, check_timer_fn);
 	timer_expires_ns = bpf_ktime_get_ns() + check_interval_ns;
+	ret = bpf_timer_start(&t->timer, check_interval_ns, BPF_F_TIMER_CPU_PIN);
+	if (ret != -EINVAL) {
+		WRITE_ONCE(timer_start_flags, BPF_F_TIMER_CPU_PIN);
+		return ret;
+	}
+	/* A kernel before 6.7: no pinned BPF timers. */
+	WRITE_ONCE(timer_start_flags, 0);
 	return bpf_timer_start(&t->timer, check_interval_ns, 0);
 }
 
