@@ -59,6 +59,12 @@ fi
 
 mount -t bpf bpf /sys/fs/bpf || exit 1
 mkdir -p /run/morpheus && mount -t tmpfs -o mode=0755 tmpfs /run/morpheus || exit 1
+# The runtimes the SDK workers run on: this host's own, found before the private /tmp hides the
+# checkout (the working directory may lie under /tmp, and a version manager's shim reads it).
+PY_BIN=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))') && [ -x "$PY_BIN" ] || { echo "trace-host: no Python interpreter found (python3 on PATH)" >&2; exit 1; }
+PY_HOME=$(python3 -c 'import sys; print(sys.base_prefix)') || exit 1
+PY_LIBS=""
+NODE_BIN=$(command -v node) || { echo "trace-host: no node on PATH" >&2; exit 1; }
 # The private /tmp is filled before it is moved over the real one: the checkout, its target directory
 # or both may lie under /tmp, and are hidden from then on. It holds the binaries (the workers of the
 # other users must be able to run them), the SDK workers, the gate cases and the checks.
@@ -74,11 +80,6 @@ install -m 0644 "$root/scheduler/e2e/trust-guest.sh" "$root/scheduler/e2e/live.s
 mount --move "$stage" /tmp || exit 1
 export PATH="/tmp/bin:$PATH"
 
-# The runtimes the SDK workers run on: this host's own.
-PY_BIN=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
-PY_HOME=$(python3 -c 'import sys; print(sys.base_prefix)')
-PY_LIBS=""
-NODE_BIN=$(command -v node)
 JAVA25=$JDK25/bin/java
 JAVA17=$JDK17/bin/java
 HOST_LIBS=""
