@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
 use morpheus_abi as abi;
+use morpheus::protocol;
 use morpheus_abi::{Pressure, RegionHeader, Scb};
 
 /// Bytes of the header as this build lays it out.
@@ -182,30 +183,32 @@ impl Region {
     }
 
     /// Writes the header from `params` and publishes `generation` last (release): the region is ready.
+    /// The order is `morpheus::protocol::publish_region`'s, the step loom checks.
     pub fn publish(&self, params: &RegionParams, generation: u64) {
         assert!(generation != 0, "generation 0 means not ready");
         assert_eq!(params.scb_count, self.scb_count);
         let h = self.header_ptr();
-        // SAFETY: plain stores to header fields no reader trusts before generation is published.
-        unsafe {
-            (*h).magic = abi::REGION_MAGIC;
-            (*h).abi_major = abi::ABI_MAJOR;
-            (*h).abi_minor = abi::ABI_MINOR;
-            (*h).header_size = HEADER_SIZE as u32;
-            (*h).scb_stride = SCB_STRIDE as u32;
-            (*h).scb_count = params.scb_count;
-            (*h).required_features = 0;
-            (*h).optional_features = params.optional_features;
-            (*h).scheduler_pid = std::process::id();
-            (*h).backend = params.backend.raw();
-        }
-        self.set_mode(params.mode);
-        self.set_policy(params.policy);
-        self.hdr_u64(offset_of!(RegionHeader, slice_ns)).store(params.slice_ns, Ordering::Relaxed);
-        self.hdr_u64(offset_of!(RegionHeader, grace_ns)).store(params.grace_ns, Ordering::Relaxed);
-        self.hdr_u64(offset_of!(RegionHeader, hint_min_interval_ns)).store(params.hint_min_interval_ns, Ordering::Relaxed);
         self.published_generation.store(generation, Ordering::Relaxed);
-        self.hdr_u64(offset_of!(RegionHeader, generation)).store(generation, Ordering::Release);
+        protocol::publish_region(self.hdr_u64(offset_of!(RegionHeader, generation)), generation, || {
+            // SAFETY: plain stores to header fields no reader trusts before generation is published.
+            unsafe {
+                (*h).magic = abi::REGION_MAGIC;
+                (*h).abi_major = abi::ABI_MAJOR;
+                (*h).abi_minor = abi::ABI_MINOR;
+                (*h).header_size = HEADER_SIZE as u32;
+                (*h).scb_stride = SCB_STRIDE as u32;
+                (*h).scb_count = params.scb_count;
+                (*h).required_features = 0;
+                (*h).optional_features = params.optional_features;
+                (*h).scheduler_pid = std::process::id();
+                (*h).backend = params.backend.raw();
+            }
+            self.set_mode(params.mode);
+            self.set_policy(params.policy);
+            self.hdr_u64(offset_of!(RegionHeader, slice_ns)).store(params.slice_ns, Ordering::Relaxed);
+            self.hdr_u64(offset_of!(RegionHeader, grace_ns)).store(params.grace_ns, Ordering::Relaxed);
+            self.hdr_u64(offset_of!(RegionHeader, hint_min_interval_ns)).store(params.hint_min_interval_ns, Ordering::Relaxed);
+        });
     }
 
     /// Marks the region as no longer served (clean exit): generation = 0.
@@ -244,23 +247,23 @@ impl Region {
 
 
 
-    /// Publishes a pressure sample under the header's seqlock (odd while writing).
+    /// Publishes a pressure sample under the header's seqlock (odd while writing), through
+    /// `morpheus::protocol::write_seqlock`, the writer loom checks.
     pub fn publish_pressure(&self, sample: &Pressure) {
         let base = offset_of!(RegionHeader, pressure);
         let seq = self.hdr_u32(base + offset_of!(Pressure, seq));
         // Our own counter: a runtime that scribbles on the header's seq cannot steer the writer.
-        let start = self.pressure_seq.fetch_add(2, Ordering::Relaxed) | 1;
-        seq.store(start, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Release);
-        // Readers retry while seq is odd or changed, so relaxed stores of the payload suffice.
-        let put = |field: usize, v: u32| self.hdr_u32(base + field).store(v, Ordering::Relaxed);
-        put(offset_of!(Pressure, level), sample.level);
-        put(offset_of!(Pressure, cpu_some_avg10), sample.cpu_some_avg10);
-        put(offset_of!(Pressure, io_some_avg10), sample.io_some_avg10);
-        put(offset_of!(Pressure, memory_some_avg10), sample.memory_some_avg10);
-        put(offset_of!(Pressure, runqueue_depth), sample.runqueue_depth);
-        self.hdr_u64(base + offset_of!(Pressure, updated_ns)).store(sample.updated_ns, Ordering::Relaxed);
-        seq.store(start.wrapping_add(1), Ordering::Release);
+        let previous = self.pressure_seq.fetch_add(2, Ordering::Relaxed);
+        protocol::write_seqlock(seq, previous, || {
+            // Readers retry while seq is odd or changed, so relaxed stores of the payload suffice.
+            let put = |field: usize, v: u32| self.hdr_u32(base + field).store(v, Ordering::Relaxed);
+            put(offset_of!(Pressure, level), sample.level);
+            put(offset_of!(Pressure, cpu_some_avg10), sample.cpu_some_avg10);
+            put(offset_of!(Pressure, io_some_avg10), sample.io_some_avg10);
+            put(offset_of!(Pressure, memory_some_avg10), sample.memory_some_avg10);
+            put(offset_of!(Pressure, runqueue_depth), sample.runqueue_depth);
+            self.hdr_u64(base + offset_of!(Pressure, updated_ns)).store(sample.updated_ns, Ordering::Relaxed);
+        });
     }
 
     /// The SCB of `slot` (panics if out of range: slots come from the registry, which checks).

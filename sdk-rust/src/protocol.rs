@@ -134,6 +134,37 @@ pub fn read_seqlock<A: Atomic<Value = u32>, T>(seq: &A, attempts: u32, mut read:
     None
 }
 
+/// The pressure record's writer (§2.1), the one every scheduler side uses (the agent's
+/// `Region::publish_pressure`, the test fixtures, the loom model): `seq := odd` (relaxed), release
+/// fence, `write()` (relaxed stores of the payload), `seq := odd + 1` (release). The release fence
+/// pairs with the reader's acquire fence ([`read_seqlock`]): a reader whose data loads saw any store of
+/// `write()` sees the odd (or a later) `seq` in its second load and retries; the even release store
+/// pairs with the reader's first acquire load, so a reader that sees the new even value sees the data.
+///
+/// `previous` is the writer's own last even value (never re-read from `seq`, which a runtime can
+/// scribble on); the odd value is `(previous + 1) | 1`, so any `previous` yields an odd value. Returns
+/// the even value stored, which the caller keeps as its next `previous`.
+#[inline]
+pub fn write_seqlock<A: Atomic<Value = u32>>(seq: &A, previous: u32, write: impl FnOnce()) -> u32 {
+    let odd = previous.wrapping_add(1) | 1;
+    seq.store(odd, Relaxed);
+    A::fence(Release);
+    write();
+    let even = odd.wrapping_add(1);
+    seq.store(even, Release);
+    even
+}
+
+/// Region publication (§2): `write_header()` stores every header field, then `generation` is stored
+/// with release, last. Pairs with the runtime's acquire load of `generation` at attach: a runtime that
+/// sees a non-zero generation sees the whole header written before it. The one publication step of the
+/// agent's `Region::publish` and of the test fixtures (`testing::SimRegionBuilder`).
+#[inline]
+pub fn publish_region<A: Atomic<Value = u64>>(generation_field: &A, generation: u64, write_header: impl FnOnce()) {
+    write_header();
+    generation_field.store(generation, Release);
+}
+
 /// Claim a slot (§4): CAS `worker_state` from `expected` to CLAIMED (acq_rel, acquire on failure).
 /// Exactly one registrar (agent or direct registration) wins a given hand-off; the acquire half makes
 /// the previous owner's release of `expected` (INIT, or DEAD) happen before the claimer's writes.

@@ -123,9 +123,13 @@ impl SimRegionBuilder {
             let header = self.header();
             let n = size_of::<RegionHeader>().min(map.len());
             // SAFETY: nobody else maps the region yet; the header is plain integers.
-            unsafe { std::ptr::copy_nonoverlapping(&header as *const RegionHeader as *const u8, map.base(), n) };
+            let write = || unsafe { std::ptr::copy_nonoverlapping(&header as *const RegionHeader as *const u8, map.base(), n) };
             if self.generation != 0 && n == size_of::<RegionHeader>() {
-                region.set_generation(self.generation);
+                // SAFETY: the whole header is mapped (n is its size).
+                let generation = unsafe { a64(addr_of!((*(map.base() as *const RegionHeader)).generation)) };
+                protocol::publish_region(generation, self.generation, write);
+            } else {
+                write();
             }
         }
         region
@@ -336,17 +340,13 @@ impl SimRegion {
         unsafe { a64(addr_of!((*self.header()).slice_ns)).store(ns, Ordering::Relaxed) }
     }
 
-    /// Publish a pressure level under the seqlock, as the agent does.
+    /// Publish a pressure level under the seqlock with the agent's writer, `protocol::write_seqlock`.
     pub fn set_pressure_level(&self, level: morpheus_abi::PressureLevel) {
         // SAFETY: header fields in our mapping.
         unsafe {
             let p = addr_of!((*self.header()).pressure);
             let seq = a32(addr_of!((*p).seq));
-            let start = seq.load(Ordering::Relaxed).wrapping_add(1) | 1;
-            seq.store(start, Ordering::Relaxed);
-            std::sync::atomic::fence(Ordering::Release);
-            a32(addr_of!((*p).level)).store(level.raw(), Ordering::Relaxed);
-            seq.store(start.wrapping_add(1), Ordering::Release);
+            protocol::write_seqlock(seq, seq.load(Ordering::Relaxed), || a32(addr_of!((*p).level)).store(level.raw(), Ordering::Relaxed));
         }
     }
 

@@ -7,8 +7,10 @@
 //! ```
 //!
 //! The runtime's side is the SDK's own code (`morpheus::protocol`, which the real fast and slow paths
-//! call); the scheduler's and registrars' sides are written here as spec/SCB.md §2.1, §3.1 and §4
-//! describe them. Each test names the property it protects. `tests/loom_mutations.sh`
+//! call), and so are the pressure seqlock writer and the region publication (`protocol::write_seqlock`,
+//! `protocol::publish_region`, which the agent's `scheduler/src/region.rs` and the test fixtures call);
+//! the scheduler's other steps and the registrars' sides are written here as spec/SCB.md §2.1, §3.1
+//! and §4 describe them. Each test names the property it protects. `tests/loom_mutations.sh`
 //! (`bazel run //sdk-rust:loom_mutations`) weakens each documented order, one at a time, in a scratch
 //! copy and checks that the test protecting it fails.
 #![cfg(loom)]
@@ -348,14 +350,37 @@ fn a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner() {
     });
 }
 
-/// The pressure record's writer (§2.1): odd (relaxed), release fence, data (relaxed), even (release).
+/// The pressure record's writer: the agent's own, `protocol::write_seqlock` (§2.1), over two fields.
 fn seqlock_write(seq: &AtomicU32, a: &AtomicU32, b: &AtomicU32, value: u32) {
-    let odd = seq.load(Relaxed).wrapping_add(1) | 1;
-    seq.store(odd, Relaxed);
-    fence(Release);
-    a.store(value, Relaxed);
-    b.store(value, Relaxed);
-    seq.store(odd.wrapping_add(1), Release);
+    protocol::write_seqlock(seq, seq.load(Relaxed), || {
+        a.store(value, Relaxed);
+        b.store(value, Relaxed);
+    });
+}
+
+/// (c'') A runtime that sees a published generation sees the whole header written before it: the
+/// agent's and the fixtures' publication step, `protocol::publish_region` (§2).
+#[test]
+fn a_runtime_that_sees_the_generation_sees_the_whole_header() {
+    model(|| {
+        let header = Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicU32::new(0)));
+        let agent = {
+            let header = header.clone();
+            thread::spawn(move || {
+                let (generation, slice_ns, scb_count) = &*header;
+                protocol::publish_region(generation, 7, || {
+                    slice_ns.store(500, Relaxed);
+                    scb_count.store(4, Relaxed);
+                });
+            })
+        };
+        let (generation, slice_ns, scb_count) = &*header;
+        if generation.load(Acquire) == 7 {
+            assert_eq!(slice_ns.load(Relaxed), 500, "generation published before slice_ns");
+            assert_eq!(scb_count.load(Relaxed), 4, "generation published before scb_count");
+        }
+        agent.join().unwrap();
+    });
 }
 
 /// (d) The bounded seqlock reader never returns a torn snapshot (fields from two different writes),

@@ -62,8 +62,10 @@ assign=a_free_slot_is_assigned_once_and_published_whole
 reclaim=a_reclaimed_slot_is_reused_clean_and_never_cleared_under_its_new_owner
 running=a_gate_that_sees_running_sees_the_fields_published_before_it
 seqlock=the_seqlock_reader_never_returns_a_torn_snapshot
+published=a_runtime_that_sees_the_generation_sees_the_whole_header
 
-# --- the runtime's side: src/protocol.rs, the SDK's own code ---
+# --- src/protocol.rs, the SDK's own code: the runtime's side, and the seqlock and region-publication
+# writers the agent (scheduler/src/region.rs) and the test fixtures call ---
 mutation checkpoint-load-relaxed src/protocol.rs "$hint" \
   'preempt_seq.load(Acquire)' 'preempt_seq.load(Relaxed)'
 mutation ack-cas-success-no-release src/protocol.rs "$ack_release" \
@@ -94,6 +96,12 @@ mutation seqlock-read-first-load-relaxed src/protocol.rs "$seqlock" \
   'let before = seq.load(Acquire);' 'let before = seq.load(Relaxed);'
 mutation seqlock-read-no-fence src/protocol.rs "$seqlock" \
   $'let value = read();\n        A::fence(Acquire);' 'let value = read();'
+mutation seqlock-write-no-fence src/protocol.rs "$seqlock" \
+  $'    seq.store(odd, Relaxed);\n    A::fence(Release);' '    seq.store(odd, Relaxed);'
+mutation seqlock-write-even-relaxed src/protocol.rs "$seqlock" \
+  'seq.store(even, Release);' 'seq.store(even, Relaxed);'
+mutation publish-region-generation-relaxed src/protocol.rs "$published" \
+  'generation_field.store(generation, Release);' 'generation_field.store(generation, Relaxed);'
 
 # --- the scheduler's and registrars' side, as tests/loom.rs models spec/SCB.md ---
 mutation request-increment-relaxed tests/loom.rs "$hint" \
@@ -113,10 +121,6 @@ mutation gate-running-load-relaxed tests/loom.rs "$running" \
 mutation observer-registered-load-relaxed tests/loom.rs "$assign" \
   'if scb.worker_state.load(Acquire) == WorkerState::Registered.raw() {' \
   'if scb.worker_state.load(Relaxed) == WorkerState::Registered.raw() {'
-mutation seqlock-write-no-fence tests/loom.rs "$seqlock" \
-  $'    seq.store(odd, Relaxed);\n    fence(Release);' '    seq.store(odd, Relaxed);'
-mutation seqlock-write-even-relaxed tests/loom.rs "$seqlock" \
-  'seq.store(odd.wrapping_add(1), Release);' 'seq.store(odd.wrapping_add(1), Relaxed);'
 
 selected=("$@")
 wanted() {
