@@ -484,12 +484,20 @@ impl Throttles {
         };
         let tid = *tid;
         // The cgroup of the registered thread, read through its pinned descriptor (never by number).
+        // As in the simulation backend: no cgroup to cap is a fallback alone (Counters::fallbacks); a
+        // cap that failed to be written is also an effect error.
         let result = self
             .cgroup2_root
             .as_deref()
             .ok_or_else(|| anyhow!("cgroup v2 is not mounted"))
             .and_then(|root| cgroup::cgroup_dir_of(root, thread))
-            .and_then(|dir| self.caps.cap(&dir).map(|()| dir));
+            .and_then(|dir| match self.caps.cap(&dir) {
+                Ok(()) => Ok(dir),
+                Err(e) => {
+                    self.errors += 1;
+                    Err(e)
+                }
+            });
         match result {
             Ok(cgroup) => {
                 log::info!("throttle: slot {slot} (tid {tid}) capped via {}/cpu.max", cgroup.display());

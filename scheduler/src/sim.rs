@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Result;
 use morpheus_abi as abi;
 use morpheus_abi::{EscalationAction, WorkerState};
-use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecision};
+use morpheus_policy_ffi::{self as policy, EscalationStep, GateInput, HintDecision, YieldPoint};
 
 use crate::backend::{Backend, Config, SlotObserver};
 use crate::cgroup::{self, Caps};
@@ -70,8 +70,10 @@ struct Worker {
     run_ns: u64,
     voluntary_switches: u64,
     since_yield_ns: u64,
+    /// `last_ack_seq` at the last look (the yield-point rule compares with it).
     last_ack: u64,
-    last_yield_count: u64,
+    /// Gate verdicts counted for this slot's requests (the policy header's counting rule).
+    verdicts: policy::VerdictTally,
     /// A hint went out since the worker's last yield point (only the first one measures a reaction).
     hinted_since_yield: bool,
     /// The escalation episode (shared state machine) and the effects it has in force.
@@ -407,7 +409,7 @@ impl SimBackend {
             voluntary_switches,
             since_yield_ns: 0,
             last_ack: 0,
-            last_yield_count: 0,
+            verdicts: policy::VerdictTally::default(),
             hinted_since_yield: false,
             episode: Episode::default(),
         })
@@ -448,10 +450,12 @@ impl SimBackend {
         let scb = region.scb(assigned.local);
         let input = self.gate_input(scb, since_yield);
         let verdict = policy::gate(&input);
-        if since_yield > input.slice_ns {
+        let worker = self.workers[slot as usize].as_mut().expect("tracked");
+        // The policy header's counting rule: once per (request, verdict) past the slice. A sim tick may
+        // always act (its effects need no CPU).
+        if policy::verdict_count(&mut worker.verdicts, true, since_yield, input.slice_ns, input.preempt_seq, verdict) {
             self.counters.gate[verdict as usize] += 1;
         }
-        let worker = self.workers[slot as usize].as_mut().expect("tracked");
         let (tid, pid, thread) = (worker.tid, worker.pid, Arc::clone(&worker.thread));
         if worker.episode.state.open != 0 && input.in_critical != 0 && !worker.episode.effects.is_empty() {
             // An effect was in force over a section entered after it took hold: lifted now, one tick late.
@@ -537,7 +541,6 @@ impl SimBackend {
             let Some(mut worker) = self.track(&assigned) else { return };
             worker.region_id = Arc::as_ptr(&region) as usize;
             worker.last_ack = scb.last_ack_seq().load(Ordering::Acquire);
-            worker.last_yield_count = scb.yield_count().load(Ordering::Relaxed);
             self.workers[slot as usize] = Some(worker);
         }
         // The agent's own configuration, never the header's copy (S4).
@@ -553,23 +556,22 @@ impl SimBackend {
         let ran = run_ns.saturating_sub(worker.run_ns);
         worker.run_ns = run_ns;
         let ack = scb.last_ack_seq().load(Ordering::Acquire);
-        let yields = scb.yield_count().load(Ordering::Relaxed);
-        if state != WorkerState::Running.raw() {
-            // It cannot checkpoint before it is RUNNING: its runtime starts there (SCB.md §5.2).
-            worker.since_yield_ns = 0;
-        } else if ack != worker.last_ack || yields != worker.last_yield_count {
-            // A yield point since the last tick: the worker starts a new slice.
-            worker.since_yield_ns = 0;
-        } else if let Some(switches) = read_voluntary_switches(&worker.status).filter(|s| *s != worker.voluntary_switches) {
-            // It slept or blocked since the last tick: sleeping ends a slice, as in the kernel. What
-            // it ran after waking is unknown at this resolution; count it from zero.
-            worker.voluntary_switches = switches;
+        // A voluntary sleep or block since the last tick (what it ran after waking is unknown at this
+        // resolution: counted from zero, as the kernel backend does at the sleep).
+        let slept = match read_voluntary_switches(&worker.status) {
+            Some(switches) if switches != worker.voluntary_switches => {
+                worker.voluntary_switches = switches;
+                true
+            }
+            _ => false,
+        };
+        // The yield-point rule of the policy header, the kernel backend's too (spec/SCB.md §5.2).
+        if policy::yield_point(worker.last_ack, ack, state, slept) != YieldPoint::MORPHEUS_YIELD_POINT_NONE {
             worker.since_yield_ns = 0;
         } else {
             worker.since_yield_ns = worker.since_yield_ns.saturating_add(ran);
         }
         worker.last_ack = ack;
-        worker.last_yield_count = yields;
         if worker.since_yield_ns == 0 {
             worker.hinted_since_yield = false;
         }

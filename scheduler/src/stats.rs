@@ -16,19 +16,26 @@ pub const POLICY_SLOTS: usize = abi::EscalationPolicy::ALL.len();
 /// the per-interval figures that are printed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Ticks run (sim) or events drained (kernel).
+    /// Runs of the periodic overrun check over every worker: a tick of the simulation backend, a run of
+    /// the BPF timer in the kernel backend (which also decides at each worker's ops.stopping, not
+    /// counted here).
     pub ticks: u64,
     /// Hints emitted (preempt_seq increments).
     pub hints_emitted: u64,
     /// Hints rate-limited or lost to a full ring.
     pub hints_dropped: u64,
-    /// Gate evaluations by verdict (index = morpheus_gate_verdict); [0] counts escalations decided.
+    /// Gate verdicts by verdict (index = morpheus_gate_verdict), counted by the policy header's rule
+    /// (`morpheus_verdict_count`) in every backend: past the slice, once per pending request and verdict,
+    /// so a counter reads "requests that got this verdict"; [0] counts requests found escalatable.
     pub gate: [u64; GATE_VERDICTS],
     /// Escalation actions applied, by escalation_action value (index 0 unused).
     pub actions: [u64; ACTION_SLOTS],
     /// Escalations applied (an action taken), by the escalation_policy they were decided under.
     pub escalations_by_policy: [u64; POLICY_SLOTS],
-    /// Escalations that could not take the configured effect and fell back (e.g. no writable cgroup).
+    /// THROTTLE steps whose cgroup cap was not applied (no writable cgroup v2 `cpu.max`, or the write
+    /// failed, which also counts in `effect_errors`): the episode's demotion is then its only effect, in
+    /// every backend (the sim demotes with SCHED_IDLE, the kernel backend runs an open episode in its
+    /// demoted queue).
     pub fallbacks: u64,
     /// Errors applying or lifting an effect (the thread vanished, permission denied, ...).
     pub effect_errors: u64,

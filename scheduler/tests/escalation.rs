@@ -97,12 +97,17 @@ impl Backend {
 impl Agent {
     /// scx_morpheus on `backend` with a short slice and grace, and `extra`.
     fn start_on(backend: Backend, extra: &[&str]) -> Agent {
+        Agent::start_with_grace(backend, GRACE_US, extra)
+    }
+
+    /// scx_morpheus on `backend` with a short slice, a grace of `grace_us`, and `extra`.
+    fn start_with_grace(backend: Backend, grace_us: u64, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
         let child = backend
             .command()
             .args(["--max-workers", "8"])
-            .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &GRACE_US.to_string()])
+            .args(["--slice-us", &SLICE_US.to_string(), "--grace-us", &grace_us.to_string()])
             .arg("--socket")
             .arg(dir.path().join("sock"))
             .args(extra)
@@ -218,6 +223,10 @@ enum Kind {
     InCritical,
     /// Opted out of escalation.
     NotEscapable,
+    /// Escapable, and between every few microseconds of work it counts a yield in `yield_count`
+    /// without acknowledging anything and without sleeping, as a budget yield in the PRESSURED or
+    /// DEFENSIVE mode does (sched_yield keeps the thread runnable).
+    YieldsWithoutAck,
 }
 
 // Commands to a spinning worker.
@@ -268,6 +277,9 @@ impl Spinner {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
                 let region = worker.region().expect("attached").clone();
+                let scb = region.scb_ptr(worker.slot().unwrap()).unwrap();
+                // SAFETY: a field address inside the SCB scb_ptr returned, in the mapping `region` holds.
+                let yield_count = unsafe { addr_of_mut!((*scb).yield_count) };
                 registered_tx.send(Ok((tid, worker.slot().expect("registered through the agent"), original_policy, region))).unwrap();
                 let mut guard = (kind == Kind::InCritical).then(|| worker.critical_section());
                 let mut x = 0u64;
@@ -280,6 +292,11 @@ impl Spinner {
                     }
                     for _ in 0..1000 {
                         x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+                    }
+                    if kind == Kind::YieldsWithoutAck {
+                        // SAFETY: the field of this worker's own SCB in the mapping `region` holds; the
+                        // runtime is its writer (spec/SCB.md §3).
+                        unsafe { AtomicU64::from_ptr(yield_count).fetch_add(1, Ordering::Relaxed) };
                     }
                 }
                 let outcome = (cmd.load(Ordering::Relaxed) == CHECKPOINT).then(|| worker.checkpoint_sync());
@@ -547,6 +564,65 @@ fn observer_never_escalates(backend: Backend) {
     assert_eq!(count(&m.actions, "DEMOTE"), 0, "{m:?}");
     assert!(count(&m.gate_verdicts, "mode") > 0, "{m:?}");
     assert!(m.recent_events.is_empty() && m.events_total == 0, "escalation events in observer mode: {:?}", m.recent_events);
+    agent.stop();
+}
+
+/// The yield-point rule is the policy header's (`morpheus_yield_point`, spec/SCB.md §5.2): a yield that
+/// acknowledges nothing and does not sleep (only `yield_count` moves) leaves the slice running, so a
+/// worker that only does such yields runs past slice + grace and is escalated, as under the kernel
+/// backend. The grace (20 ms) is longer than the CPU time a thread's schedstat can lag behind (one
+/// kernel tick, at most 10 ms): a backend that started a new slice at every such yield would never see
+/// this worker past slice + grace.
+#[test]
+fn a_yield_that_acknowledges_nothing_does_not_start_a_new_slice() {
+    yield_without_ack_is_no_yield_point(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_a_yield_that_acknowledges_nothing_does_not_start_a_new_slice() {
+    yield_without_ack_is_no_yield_point(Backend::Trace);
+}
+
+fn yield_without_ack_is_no_yield_point(backend: Backend) {
+    let agent = Agent::start_with_grace(backend, 20_000, &["--mode", "enforced", "--policy", "kick"]);
+    let worker = Spinner::start(&agent, Kind::YieldsWithoutAck);
+    let first = agent.wait("the worker's first yields", || Some(agent.scb(worker.slot)).filter(|scb| scb.yield_count > 0));
+    let escalated = agent.wait("the escalation of the worker that yields without acknowledging", || {
+        let scb = agent.scb(worker.slot);
+        (scb.escalations > 0).then_some(scb)
+    });
+    assert!(escalated.yield_count > first.yield_count, "{escalated:?}");
+    assert_eq!(escalated.last_ack_seq, first.last_ack_seq, "the worker acknowledged: {escalated:?}");
+    worker.exit();
+    agent.stop();
+}
+
+/// Gate verdicts are counted by the policy header's rule (`morpheus_verdict_count`), as the kernel
+/// backend counts them: once per pending request and verdict, never once per tick. Observer mode gives
+/// every request the verdict "mode", and the longest hint interval keeps the requests few, while the
+/// backend looks at the worker far more often (sim ticks, BPF timer runs): the count can never exceed the requests made.
+#[test]
+fn a_gate_verdict_is_counted_once_per_request_not_per_tick() {
+    verdict_counted_once_per_request(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_a_gate_verdict_is_counted_once_per_request_not_per_tick() {
+    verdict_counted_once_per_request(Backend::Trace);
+}
+
+fn verdict_counted_once_per_request(backend: Backend) {
+    let agent = Agent::start_on(backend, &["--mode", "observer", "--policy", "kick", "--hint-interval-us", "10000000"]);
+    let worker = Spinner::start(&agent, Kind::Escapable);
+    agent.wait("a verdict counted for the spinning worker", || (count(&agent.stats().gate_verdicts, "mode") > 0).then_some(()));
+    agent.ticks(20);
+    let counted = count(&agent.stats().gate_verdicts, "mode");
+    // Read after the count: every request counted so far is in it.
+    let requests = agent.scb(worker.slot).preempt_seq;
+    assert!(counted <= requests, "{counted} verdicts \"mode\" counted for {requests} requests");
+    worker.exit();
     agent.stop();
 }
 

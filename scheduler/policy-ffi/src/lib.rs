@@ -16,6 +16,8 @@ pub use raw::morpheus_gate_verdict as GateVerdict;
 pub use raw::morpheus_hint_decision as HintDecision;
 pub use raw::morpheus_escalation as Escalation;
 pub use raw::morpheus_escalation_step as EscalationStep;
+pub use raw::morpheus_verdict_tally as VerdictTally;
+pub use raw::morpheus_yield_point as YieldPoint;
 
 use morpheus_abi::Scb;
 
@@ -130,6 +132,21 @@ pub fn escalation_action(policy: u32, repeated: bool) -> u32 {
 pub fn pressure_level(cpu_some_avg10_centi: u32) -> u32 {
     // SAFETY: pure function of its argument.
     unsafe { raw::morpheus_ffi_pressure_level(cpu_some_avg10_centi) }
+}
+
+/// Why the worker's slice starts afresh at this look (spec/SCB.md §5.2), or `MORPHEUS_YIELD_POINT_NONE`:
+/// not RUNNING, `last_ack_seq` moved since `seen_ack_seq`, or it `slept` voluntarily. Nothing else (a
+/// `yield_count` move without an acknowledgement) is a yield point.
+pub fn yield_point(seen_ack_seq: u64, last_ack_seq: u64, worker_state: u32, slept: bool) -> YieldPoint {
+    // SAFETY: pure function of its arguments.
+    unsafe { raw::morpheus_ffi_yield_point(seen_ack_seq, last_ack_seq, worker_state, slept as core::ffi::c_int) }
+}
+
+/// Whether a gate verdict is counted now: by a decision that `may_act`, past the slice, once per
+/// (pending request, verdict); records it in `tally`.
+pub fn verdict_count(tally: &mut VerdictTally, may_act: bool, runtime_ns: u64, slice_ns: u64, preempt_seq: u64, verdict: GateVerdict) -> bool {
+    // SAFETY: writes only `tally`, which the reference makes exclusive.
+    unsafe { raw::morpheus_ffi_verdict_count(tally, may_act as core::ffi::c_int, runtime_ns, slice_ns, preempt_seq, verdict) != 0 }
 }
 
 impl GateVerdict {

@@ -76,16 +76,15 @@ struct worker_ctx {
 	morpheus_u64 runtime_ns;   /* CPU time since the last yield point, up to run_start_ns */
 	morpheus_u64 run_start_ns; /* when the current run started (valid while cpu >= 0) */
 	morpheus_u64 seen_ack_seq; /* last_ack_seq at the last yield point */
-	morpheus_u64 verdict_seq;  /* preempt_seq for which last_verdict was counted */
 	morpheus_u64 start_ns;     /* the bound thread's start time (task_struct.start_time): with tid, which
 				    * thread this is, as a tid names one live thread at a time; 0 once it exited */
 	struct morpheus_escalation esc; /* the escalation episode (shared state machine) */
+	struct morpheus_verdict_tally verdicts; /* gate verdicts counted (the policy header's rule) */
 	morpheus_u32 tid;          /* thread this bookkeeping belongs to (a slot can be reused) */
 	morpheus_u32 pid;          /* its process (the task's own tgid, never an SCB's pid) */
 	morpheus_u32 domain;       /* where its SCB is (from worker_slots at its first run) */
 	morpheus_u32 local;
 	morpheus_s32 cpu;          /* CPU it runs on, -1 when not running */
-	morpheus_u32 last_verdict; /* gate verdict last counted for verdict_seq */
 	morpheus_u32 deciding;     /* a CPU is running this worker's state machine (try-lock) */
 	morpheus_u32 agent_effect; /* the open episode has an effect the agent carries out (its lift is reported) */
 };

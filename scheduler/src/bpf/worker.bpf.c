@@ -332,14 +332,16 @@ static __always_inline void send_escalation_event(struct worker_ctx *w, u32 slot
 	bpf_ringbuf_submit(ev, wake ? 0 : BPF_RB_NO_WAKEUP);
 }
 
-/* Count a gate verdict once per (pending request, verdict), so counters read as "times spared". */
-static __always_inline void count_verdict(struct worker_ctx *w, u64 seq, u32 verdict)
+/*
+ * Count a gate verdict by the policy header's rule (morpheus_verdict_count: past the slice, once per
+ * pending request and verdict), which the simulation backend counts by too. A decision may act only
+ * when the worker is on a CPU (`cpu` >= 0).
+ */
+static __always_inline void count_verdict(struct worker_ctx *w, s32 cpu, u64 runtime, u64 slice, u64 seq,
+					  enum morpheus_gate_verdict verdict)
 {
-	if (w->verdict_seq == seq && w->last_verdict == verdict)
-		return;
-	w->verdict_seq = seq;
-	w->last_verdict = verdict;
-	if (verdict < MORPHEUS_NR_GATE_VERDICTS)
+	if (morpheus_verdict_count(&w->verdicts, cpu >= 0, runtime, slice, seq, verdict) &&
+	    (u32)verdict < MORPHEUS_NR_GATE_VERDICTS)
 		__sync_fetch_and_add(&gate_verdicts[verdict], 1);
 }
 
@@ -381,8 +383,7 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 
 	live_gate_config(&cfg);
 	step = escalation_decide(&cfg, scb, &w->esc, runtime, now, &in, &verdict);
-	if (cpu >= 0 && runtime > in.slice_ns)
-		count_verdict(w, in.preempt_seq, verdict);
+	count_verdict(w, cpu, runtime, in.slice_ns, in.preempt_seq, verdict);
 	if (step == MORPHEUS_STEP_NONE)
 		return;
 	if (morpheus_step_is_lift(step)) {
@@ -447,16 +448,20 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 		return;
 
 	ack = load_acquire(&scb->last_ack_seq);
-	if (ack != w->seen_ack_seq) {
-		/* The runtime acknowledged: that was a yield point. */
-		reset_runtime(w, ack, now);
-		count(MORPHEUS_CNT_ACK_RESETS);
-	}
 	state = load_acquire(&scb->worker_state);
-	/* A worker cannot checkpoint before it is RUNNING, so its runtime starts there (SCB.md §5.2):
-	 * CPU time spent registering never counts against its first slice. */
-	if (state != MORPHEUS_WORKER_STATE_RUNNING)
+	/* The yield-point rule of the policy header, the simulation backend's too (SCB.md §5.2); a sleep is
+	 * seen where it happens, in worker_stopping. */
+	switch (morpheus_yield_point(w->seen_ack_seq, ack, state, 0)) {
+	case MORPHEUS_YIELD_POINT_NONE:
+		break;
+	case MORPHEUS_YIELD_POINT_ACKNOWLEDGED:
+		count(MORPHEUS_CNT_ACK_RESETS);
 		reset_runtime(w, ack, now);
+		break;
+	default:
+		reset_runtime(w, ack, now);
+		break;
+	}
 	runtime = w->runtime_ns;
 	if (cpu >= 0 && now > w->run_start_ns)
 		runtime += now - w->run_start_ns;
@@ -743,8 +748,7 @@ __hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 		w->domain = ws->domain;
 		w->local = ws->local;
 		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
-		w->verdict_seq = 0;
-		w->last_verdict = 0;
+		__builtin_memset(&w->verdicts, 0, sizeof(w->verdicts));
 		/* The previous holder's episode ended with its slot (the agent lifted its cap). */
 		if (w->esc.open && __sync_fetch_and_sub(&nr_open_episodes, 1) <= 0)
 			WRITE_ONCE(nr_open_episodes, 0);
@@ -814,9 +818,14 @@ __hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable
 	w->cpu = -1;
 
 	if (!runnable) {
-		/* A voluntary sleep or block is a yield point. */
-		reset_runtime(w, load_acquire(&scb->last_ack_seq), now);
-		count(MORPHEUS_CNT_SLEEP_RESETS);
+		/* A voluntary sleep or block: a yield point by the policy header's rule (never NONE). */
+		u64 ack = load_acquire(&scb->last_ack_seq);
+
+		if (morpheus_yield_point(w->seen_ack_seq, ack, load_acquire(&scb->worker_state), 1) !=
+		    MORPHEUS_YIELD_POINT_NONE) {
+			reset_runtime(w, ack, now);
+			count(MORPHEUS_CNT_SLEEP_RESETS);
+		}
 		return;
 	}
 	/* Preempted or slice expired while still runnable: account, hint if overrun. */

@@ -314,6 +314,66 @@ MORPHEUS_POLICY_FN void morpheus_escalation_commit(struct morpheus_escalation *e
 }
 
 /*
+ * Why the scheduler starts the worker's slice afresh at a look at it (SCB.md §5.2), in every backend:
+ * the runtime of a worker counts from its last yield point, and a yield point is exactly
+ *   - not RUNNING: a worker cannot checkpoint before it is RUNNING, so CPU time spent registering (or
+ *     quiescing) never counts against a slice;
+ *   - ACKNOWLEDGED: last_ack_seq differs from the value seen at the last yield point;
+ *   - SLEPT: the thread slept or blocked voluntarily since the scheduler last looked.
+ * Nothing else is: a yield that acknowledges nothing (yield_count moves, e.g. a budget yield in the
+ * PRESSURED or DEFENSIVE mode, or sched_yield) keeps the thread runnable and its slice running.
+ * The first rule that holds is the reason; NONE: the slice goes on.
+ */
+enum morpheus_yield_point {
+	MORPHEUS_YIELD_POINT_NONE = 0,
+	MORPHEUS_YIELD_POINT_NOT_RUNNING,
+	MORPHEUS_YIELD_POINT_ACKNOWLEDGED,
+	MORPHEUS_YIELD_POINT_SLEPT,
+};
+
+MORPHEUS_POLICY_FN enum morpheus_yield_point morpheus_yield_point(morpheus_u64 seen_ack_seq, morpheus_u64 last_ack_seq,
+								  morpheus_u32 worker_state, int slept)
+{
+	if (worker_state != MORPHEUS_WORKER_STATE_RUNNING)
+		return MORPHEUS_YIELD_POINT_NOT_RUNNING;
+	if (last_ack_seq != seen_ack_seq)
+		return MORPHEUS_YIELD_POINT_ACKNOWLEDGED;
+	if (slept)
+		return MORPHEUS_YIELD_POINT_SLEPT;
+	return MORPHEUS_YIELD_POINT_NONE;
+}
+
+/*
+ * The per-verdict gate counters (the stats' "gate", by morpheus_gate_verdict), counted the same way by
+ * every backend: a verdict is counted when a decision that may act (the worker is on a CPU in the
+ * kernel backend; every tick in the simulation backend, whose effects need no CPU) finds the worker past
+ * its slice, and only once per (pending request, verdict): a counter reads as "requests that got this
+ * verdict", never as "decisions taken while it held", which would depend on how often a backend looks.
+ * A new request, or a new verdict for the same request, is counted again. The tally is the backend's
+ * private state of one slot, zeroed when the slot changes hands.
+ */
+struct morpheus_verdict_tally {
+	morpheus_u64 preempt_seq; /* the request last counted */
+	morpheus_u32 verdict;     /* the verdict last counted for it */
+	morpheus_u32 counted;     /* 1 once anything was counted */
+};
+
+/* Whether to count `verdict` for the request `preempt_seq` now; records it in `t` when it does. */
+MORPHEUS_POLICY_FN int morpheus_verdict_count(struct morpheus_verdict_tally *t, int may_act, morpheus_u64 runtime_ns,
+					      morpheus_u64 slice_ns, morpheus_u64 preempt_seq,
+					      enum morpheus_gate_verdict verdict)
+{
+	if (!may_act || runtime_ns <= slice_ns)
+		return 0;
+	if (t->counted && t->preempt_seq == preempt_seq && t->verdict == (morpheus_u32)verdict)
+		return 0;
+	t->preempt_seq = preempt_seq;
+	t->verdict = verdict;
+	t->counted = 1;
+	return 1;
+}
+
+/*
  * Where an escalation's effect takes hold (the kernel backend holding a worker back in enqueue, the
  * requeue after a kick; the simulation backend right after demoting or capping), the scheduler loads
  * in_critical again: an effect never holds a worker whose section began after the decision. The full

@@ -62,3 +62,15 @@ morpheus_u32 morpheus_ffi_pressure_level(morpheus_u32 cpu_some_avg10_centi)
 {
 	return morpheus_pressure_level(cpu_some_avg10_centi);
 }
+
+enum morpheus_yield_point morpheus_ffi_yield_point(morpheus_u64 seen_ack_seq, morpheus_u64 last_ack_seq,
+						  morpheus_u32 worker_state, int slept)
+{
+	return morpheus_yield_point(seen_ack_seq, last_ack_seq, worker_state, slept);
+}
+
+int morpheus_ffi_verdict_count(struct morpheus_verdict_tally *t, int may_act, morpheus_u64 runtime_ns,
+			       morpheus_u64 slice_ns, morpheus_u64 preempt_seq, enum morpheus_gate_verdict verdict)
+{
+	return morpheus_verdict_count(t, may_act, runtime_ns, slice_ns, preempt_seq, verdict);
+}

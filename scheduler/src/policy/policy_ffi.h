@@ -23,5 +23,9 @@ morpheus_u32 morpheus_ffi_step_action(enum morpheus_escalation_step step);
 int morpheus_ffi_effect_may_hold(const struct morpheus_scb *scb);
 morpheus_u32 morpheus_ffi_escalation_action(morpheus_u32 policy, int repeated);
 morpheus_u32 morpheus_ffi_pressure_level(morpheus_u32 cpu_some_avg10_centi);
+enum morpheus_yield_point morpheus_ffi_yield_point(morpheus_u64 seen_ack_seq, morpheus_u64 last_ack_seq,
+						  morpheus_u32 worker_state, int slept);
+int morpheus_ffi_verdict_count(struct morpheus_verdict_tally *t, int may_act, morpheus_u64 runtime_ns,
+			       morpheus_u64 slice_ns, morpheus_u64 preempt_seq, enum morpheus_gate_verdict verdict);
 
 #endif /* MORPHEUS_POLICY_FFI_H */

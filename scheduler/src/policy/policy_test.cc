@@ -422,6 +422,50 @@ TEST(GateDue, NeverInTheDecisionThatMadeTheRequest)
 	EXPECT_TRUE(morpheus_gate_due(1, MORPHEUS_HINT_RATE_LIMITED, kMax, kSlice));
 }
 
+TEST(YieldPoint, OnlyAnAcknowledgementASleepOrNotRunningStartsASliceAfresh)
+{
+	const morpheus_u32 R = MORPHEUS_WORKER_STATE_RUNNING;
+	/* Nothing happened: the slice goes on. */
+	EXPECT_EQ(morpheus_yield_point(4, 4, R, 0), MORPHEUS_YIELD_POINT_NONE);
+	/* last_ack_seq moved (either way: any change is an acknowledgement). */
+	EXPECT_EQ(morpheus_yield_point(4, 5, R, 0), MORPHEUS_YIELD_POINT_ACKNOWLEDGED);
+	EXPECT_EQ(morpheus_yield_point(kMax, 0, R, 0), MORPHEUS_YIELD_POINT_ACKNOWLEDGED);
+	/* A voluntary sleep; an acknowledgement in the same interval is the reason given. */
+	EXPECT_EQ(morpheus_yield_point(4, 4, R, 1), MORPHEUS_YIELD_POINT_SLEPT);
+	EXPECT_EQ(morpheus_yield_point(4, 5, R, 1), MORPHEUS_YIELD_POINT_ACKNOWLEDGED);
+	/* Not RUNNING comes first, whatever else happened. */
+	for (morpheus_u32 s : {MORPHEUS_WORKER_STATE_INIT, MORPHEUS_WORKER_STATE_CLAIMED, MORPHEUS_WORKER_STATE_REGISTERED,
+			       MORPHEUS_WORKER_STATE_QUIESCING, MORPHEUS_WORKER_STATE_DEAD}) {
+		EXPECT_EQ(morpheus_yield_point(4, 4, s, 0), MORPHEUS_YIELD_POINT_NOT_RUNNING) << s;
+		EXPECT_EQ(morpheus_yield_point(4, 5, s, 1), MORPHEUS_YIELD_POINT_NOT_RUNNING) << s;
+	}
+	/* There is no input for yield_count: a yield that acknowledges nothing is no yield point. */
+}
+
+TEST(VerdictCount, OncePerRequestAndVerdictPastTheSliceWhenTheDecisionMayAct)
+{
+	morpheus_verdict_tally t{};
+	const auto spared = MORPHEUS_GATE_BLOCKED_CRITICAL;
+	/* Within the slice, or a decision that may not act: never counted, nothing recorded. */
+	EXPECT_FALSE(morpheus_verdict_count(&t, 1, kSlice, kSlice, 5, spared));
+	EXPECT_FALSE(morpheus_verdict_count(&t, 0, kSlice + 1, kSlice, 5, spared));
+	EXPECT_EQ(t.counted, 0u);
+	/* The first decision past the slice counts; the same (request, verdict) again does not, however often. */
+	EXPECT_TRUE(morpheus_verdict_count(&t, 1, kSlice + 1, kSlice, 5, spared));
+	for (int i = 0; i < 10; i++)
+		EXPECT_FALSE(morpheus_verdict_count(&t, 1, kSlice + 2 + i, kSlice, 5, spared)) << i;
+	/* A new verdict for the same request counts, and so does going back to the first one. */
+	EXPECT_TRUE(morpheus_verdict_count(&t, 1, kSlice + 20, kSlice, 5, MORPHEUS_GATE_BLOCKED_WITHIN_GRACE));
+	EXPECT_TRUE(morpheus_verdict_count(&t, 1, kSlice + 21, kSlice, 5, spared));
+	/* A new request counts again with the same verdict. */
+	EXPECT_TRUE(morpheus_verdict_count(&t, 1, kSlice + 22, kSlice, 6, spared));
+	EXPECT_EQ(t.preempt_seq, 6u);
+	/* A zeroed tally (slot handed over) counts request 0 with verdict 0 once too. */
+	morpheus_verdict_tally fresh{};
+	EXPECT_TRUE(morpheus_verdict_count(&fresh, 1, kSlice + 1, kSlice, 0, MORPHEUS_GATE_ESCALATE));
+	EXPECT_FALSE(morpheus_verdict_count(&fresh, 1, kSlice + 1, kSlice, 0, MORPHEUS_GATE_ESCALATE));
+}
+
 TEST(EscalationAction, PerPolicy)
 {
 	EXPECT_EQ(morpheus_escalation_action(MORPHEUS_ESCALATION_POLICY_NONE, 0), 0u);
