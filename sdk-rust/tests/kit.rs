@@ -318,7 +318,7 @@ fn a_task_whose_turn_was_cut_short_is_resumed_first_until_it_caught_up() {
     let (region, _token) = registered();
     let mut rotation = Rotation::new();
     rotation.set_clock(Some(0));
-    let mut turn = |rotation: &mut Rotation<usize>, task: usize, ran: u64, now: &mut u64| {
+    let turn = |rotation: &mut Rotation<usize>, task: usize, ran: u64, now: &mut u64| {
         *now += ran;
         rotation.set_clock(Some(*now));
         region.request_yield(0);
