@@ -162,6 +162,15 @@ fn the_fast_path_names_what_it_compares() {
     assert_eq!(FastPath::current(), FastPath::Detached, "detached on request");
 }
 
+#[test]
+fn a_pressured_worker_always_takes_the_slow_path() {
+    let (region, token) = registered();
+    region.set_pressure_level(morpheus::PressureLevel::High);
+    let mode = thread::with(token, "refresh_mode", |w| w.refresh_mode()).unwrap().unwrap();
+    assert_eq!(mode, morpheus::RuntimeMode::Pressured);
+    assert_eq!(FastPath::current(), FastPath::AlwaysSlow, "§5.4: the budget and the SDK's clock also yield");
+}
+
 // ------------------------------------------------------------------------------------------------
 // The rotation (spec/SCB.md §5.7)
 
