@@ -22,12 +22,15 @@ use pyo3::{exceptions::PyValueError, prelude::*, sync::PyOnceLock};
 
 use crate::statics;
 
+/// The loop a rotation belongs to, and its ready queue where the loop exposes it (asyncio's
+/// `BaseEventLoop._ready`; None for other loops, uvloop).
+type LoopSide = Option<(Py<PyAny>, Option<Py<PyAny>>)>;
+
 thread_local! {
     /// The rotation of the loop running on this thread (one at a time).
     static ROTATION: RefCell<Rotation<Py<PyAny>>> = const { RefCell::new(Rotation::new()) };
-    /// The loop the rotation belongs to, and its ready queue where the loop exposes it (asyncio's
-    /// `BaseEventLoop._ready`; None for other loops, uvloop).
-    static LOOP: RefCell<Option<(Py<PyAny>, Option<Py<PyAny>>)>> = const { RefCell::new(None) };
+    /// The loop the rotation belongs to, with its ready queue.
+    static LOOP: RefCell<LoopSide> = const { RefCell::new(None) };
 }
 
 fn ready(py: Python<'_>) -> PyResult<Py<PyAny>> {
