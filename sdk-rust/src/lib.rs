@@ -43,6 +43,7 @@ compile_error!(
 pub mod agent;
 mod config;
 mod error;
+pub mod kit;
 mod lifeline;
 #[doc(hidden)]
 pub mod protocol;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-# Type stubs of the extension module (src/lib.rs). tests/test_stubs.py checks that the names here
+# Type stubs of the extension module (src/lib.rs, src/aio.rs, src/worker.rs). tests/test_stubs.py checks that the names here
 # match what the module defines, error classes included.
 import enum
 import os
