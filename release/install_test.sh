@@ -310,7 +310,17 @@ test_java() {
 	/usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp "$project/target/classes:$jar" app.Main >"$work/java17.out" ||
 		fail "the project on JDK 17 (JNI)"
 	grep -q "^ok: backend jni" "$work/java17.out" || fail "JDK 17 did not use the JNI backend: $(cat "$work/java17.out")"
-	echo "install-test: java: fresh Maven project built offline against a temporary local repository, ran on JDK 25 (FFM) and 17 (JNI)"
+	# linux-aarch64: the same project on Temurin's arm64 JRE under qemu (tools/arm64/java.sh), once per backend:
+	# the jar's linux-aarch64 natives are the ones loaded (an x86-64 library would not load there).
+	local backend
+	for backend in ffm jni; do
+		"$root/tools/arm64/java.sh" --enable-native-access=ALL-UNNAMED -Dmorpheus.backend=$backend \
+			-cp "$project/target/classes:$jar" app.Main >"$work/java-arm64-$backend.out" 2>&1 ||
+			fail "the project on the arm64 JRE ($backend): $(cat "$work/java-arm64-$backend.out")"
+		grep -q "^ok: backend $backend" "$work/java-arm64-$backend.out" ||
+			fail "the arm64 JRE did not use the $backend backend: $(cat "$work/java-arm64-$backend.out")"
+	done
+	echo "install-test: java: fresh Maven project built offline against a temporary local repository, ran on JDK 25 (FFM) and 17 (JNI), and on the arm64 JRE under qemu (FFM, JNI)"
 }
 
 sdks=("$@")

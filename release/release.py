@@ -384,6 +384,9 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
 
 
 JDK = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
+# The jar carries natives for every platform, one directory each, linux-<machine> (sdk-java's
+# NativeLibrary.platform() resolves it at run time).
+JAR_PLATFORMS = [f"linux-{platform['machine']}" for platform in PLATFORMS]
 # The sources the jar is compiled from (sdk-java/pom.xml: the API and JNI backend, the FFM backend, the
 # generated abi/java classes); the sources and javadoc jars are made of them.
 JAVA_SOURCES = ["sdk-java/src/main/java", "sdk-java/src/main/java22", "abi/java/src/main/java"]
@@ -419,7 +422,8 @@ def build_jar(info: dict, stamp: dict, out: Path) -> list[Path]:
         made = [out / f"{base}.jar", out / f"{base}.pom", out / f"{base}-sources.jar", out / f"{base}-javadoc.jar"]
         shutil.copy2(jar, made[0])
         with zipfile.ZipFile(made[0]) as z:
-            missing = {f"dev/morpheus/native/linux-x86_64/{lib}" for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
+            missing = {f"dev/morpheus/native/{platform}/{lib}" for platform in JAR_PLATFORMS
+                       for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
         if missing:
             raise Refused(f"{jar.name} lacks its natives {sorted(missing)} (built without cargo?)")
         add_to_zip(made[0], {"META-INF/morpheus/RELEASE.json": release_json(stamp),

