@@ -163,10 +163,15 @@ test_node() {
 	app=$work/node-app
 	mkdir -p "$app"
 	echo '{ "name": "use-morpheus", "private": true }' >"$app/package.json"
-	# Everything the package needs is inside it (the addon, @morpheus/abi bundled): no registry.
-	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$dir"/morpheus-sched-node-[0-9]*.tgz) ||
-		fail "npm install of the tarball into a fresh folder"
+	# The main package (@morpheus/abi bundled, no addon) and the linux-x64-gnu platform package, offline:
+	# no registry. npm skips the arm64 optionalDependency here (its cpu field), as it would on a user's x86-64.
+	local main x64
+	main=$(ls "$dir"/morpheus-sched-node-[0-9]*.tgz) || fail "no main npm tarball in $dir"
+	x64=$(ls "$dir"/morpheus-sched-node-linux-x64-gnu-*.tgz) || fail "no linux-x64-gnu platform package in $dir"
+	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$main" "$x64") ||
+		fail "npm install of the main and linux-x64-gnu platform packages into a fresh folder"
 	check_stamp "$app/node_modules/@morpheus-sched/node/RELEASE.json" node
+	check_stamp "$app/node_modules/@morpheus-sched/node-linux-x64-gnu/RELEASE.json" node
 	(cd "$app" && node - <<-'EOF') || fail "the npm package in a fresh folder"
 	const assert = require('node:assert/strict');
 	const fs = require('node:fs');
@@ -174,6 +179,11 @@ test_node() {
 	const morpheus = require('@morpheus-sched/node');
 	const home = path.dirname(require.resolve('@morpheus-sched/node/package.json'));
 	assert.ok(home.startsWith(path.join(process.cwd(), 'node_modules')), home);
+	// The main package bundles no addon: the one loaded is the platform package's.
+	assert.deepEqual(fs.readdirSync(path.join(home, 'native')).filter((f) => f.endsWith('.node')), []);
+	const addon = Object.keys(require.cache).find((f) => f.endsWith('.node'));
+	assert.equal(path.relative(process.cwd(), addon), path.join('node_modules', '@morpheus-sched', 'node-linux-x64-gnu', 'morpheus.linux-x64-gnu.node'));
+	assert.equal(JSON.parse(fs.readFileSync(require.resolve('@morpheus-sched/node-linux-x64-gnu/RELEASE.json'), 'utf8')).platform, 'linux-x64-gnu');
 	const stamp = JSON.parse(fs.readFileSync(path.join(home, 'RELEASE.json'), 'utf8'));
 	assert.equal(stamp.version, require('@morpheus-sched/node/package.json').version);
 	assert.equal(stamp.abi, `${morpheus.ABI_MAJOR}.${morpheus.ABI_MINOR}`);
@@ -184,9 +194,9 @@ test_node() {
 	assert.equal(morpheus.shouldYield(), false);
 	assert.equal(morpheus.critical(() => morpheus.criticalDepth()), 1);
 	worker.close();
-	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home}`);
+	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home} with ${path.relative(process.cwd(), addon)}`);
 	EOF
-	echo "install-test: node: npm tarball installed into a fresh folder and used"
+	echo "install-test: node: main and linux-x64-gnu platform packages installed into a fresh folder and used"
 	test_node_arm64 "$dir"
 }
 

@@ -346,11 +346,11 @@ def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
 
 
 def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
-    # sdk-node/tools/pack.sh: `npm pack` of the package with the addon prebuilt for linux-x64-gnu at
-    # native/morpheus.linux-x64-gnu.node (napi-rs's <binaryName>.<platform>.node, what lib/native.js
-    # loads) and the generated @morpheus/abi bundled; RELEASE.json and the changelog join at the root.
-    # With --platforms, linux-arm64-gnu's addon is the platform package @morpheus-sched/node-linux-arm64-gnu
-    # (printed before the main package), which the main package names as an optionalDependency.
+    # sdk-node/tools/pack.sh --platforms: napi-rs's layout. The main package (@morpheus/abi bundled,
+    # RELEASE.json and the changelog at its root) carries no addon; each platform's addon is the platform
+    # package @morpheus-sched/node-<platform> (morpheus.<platform>.node at its root, napi-rs's
+    # <binaryName>.<platform>.node, with its own RELEASE.json), printed before the main package, which names
+    # each as an optionalDependency and lib/native.js resolves for the machine it runs on.
     print(f"release: npm pack: sdk-node/tools/pack.sh {out} --platforms", file=sys.stderr)
     proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out), "--platforms"], cwd=ROOT, text=True,
                           stdout=subprocess.PIPE)
@@ -364,14 +364,16 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
         raise Refused(f"npm tarball {tarball.name} does not carry version {info['version']}")
     with tarfile.open(tarball, "r:gz") as tar:
         names = set(tar.getnames())
-    for needed in ("package/package.json", "package/native/morpheus.linux-x64-gnu.node",
-                   "package/node_modules/@morpheus/abi/index.js"):
+    for needed in ("package/package.json", "package/node_modules/@morpheus/abi/index.js"):
         if needed not in names:
             raise Refused(f"npm tarball {tarball.name} lacks {needed}")
+    bundled = sorted(n for n in names if n.endswith(".node"))
+    if bundled:
+        raise Refused(f"npm tarball {tarball.name} bundles addons {bundled}: they belong in the platform packages")
     add_to_tar_gz(tarball, {"package/RELEASE.json": release_json(stamp),
                             "package/CHANGELOG.md": (ROOT / "sdk-node/CHANGELOG.md").read_bytes()})
     platform_tarballs = []
-    for platform in PLATFORMS[1:]:
+    for platform in PLATFORMS:
         path = out / f"morpheus-sched-node-{platform['name']}-{info['version']}.tgz"
         if str(path) not in made[:-1] or not path.is_file():
             raise Refused(f"sdk-node/tools/pack.sh made no platform package {path.name} (it printed {made!r})")
