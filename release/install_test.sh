@@ -138,7 +138,7 @@ test_python() {
 	local dir
 	dir=$(artifacts python)
 	python3 -m venv "$work/venv"
-	"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "$dir"/morpheus-*.whl
+	"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "$dir"/morpheus-*_x86_64.whl
 	(cd "$work" && "$work/venv/bin/python" - <<-'EOF') || fail "the wheel in a fresh venv"
 	import importlib.metadata, importlib.resources, json, sys
 	import morpheus
@@ -153,8 +153,16 @@ test_python() {
 	worker.close()
 	print(f"ok: morpheus {stamp['version']} ABI {stamp['abi']} from {morpheus.__file__}")
 	EOF
-	check_stamp <(unzip -p "$dir"/morpheus-*.whl morpheus/RELEASE.json) python
+	check_stamp <(unzip -p "$dir"/morpheus-*_x86_64.whl morpheus/RELEASE.json) python
 	echo "install-test: python: wheel in a fresh venv imported and used"
+	# linux-arm64-gnu: the arm64 wheel checked against its tag, installed by pip on Debian's arm64 Python
+	# under qemu into a fresh directory, its example run and a request acknowledged there.
+	local arm64
+	arm64=$(ls "$dir"/morpheus-*_aarch64.whl) || fail "no linux-aarch64 wheel in $dir: $(ls "$dir")"
+	bash "$root/sdk-python/tools/test-arm64.sh" --wheel "$arm64" || fail "the arm64 wheel on arm64 Python (qemu)"
+	check_stamp <(unzip -p "$arm64" morpheus/RELEASE.json) python
+	unzip -p "$arm64" morpheus/RELEASE.json | python3 -c 'import json, sys; assert json.load(sys.stdin)["platform"] == "linux-arm64-gnu"' ||
+		fail "$arm64's RELEASE.json does not name linux-arm64-gnu"
 }
 
 test_node() {

@@ -335,13 +335,22 @@ def add_to_wheel(wheel: Path, path: str, data: bytes) -> None:
 
 
 def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
-    run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "-o", str(out)], "maturin")
-    wheels = list(out.glob("morpheus-*.whl"))
-    if len(wheels) != 1 or "abi3" not in wheels[0].name:
-        raise Refused(f"maturin made {[w.name for w in wheels]}, expected one abi3 wheel")
-    if f"morpheus-{info['version']}-" not in wheels[0].name:
-        raise Refused(f"wheel {wheels[0].name} does not carry version {info['version']}")
-    add_to_wheel(wheels[0], "morpheus/RELEASE.json", release_json(stamp))
+    """One abi3 wheel per platform (maturin --target; the arm64 one linked by the cross gcc), each checked
+    against its manylinux tag by sdk-python/tools/wheel_check.py and stamped with its platform's RELEASE.json."""
+    wheels = []
+    for platform in PLATFORMS:
+        staging = out / f".wheel-{platform['name']}"
+        run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "--target", platform["rust"],
+             "-o", str(staging)], f"maturin ({platform['name']})")
+        made = list(staging.glob("morpheus-*.whl"))
+        if len(made) != 1 or "abi3" not in made[0].name:
+            raise Refused(f"maturin made {[w.name for w in made]} for {platform['name']}, expected one abi3 wheel")
+        if f"morpheus-{info['version']}-" not in made[0].name:
+            raise Refused(f"wheel {made[0].name} does not carry version {info['version']}")
+        run([sys.executable, "sdk-python/tools/wheel_check.py", str(made[0]), platform["machine"]], "wheel_check")
+        add_to_wheel(made[0], "morpheus/RELEASE.json", release_json(platform_stamp(stamp, platform)))
+        wheels.append(made[0].replace(out / made[0].name))
+        staging.rmdir()
     return wheels
 
 
