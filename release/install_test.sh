@@ -138,7 +138,7 @@ test_python() {
 	local dir
 	dir=$(artifacts python)
 	python3 -m venv "$work/venv"
-	"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "$dir"/morpheus-*.whl
+	"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "$dir"/morpheus-*_x86_64.whl
 	(cd "$work" && "$work/venv/bin/python" - <<-'EOF') || fail "the wheel in a fresh venv"
 	import importlib.metadata, importlib.resources, json, sys
 	import morpheus
@@ -153,8 +153,16 @@ test_python() {
 	worker.close()
 	print(f"ok: morpheus {stamp['version']} ABI {stamp['abi']} from {morpheus.__file__}")
 	EOF
-	check_stamp <(unzip -p "$dir"/morpheus-*.whl morpheus/RELEASE.json) python
+	check_stamp <(unzip -p "$dir"/morpheus-*_x86_64.whl morpheus/RELEASE.json) python
 	echo "install-test: python: wheel in a fresh venv imported and used"
+	# linux-arm64-gnu: the arm64 wheel checked against its tag, installed by pip on Debian's arm64 Python
+	# under qemu into a fresh directory, its example run and a request acknowledged there.
+	local arm64
+	arm64=$(ls "$dir"/morpheus-*_aarch64.whl) || fail "no linux-aarch64 wheel in $dir: $(ls "$dir")"
+	bash "$root/sdk-python/tools/test-arm64.sh" --wheel "$arm64" || fail "the arm64 wheel on arm64 Python (qemu)"
+	check_stamp <(unzip -p "$arm64" morpheus/RELEASE.json) python
+	unzip -p "$arm64" morpheus/RELEASE.json | python3 -c 'import json, sys; assert json.load(sys.stdin)["platform"] == "linux-arm64-gnu"' ||
+		fail "$arm64's RELEASE.json does not name linux-arm64-gnu"
 }
 
 test_node() {
@@ -163,10 +171,15 @@ test_node() {
 	app=$work/node-app
 	mkdir -p "$app"
 	echo '{ "name": "use-morpheus", "private": true }' >"$app/package.json"
-	# Everything the package needs is inside it (the addon, @morpheus/abi bundled): no registry.
-	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$dir"/morpheus-sched-node-[0-9]*.tgz) ||
-		fail "npm install of the tarball into a fresh folder"
+	# The main package (@morpheus/abi bundled, no addon) and the linux-x64-gnu platform package, offline:
+	# no registry. npm skips the arm64 optionalDependency here (its cpu field), as it would on a user's x86-64.
+	local main x64
+	main=$(ls "$dir"/morpheus-sched-node-[0-9]*.tgz) || fail "no main npm tarball in $dir"
+	x64=$(ls "$dir"/morpheus-sched-node-linux-x64-gnu-*.tgz) || fail "no linux-x64-gnu platform package in $dir"
+	(cd "$app" && npm install --offline --no-audit --no-fund --loglevel=error "$main" "$x64") ||
+		fail "npm install of the main and linux-x64-gnu platform packages into a fresh folder"
 	check_stamp "$app/node_modules/@morpheus-sched/node/RELEASE.json" node
+	check_stamp "$app/node_modules/@morpheus-sched/node-linux-x64-gnu/RELEASE.json" node
 	(cd "$app" && node - <<-'EOF') || fail "the npm package in a fresh folder"
 	const assert = require('node:assert/strict');
 	const fs = require('node:fs');
@@ -174,6 +187,11 @@ test_node() {
 	const morpheus = require('@morpheus-sched/node');
 	const home = path.dirname(require.resolve('@morpheus-sched/node/package.json'));
 	assert.ok(home.startsWith(path.join(process.cwd(), 'node_modules')), home);
+	// The main package bundles no addon: the one loaded is the platform package's.
+	assert.deepEqual(fs.readdirSync(path.join(home, 'native')).filter((f) => f.endsWith('.node')), []);
+	const addon = Object.keys(require.cache).find((f) => f.endsWith('.node'));
+	assert.equal(path.relative(process.cwd(), addon), path.join('node_modules', '@morpheus-sched', 'node-linux-x64-gnu', 'morpheus.linux-x64-gnu.node'));
+	assert.equal(JSON.parse(fs.readFileSync(require.resolve('@morpheus-sched/node-linux-x64-gnu/RELEASE.json'), 'utf8')).platform, 'linux-x64-gnu');
 	const stamp = JSON.parse(fs.readFileSync(path.join(home, 'RELEASE.json'), 'utf8'));
 	assert.equal(stamp.version, require('@morpheus-sched/node/package.json').version);
 	assert.equal(stamp.abi, `${morpheus.ABI_MAJOR}.${morpheus.ABI_MINOR}`);
@@ -184,9 +202,9 @@ test_node() {
 	assert.equal(morpheus.shouldYield(), false);
 	assert.equal(morpheus.critical(() => morpheus.criticalDepth()), 1);
 	worker.close();
-	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home}`);
+	console.log(`ok: @morpheus-sched/node ${stamp.version} ABI ${stamp.abi} from ${home} with ${path.relative(process.cwd(), addon)}`);
 	EOF
-	echo "install-test: node: npm tarball installed into a fresh folder and used"
+	echo "install-test: node: main and linux-x64-gnu platform packages installed into a fresh folder and used"
 	test_node_arm64 "$dir"
 }
 
@@ -310,7 +328,17 @@ test_java() {
 	/usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp "$project/target/classes:$jar" app.Main >"$work/java17.out" ||
 		fail "the project on JDK 17 (JNI)"
 	grep -q "^ok: backend jni" "$work/java17.out" || fail "JDK 17 did not use the JNI backend: $(cat "$work/java17.out")"
-	echo "install-test: java: fresh Maven project built offline against a temporary local repository, ran on JDK 25 (FFM) and 17 (JNI)"
+	# linux-aarch64: the same project on Temurin's arm64 JRE under qemu (tools/arm64/java.sh), once per backend:
+	# the jar's linux-aarch64 natives are the ones loaded (an x86-64 library would not load there).
+	local backend
+	for backend in ffm jni; do
+		"$root/tools/arm64/java.sh" --enable-native-access=ALL-UNNAMED -Dmorpheus.backend=$backend \
+			-cp "$project/target/classes:$jar" app.Main >"$work/java-arm64-$backend.out" 2>&1 ||
+			fail "the project on the arm64 JRE ($backend): $(cat "$work/java-arm64-$backend.out")"
+		grep -q "^ok: backend $backend" "$work/java-arm64-$backend.out" ||
+			fail "the arm64 JRE did not use the $backend backend: $(cat "$work/java-arm64-$backend.out")"
+	done
+	echo "install-test: java: fresh Maven project built offline against a temporary local repository, ran on JDK 25 (FFM) and 17 (JNI), and on the arm64 JRE under qemu (FFM, JNI)"
 }
 
 sdks=("$@")

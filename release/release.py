@@ -335,22 +335,31 @@ def add_to_wheel(wheel: Path, path: str, data: bytes) -> None:
 
 
 def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
-    run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "-o", str(out)], "maturin")
-    wheels = list(out.glob("morpheus-*.whl"))
-    if len(wheels) != 1 or "abi3" not in wheels[0].name:
-        raise Refused(f"maturin made {[w.name for w in wheels]}, expected one abi3 wheel")
-    if f"morpheus-{info['version']}-" not in wheels[0].name:
-        raise Refused(f"wheel {wheels[0].name} does not carry version {info['version']}")
-    add_to_wheel(wheels[0], "morpheus/RELEASE.json", release_json(stamp))
+    """One abi3 wheel per platform (maturin --target; the arm64 one linked by the cross gcc), each checked
+    against its manylinux tag by sdk-python/tools/wheel_check.py and stamped with its platform's RELEASE.json."""
+    wheels = []
+    for platform in PLATFORMS:
+        staging = out / f".wheel-{platform['name']}"
+        run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "--target", platform["rust"],
+             "-o", str(staging)], f"maturin ({platform['name']})")
+        made = list(staging.glob("morpheus-*.whl"))
+        if len(made) != 1 or "abi3" not in made[0].name:
+            raise Refused(f"maturin made {[w.name for w in made]} for {platform['name']}, expected one abi3 wheel")
+        if f"morpheus-{info['version']}-" not in made[0].name:
+            raise Refused(f"wheel {made[0].name} does not carry version {info['version']}")
+        run([sys.executable, "sdk-python/tools/wheel_check.py", str(made[0]), platform["machine"]], "wheel_check")
+        add_to_wheel(made[0], "morpheus/RELEASE.json", release_json(platform_stamp(stamp, platform)))
+        wheels.append(made[0].replace(out / made[0].name))
+        staging.rmdir()
     return wheels
 
 
 def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
-    # sdk-node/tools/pack.sh: `npm pack` of the package with the addon prebuilt for linux-x64-gnu at
-    # native/morpheus.linux-x64-gnu.node (napi-rs's <binaryName>.<platform>.node, what lib/native.js
-    # loads) and the generated @morpheus/abi bundled; RELEASE.json and the changelog join at the root.
-    # With --platforms, linux-arm64-gnu's addon is the platform package @morpheus-sched/node-linux-arm64-gnu
-    # (printed before the main package), which the main package names as an optionalDependency.
+    # sdk-node/tools/pack.sh --platforms: napi-rs's layout. The main package (@morpheus/abi bundled,
+    # RELEASE.json and the changelog at its root) carries no addon; each platform's addon is the platform
+    # package @morpheus-sched/node-<platform> (morpheus.<platform>.node at its root, napi-rs's
+    # <binaryName>.<platform>.node, with its own RELEASE.json), printed before the main package, which names
+    # each as an optionalDependency and lib/native.js resolves for the machine it runs on.
     print(f"release: npm pack: sdk-node/tools/pack.sh {out} --platforms", file=sys.stderr)
     proc = subprocess.run(["bash", "sdk-node/tools/pack.sh", str(out), "--platforms"], cwd=ROOT, text=True,
                           stdout=subprocess.PIPE)
@@ -364,14 +373,16 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
         raise Refused(f"npm tarball {tarball.name} does not carry version {info['version']}")
     with tarfile.open(tarball, "r:gz") as tar:
         names = set(tar.getnames())
-    for needed in ("package/package.json", "package/native/morpheus.linux-x64-gnu.node",
-                   "package/node_modules/@morpheus/abi/index.js"):
+    for needed in ("package/package.json", "package/node_modules/@morpheus/abi/index.js"):
         if needed not in names:
             raise Refused(f"npm tarball {tarball.name} lacks {needed}")
+    bundled = sorted(n for n in names if n.endswith(".node"))
+    if bundled:
+        raise Refused(f"npm tarball {tarball.name} bundles addons {bundled}: they belong in the platform packages")
     add_to_tar_gz(tarball, {"package/RELEASE.json": release_json(stamp),
                             "package/CHANGELOG.md": (ROOT / "sdk-node/CHANGELOG.md").read_bytes()})
     platform_tarballs = []
-    for platform in PLATFORMS[1:]:
+    for platform in PLATFORMS:
         path = out / f"morpheus-sched-node-{platform['name']}-{info['version']}.tgz"
         if str(path) not in made[:-1] or not path.is_file():
             raise Refused(f"sdk-node/tools/pack.sh made no platform package {path.name} (it printed {made!r})")
@@ -384,6 +395,9 @@ def build_npm(info: dict, stamp: dict, out: Path) -> list[Path]:
 
 
 JDK = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
+# The jar carries natives for every platform, one directory each, linux-<machine> (sdk-java's
+# NativeLibrary.platform() resolves it at run time).
+JAR_PLATFORMS = [f"linux-{platform['machine']}" for platform in PLATFORMS]
 # The sources the jar is compiled from (sdk-java/pom.xml: the API and JNI backend, the FFM backend, the
 # generated abi/java classes); the sources and javadoc jars are made of them.
 JAVA_SOURCES = ["sdk-java/src/main/java", "sdk-java/src/main/java22", "abi/java/src/main/java"]
@@ -419,7 +433,8 @@ def build_jar(info: dict, stamp: dict, out: Path) -> list[Path]:
         made = [out / f"{base}.jar", out / f"{base}.pom", out / f"{base}-sources.jar", out / f"{base}-javadoc.jar"]
         shutil.copy2(jar, made[0])
         with zipfile.ZipFile(made[0]) as z:
-            missing = {f"dev/morpheus/native/linux-x86_64/{lib}" for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
+            missing = {f"dev/morpheus/native/{platform}/{lib}" for platform in JAR_PLATFORMS
+                       for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
         if missing:
             raise Refused(f"{jar.name} lacks its natives {sorted(missing)} (built without cargo?)")
         add_to_zip(made[0], {"META-INF/morpheus/RELEASE.json": release_json(stamp),

