@@ -189,7 +189,7 @@ function shouldYield() {
  */
 function yieldRequested() {
   if (!requested()) return false;
-  if (passing || unacknowledged !== null || turnExpired()) return true;
+  if (passing || unacknowledged || turnExpired()) return true;
   // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
   // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
   if (settledAck !== settledAck) {
@@ -213,7 +213,7 @@ function requested() {
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) acknowledgePending();
+  if (unacknowledged) acknowledgePending();
   // Here also during a yield's passes, which a synchronous check is outside of (§5.7).
   if (!pendingRequest()) return false;
   const outcome = native.checkpointSync();
@@ -238,17 +238,20 @@ function checkpoint() {
 
 function checkpointSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) acknowledgePending();
+  if (unacknowledged) acknowledgePending();
   if (!pendingRequest()) return stepAsideIfOver();
-  const pending = native.checkpointBegin();
-  // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
-  // mode every check comes here: the addon saves it the call); true: no yield, read it again.
-  if (pending === false || pending === true) {
-    if (pending) refresh();
+  // One native call that allocates nothing: the core decides, and keeps a yield it decided on until
+  // native.checkpointAcknowledge() (acknowledgePending).
+  const outcome = native.checkpointYield();
+  // NO_YIELD: what the fast path compares with is unchanged (outside the DETERMINISTIC mode every
+  // check comes here: the addon saves it the call); NO_YIELD_STATE_CHANGED: read it again.
+  if (outcome !== NATIVE_YIELDED) {
+    if (outcome !== NATIVE_NO_YIELD) refresh();
     return stepAsideIfOver();
   }
-  refresh();
-  return takeTurn(pending);
+  // Nothing is acknowledged yet, so what the fast path compares with is unchanged: the refresh comes
+  // with the acknowledgement.
+  return takeTurn();
 }
 
 /** No request to serve: the task steps aside only if its step (passes) or its timed turn is over. */
@@ -361,8 +364,9 @@ let runningRunNs = null;
 let turnStartedNs = null;
 // The length of the last turn measured: the tolerance of the choice of the next task.
 let lastTurnNs = 0;
-// The last yielder's pending checkpoint until the request is acknowledged (its finish()).
-let unacknowledged = null;
+// Whether the last yielder's request waits for its acknowledgement (the addon keeps the decided
+// checkpoint: native.checkpointAcknowledge()).
+let unacknowledged = false;
 // Yields so far: the keeper compares it to know whether the resumed task yielded again.
 let turns = 0;
 // Passes left before the FIFO's head resumes; a yield during the passes starts them afresh (one task
@@ -372,17 +376,16 @@ let passing = false;
 
 /** Acknowledge the last yielder's request, if not yet: the loop has had control since it yielded. */
 function acknowledgePending() {
-  const pending = unacknowledged;
-  if (pending === null) return;
-  unacknowledged = null;
+  if (!unacknowledged) return;
+  unacknowledged = false;
   // 1: acknowledged; 0: the scheduler restarted meanwhile (nothing to acknowledge, §6).
-  pending.finish();
+  native.checkpointAcknowledge();
   refresh();
 }
 
 /** This task is the request's yielder: to the back of the FIFO; resumes (true) at its turn. */
-function takeTurn(pending) {
-  unacknowledged = pending;
+function takeTurn() {
+  unacknowledged = true;
   turns++;
   passesLeft = YIELD_PASSES;
   const turn = new Promise((resolve) => enqueue(() => resolve(true)));

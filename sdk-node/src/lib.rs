@@ -11,8 +11,9 @@
 //!   `preempt_seq` with. The buffer holds the region (`Arc<Region>`) until V8 collects it, so it can
 //!   never outlive the mapping. JS calls into this addon only when the view shows something new;
 //! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]) and the asynchronous one split
-//!   around the JS event loop's yield ([`checkpoint_begin`] polls the core's `Checkpoint` future once;
-//!   [`PendingCheckpoint::finish`] polls it again after the task resumed, which acknowledges);
+//!   around the JS event loop's yield ([`checkpoint_yield`] polls the core's `Checkpoint` future once
+//!   and keeps it on the thread; [`checkpoint_acknowledge`] polls it again after the task yielded,
+//!   which acknowledges: one native call each, no object allocated);
 //! * workers held per OS thread (the event-loop thread and each `worker_threads` thread register on
 //!   their own), released when the thread's Node environment is torn down;
 //! * errors thrown with `code` = the ABI `error_code` name (the JS side turns them into classes).
@@ -629,47 +630,51 @@ pub fn loop_idle(env: &Env) -> bool {
     })
 }
 
-/// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
-/// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
-/// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the
-/// caller runs after the task has yielded to the event loop.
+thread_local! {
+    /// The yield [`checkpoint_yield`] decided on this thread, until [`checkpoint_acknowledge`]
+    /// acknowledges it: the core's `Checkpoint` future, polled once. The event loop's rotation has
+    /// at most one request being served at a time (spec/SCB.md §5.7: one yielder per request, and it
+    /// acknowledges the last one before it serves the next), so one per thread is all there is.
+    static YIELDING: RefCell<Option<morpheus::Checkpoint>> = const { RefCell::new(None) };
+}
+
+/// [`checkpoint_yield`]'s answer when the core decided to yield: the pending checkpoint is held by
+/// the addon until [`checkpoint_acknowledge`].
+const YIELDING_NOW: u32 = 2;
+
+/// First half of the asynchronous checkpoint, in one native call that allocates nothing: polls the
+/// core's future once. YIELDING_NOW (2) when it decided to yield (the future is kept on this thread
+/// for [`checkpoint_acknowledge`]; nothing is written yet), otherwise NO_YIELD (0) or
+/// NO_YIELD_STATE_CHANGED (1) as for [`checkpoint_sync`]. A yield still unacknowledged on this
+/// thread is acknowledged first (the JS side acknowledges before it asks again; this keeps a
+/// decided yield from being dropped unwritten if it did not).
 #[napi]
-pub fn checkpoint_begin() -> Either<PendingCheckpoint, bool> {
+pub fn checkpoint_yield() -> u32 {
+    checkpoint_acknowledge();
     let before = fast_state_now();
     let mut future = morpheus::checkpoint();
     // The JS side does the waking (setImmediate), so a no-op waker suffices.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
-        Poll::Ready(_) => Either::B(fast_state_now() != before),
-        Poll::Pending => Either::A(PendingCheckpoint { future: Some(future) }),
-    }
-}
-
-/// A checkpoint that decided to yield and writes nothing until [`finish`](Self::finish).
-#[napi]
-pub struct PendingCheckpoint {
-    future: Option<morpheus::Checkpoint>,
-}
-
-#[napi]
-impl PendingCheckpoint {
-    /// Second half, after the task resumed: polls the core's future again, which acknowledges (only if
-    /// the worker and the region's generation are unchanged). Returns 1 when done (acknowledged), 0
-    /// when done without acknowledging (the scheduler restarted meanwhile), -1 when the core asks for
-    /// one more trip through the event loop.
-    #[napi]
-    pub fn finish(&mut self) -> i32 {
-        let Some(mut future) = self.future.take() else { return 0 };
-        let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut future).poll(&mut cx) {
-            Poll::Ready(true) => 1,
-            Poll::Ready(false) => 0,
-            Poll::Pending => {
-                self.future = Some(future);
-                -1
-            }
+        Poll::Ready(_) => outcome(false, before),
+        Poll::Pending => {
+            YIELDING.with(|y| *y.borrow_mut() = Some(future));
+            YIELDING_NOW
         }
     }
+}
+
+/// Second half, after the task yielded to the event loop: polls the kept future again, which
+/// finishes it (the core's future is ready at its second poll) and acknowledges, unless the worker
+/// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Whether a
+/// decided yield was pending on this thread.
+#[napi]
+pub fn checkpoint_acknowledge() -> bool {
+    let Some(mut future) = YIELDING.with(|y| y.borrow_mut().take()) else { return false };
+    let mut cx = Context::from_waker(Waker::noop());
+    // The core's future is ready at its second poll; the answer (it yielded) is known already.
+    let _ = Pin::new(&mut future).poll(&mut cx);
+    true
 }
 
 // ------------------------------------------------------------------------------------------------
