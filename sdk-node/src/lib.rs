@@ -326,8 +326,10 @@ const VIEW: i32 = 0;
 const ALWAYS_SLOW: i32 = 1;
 const ZEROES: i32 = 2;
 const WAKE: i32 = 3;
+const MODE_QUIET: i32 = 4;
 
-/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices]`:
+/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices,
+/// until_low, until_high]`:
 ///
 /// * `kind` 0 compares the SCB view's `preempt_seq` with the acknowledged sequence; 1 goes to the
 ///   native side on every check (PRESSURED and DEFENSIVE modes disable the fast path, spec/SCB.md
@@ -335,7 +337,12 @@ const WAKE: i32 = 3;
 ///   again: detached on request or by the environment, or registered directly, §7); 3 compares the
 ///   wake view ([`wake_view`]) with the ack: the worker waits for a scheduler (lost, or detached
 ///   because the agent was not running) and the core's watcher bumps that word when a new instance
-///   accepts, so the next checkpoint takes the slow path and registers again (§6.1).
+///   accepts, so the next checkpoint takes the slow path and registers again (§6.1); 4 is 1 in the
+///   PRESSURED and DEFENSIVE modes with a live view, with the acknowledged sequence and the core's
+///   [`morpheus::Worker::mode_quiet_until_ns`] (`until`, `CLOCK_MONOTONIC` ns, two halves): until
+///   then a check that finds `preempt_seq` equal to the acknowledged sequence is answered "no yield"
+///   by JS without calling the core, which would decide nothing and write nothing (§5.4); from then
+///   on every check goes to the native side, as in kind 1.
 /// * `registration` counts the worker's registrations (the core's re-registrations): when it moved
 ///   since JS took its SCB view, JS takes a new one ([`scb_view`]) before comparing.
 /// * `notices` is 1 when the core left notices for [`take_notices`].
@@ -349,9 +356,9 @@ pub fn fast_state() -> Vec<i32> {
     fast_state_now().to_vec()
 }
 
-fn fast_state_now() -> [i32; 5] {
+fn fast_state_now() -> [i32; 7] {
     let state = HELD.with(|held| match &*held.borrow() {
-        None => [0, 0, ZEROES, 0],
+        None => [0, 0, ZEROES, 0, 0, 0],
         Some(h) => {
             let registration = h.worker.reattachments() as u32 as i32;
             // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
@@ -364,19 +371,23 @@ fn fast_state_now() -> [i32; 5] {
                 if h.worker.is_waiting_for_scheduler() {
                     // SAFETY: this thread's worker state, read on its own thread.
                     let ack = unsafe { (*h.worker.as_raw()).cached_ack };
-                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration]
+                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration, 0, 0]
                 } else {
-                    [0, 0, ZEROES, registration]
+                    [0, 0, ZEROES, registration, 0, 0]
                 }
-            } else if !h.view_live || h.worker.runtime_mode() != RuntimeMode::Deterministic {
-                [0, 0, ALWAYS_SLOW, registration]
+            } else if !h.view_live {
+                [0, 0, ALWAYS_SLOW, registration, 0, 0]
+            } else if h.worker.runtime_mode() != RuntimeMode::Deterministic {
+                let ack = h.worker.acknowledged_seq();
+                let until = h.worker.mode_quiet_until_ns().unwrap_or(0);
+                [ack as u32 as i32, (ack >> 32) as u32 as i32, MODE_QUIET, registration, until as u32 as i32, (until >> 32) as u32 as i32]
             } else {
                 let ack = h.worker.acknowledged_seq();
-                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration]
+                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration, 0, 0]
             }
         }
     });
-    [state[0], state[1], state[2], state[3], i32::from(notices_pending())]
+    [state[0], state[1], state[2], state[3], i32::from(notices_pending()), state[4], state[5]]
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -484,7 +495,7 @@ pub fn checkpoint_sync() -> u32 {
 
 /// The three-way answer of the synchronous checks: YIELDED, or whether the fast state moved since
 /// `before` (so JS re-reads it only then).
-fn outcome(yielded: bool, before: [i32; 5]) -> u32 {
+fn outcome(yielded: bool, before: [i32; 7]) -> u32 {
     if yielded {
         YIELDED
     } else if fast_state_now() != before {
@@ -507,6 +518,16 @@ pub fn checkpoint_would_yield() -> u32 {
     let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
     drop(future);
     outcome(would_yield, before)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock of `until` in [`fast_state`] (JS takes the offset of
+/// its `performance.now()`, which reads the same clock from another origin, once per thread).
+#[napi]
+pub fn monotonic_ns() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
 /// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
