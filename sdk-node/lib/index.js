@@ -46,6 +46,7 @@ const NATIVE_YIELDED = 2;
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
 const KIND_WAKE = 3;
+const KIND_MODE_QUIET = 4;
 // Compares unequal to every sequence (a NaN): every check reaches the addon.
 const FORCE_SLOW_PATH = NaN;
 
@@ -65,6 +66,18 @@ let ackLow = 0;
 let view = null;
 // Which registration the view belongs to (the core's re-registration count, §6.1); -1: none.
 let viewRegistration = -1;
+// Outside the DETERMINISTIC mode (kind KIND_MODE_QUIET, spec/SCB.md §5.4) every check goes to the
+// addon (settledAck is FORCE_SLOW_PATH), except before the core's next mode decision: until
+// quietUntil (performance.now() ns; 0: no such time) a check that finds the view's sequence equal to
+// quietAck (the acknowledged sequence, as a double) is the core's own "no yield", which decides and
+// writes nothing then (sdk-rust's Worker::mode_quiet_until_ns), so JS answers it without a native
+// call: a clock read instead of a trip into the addon per check.
+let quietAck = 0;
+let quietUntil = 0;
+// CLOCK_MONOTONIC (the core's clock) minus performance.now() in ns: the same clock from another
+// origin (libuv's hrtime). Taken once, at the first need.
+let monotonicOffsetNs = null;
+
 // The core's wake sequence (spec/SCB.md §6.1), read while the worker waits for a scheduler: taken
 // once per thread (process-wide memory of the core, never freed). null until needed.
 let wakeView = null;
@@ -98,6 +111,36 @@ function updateAck() {
   ack = passing || turnDeadline !== 0 ? FORCE_SLOW_PATH : settledAck;
 }
 
+/**
+ * CLOCK_MONOTONIC minus performance.now() (ns). performance.now() is read before the native clock, so
+ * the offset comes out too large by at most the gap between the two reads, and quietUntil too early
+ * by as much (an early end costs native calls, a late one would hide a mode decision); of a few
+ * warm pairs the one with the smallest gap is kept (the first use of performance.now() in a process
+ * can take milliseconds).
+ */
+function measureMonotonicOffset() {
+  let best = Infinity;
+  let offset = 0;
+  for (let i = 0; i < 4; i++) {
+    const before = monotonicNs();
+    const now = native.monotonicNs();
+    const gap = monotonicNs() - before;
+    if (gap < best) {
+      best = gap;
+      offset = now - before;
+    }
+  }
+  return offset;
+}
+
+/**
+ * Outside the DETERMINISTIC mode, whether the core would decide nothing at a check now: nothing is
+ * pending and its next mode decision is not due (quietUntil, above).
+ */
+function modeQuiet() {
+  return quietUntil !== 0 && seqWhole[SEQ] === quietAck && monotonicNs() < quietUntil;
+}
+
 /** Whether a request is pending (or the mode sends every check to the addon), passes aside. */
 function pendingRequest() {
   return seqWhole[SEQ] !== settledAck;
@@ -113,17 +156,24 @@ function dropView() {
  * may have registered the worker again (a new scheduler instance, §6.1), or lost it: the view follows.
  */
 function refresh() {
-  let [low, high, kind, registration, notices] = native.fastState();
-  if ((kind === KIND_VIEW || kind === KIND_ALWAYS_SLOW) && registration !== viewRegistration) {
+  let [low, high, kind, registration, notices, untilLow, untilHigh] = native.fastState();
+  if ((kind === KIND_VIEW || kind === KIND_ALWAYS_SLOW || kind === KIND_MODE_QUIET) && registration !== viewRegistration) {
     // Attached, and the view is of an earlier registration or was never taken (the worker started
     // detached): take the current registration's, then re-read what to compare it with.
     const buffer = native.scbView(native.currentToken());
     view = buffer === null ? null : sequenceWords(buffer);
     viewRegistration = registration;
-    [low, high, kind, registration, notices] = native.fastState();
+    [low, high, kind, registration, notices, untilLow, untilHigh] = native.fastState();
   }
+  quietUntil = 0;
   if (kind === KIND_VIEW && view !== null) {
     compareWith(view, low, high);
+  } else if (kind === KIND_MODE_QUIET && view !== null) {
+    compareWith(view, low, high);
+    quietAck = settledAck;
+    monotonicOffsetNs ??= measureMonotonicOffset();
+    quietUntil = Math.max(1, (untilHigh >>> 0) * 4294967296 + (untilLow >>> 0) - monotonicOffsetNs);
+    settle(FORCE_SLOW_PATH);
   } else if (kind === KIND_WAKE) {
     // Waiting for a scheduler: compare the core's wake sequence with its ack, as its fast path does.
     if (wakeView === null) {
@@ -133,7 +183,7 @@ function refresh() {
     if (wakeView === null) alwaysSlow();
     else compareWith(wakeView, low, high);
     dropView();
-  } else if (kind === KIND_ALWAYS_SLOW || kind === KIND_VIEW) {
+  } else if (kind === KIND_ALWAYS_SLOW || kind === KIND_VIEW || kind === KIND_MODE_QUIET) {
     alwaysSlow();
   } else {
     // No worker, or one that never registers again (detached on request or by the environment):
@@ -189,10 +239,11 @@ function shouldYield() {
  */
 function yieldRequested() {
   if (!requested()) return false;
-  if (passing || unacknowledged !== null || turnExpired()) return true;
+  if (passing || unacknowledged || turnExpired()) return true;
   // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
   // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
   if (settledAck !== settledAck) {
+    if (modeQuiet()) return false;
     const outcome = native.checkpointWouldYield();
     if (outcome !== NATIVE_NO_YIELD) refresh();
     return outcome === NATIVE_YIELDED;
@@ -213,9 +264,9 @@ function requested() {
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) acknowledgePending();
+  if (unacknowledged) acknowledgePending();
   // Here also during a yield's passes, which a synchronous check is outside of (§5.7).
-  if (!pendingRequest()) return false;
+  if (!pendingRequest() || modeQuiet()) return false;
   const outcome = native.checkpointSync();
   if (outcome !== NATIVE_NO_YIELD) refresh();
   return outcome === NATIVE_YIELDED;
@@ -238,17 +289,20 @@ function checkpoint() {
 
 function checkpointSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged !== null) acknowledgePending();
-  if (!pendingRequest()) return stepAsideIfOver();
-  const pending = native.checkpointBegin();
-  // false: no yield, and what the fast path compares with is unchanged (outside the DETERMINISTIC
-  // mode every check comes here: the addon saves it the call); true: no yield, read it again.
-  if (pending === false || pending === true) {
-    if (pending) refresh();
+  if (unacknowledged) acknowledgePending();
+  if (!pendingRequest() || modeQuiet()) return stepAsideIfOver();
+  // One native call that allocates nothing: the core decides, and keeps a yield it decided on until
+  // native.checkpointAcknowledge() (acknowledgePending).
+  const outcome = native.checkpointYield();
+  // NO_YIELD: what the fast path compares with is unchanged (outside the DETERMINISTIC mode every
+  // check comes here: the addon saves it the call); NO_YIELD_STATE_CHANGED: read it again.
+  if (outcome !== NATIVE_YIELDED) {
+    if (outcome !== NATIVE_NO_YIELD) refresh();
     return stepAsideIfOver();
   }
-  refresh();
-  return takeTurn(pending);
+  // Nothing is acknowledged yet, so what the fast path compares with is unchanged: the refresh comes
+  // with the acknowledgement.
+  return takeTurn();
 }
 
 /** No request to serve: the task steps aside only if its step (passes) or its timed turn is over. */
@@ -361,8 +415,9 @@ let runningRunNs = null;
 let turnStartedNs = null;
 // The length of the last turn measured: the tolerance of the choice of the next task.
 let lastTurnNs = 0;
-// The last yielder's pending checkpoint until the request is acknowledged (its finish()).
-let unacknowledged = null;
+// Whether the last yielder's request waits for its acknowledgement (the addon keeps the decided
+// checkpoint: native.checkpointAcknowledge()).
+let unacknowledged = false;
 // Yields so far: the keeper compares it to know whether the resumed task yielded again.
 let turns = 0;
 // Passes left before the FIFO's head resumes; a yield during the passes starts them afresh (one task
@@ -372,17 +427,16 @@ let passing = false;
 
 /** Acknowledge the last yielder's request, if not yet: the loop has had control since it yielded. */
 function acknowledgePending() {
-  const pending = unacknowledged;
-  if (pending === null) return;
-  unacknowledged = null;
+  if (!unacknowledged) return;
+  unacknowledged = false;
   // 1: acknowledged; 0: the scheduler restarted meanwhile (nothing to acknowledge, §6).
-  pending.finish();
+  native.checkpointAcknowledge();
   refresh();
 }
 
 /** This task is the request's yielder: to the back of the FIFO; resumes (true) at its turn. */
-function takeTurn(pending) {
-  unacknowledged = pending;
+function takeTurn() {
+  unacknowledged = true;
   turns++;
   passesLeft = YIELD_PASSES;
   const turn = new Promise((resolve) => enqueue(() => resolve(true)));

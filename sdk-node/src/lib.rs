@@ -11,8 +11,9 @@
 //!   `preempt_seq` with. The buffer holds the region (`Arc<Region>`) until V8 collects it, so it can
 //!   never outlive the mapping. JS calls into this addon only when the view shows something new;
 //! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]) and the asynchronous one split
-//!   around the JS event loop's yield ([`checkpoint_begin`] polls the core's `Checkpoint` future once;
-//!   [`PendingCheckpoint::finish`] polls it again after the task resumed, which acknowledges);
+//!   around the JS event loop's yield ([`checkpoint_yield`] polls the core's `Checkpoint` future once
+//!   and keeps it on the thread; [`checkpoint_acknowledge`] polls it again after the task yielded,
+//!   which acknowledges: one native call each, no object allocated);
 //! * workers held per OS thread (the event-loop thread and each `worker_threads` thread register on
 //!   their own), released when the thread's Node environment is torn down;
 //! * errors thrown with `code` = the ABI `error_code` name (the JS side turns them into classes).
@@ -325,8 +326,10 @@ const VIEW: i32 = 0;
 const ALWAYS_SLOW: i32 = 1;
 const ZEROES: i32 = 2;
 const WAKE: i32 = 3;
+const MODE_QUIET: i32 = 4;
 
-/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices]`:
+/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices,
+/// until_low, until_high]`:
 ///
 /// * `kind` 0 compares the SCB view's `preempt_seq` with the acknowledged sequence; 1 goes to the
 ///   native side on every check (PRESSURED and DEFENSIVE modes disable the fast path, spec/SCB.md
@@ -334,7 +337,12 @@ const WAKE: i32 = 3;
 ///   again: detached on request or by the environment, or registered directly, §7); 3 compares the
 ///   wake view ([`wake_view`]) with the ack: the worker waits for a scheduler (lost, or detached
 ///   because the agent was not running) and the core's watcher bumps that word when a new instance
-///   accepts, so the next checkpoint takes the slow path and registers again (§6.1).
+///   accepts, so the next checkpoint takes the slow path and registers again (§6.1); 4 is 1 in the
+///   PRESSURED and DEFENSIVE modes with a live view, with the acknowledged sequence and the core's
+///   [`morpheus::Worker::mode_quiet_until_ns`] (`until`, `CLOCK_MONOTONIC` ns, two halves): until
+///   then a check that finds `preempt_seq` equal to the acknowledged sequence is answered "no yield"
+///   by JS without calling the core, which would decide nothing and write nothing (§5.4); from then
+///   on every check goes to the native side, as in kind 1.
 /// * `registration` counts the worker's registrations (the core's re-registrations): when it moved
 ///   since JS took its SCB view, JS takes a new one ([`scb_view`]) before comparing.
 /// * `notices` is 1 when the core left notices for [`take_notices`].
@@ -348,9 +356,9 @@ pub fn fast_state() -> Vec<i32> {
     fast_state_now().to_vec()
 }
 
-fn fast_state_now() -> [i32; 5] {
+fn fast_state_now() -> [i32; 7] {
     let state = HELD.with(|held| match &*held.borrow() {
-        None => [0, 0, ZEROES, 0],
+        None => [0, 0, ZEROES, 0, 0, 0],
         Some(h) => {
             let registration = h.worker.reattachments() as u32 as i32;
             // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
@@ -363,19 +371,23 @@ fn fast_state_now() -> [i32; 5] {
                 if h.worker.is_waiting_for_scheduler() {
                     // SAFETY: this thread's worker state, read on its own thread.
                     let ack = unsafe { (*h.worker.as_raw()).cached_ack };
-                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration]
+                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration, 0, 0]
                 } else {
-                    [0, 0, ZEROES, registration]
+                    [0, 0, ZEROES, registration, 0, 0]
                 }
-            } else if !h.view_live || h.worker.runtime_mode() != RuntimeMode::Deterministic {
-                [0, 0, ALWAYS_SLOW, registration]
+            } else if !h.view_live {
+                [0, 0, ALWAYS_SLOW, registration, 0, 0]
+            } else if h.worker.runtime_mode() != RuntimeMode::Deterministic {
+                let ack = h.worker.acknowledged_seq();
+                let until = h.worker.mode_quiet_until_ns().unwrap_or(0);
+                [ack as u32 as i32, (ack >> 32) as u32 as i32, MODE_QUIET, registration, until as u32 as i32, (until >> 32) as u32 as i32]
             } else {
                 let ack = h.worker.acknowledged_seq();
-                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration]
+                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration, 0, 0]
             }
         }
     });
-    [state[0], state[1], state[2], state[3], i32::from(notices_pending())]
+    [state[0], state[1], state[2], state[3], i32::from(notices_pending()), state[4], state[5]]
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -483,7 +495,7 @@ pub fn checkpoint_sync() -> u32 {
 
 /// The three-way answer of the synchronous checks: YIELDED, or whether the fast state moved since
 /// `before` (so JS re-reads it only then).
-fn outcome(yielded: bool, before: [i32; 5]) -> u32 {
+fn outcome(yielded: bool, before: [i32; 7]) -> u32 {
     if yielded {
         YIELDED
     } else if fast_state_now() != before {
@@ -506,6 +518,16 @@ pub fn checkpoint_would_yield() -> u32 {
     let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
     drop(future);
     outcome(would_yield, before)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock of `until` in [`fast_state`] (JS takes the offset of
+/// its `performance.now()`, which reads the same clock from another origin, once per thread).
+#[napi]
+pub fn monotonic_ns() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
 /// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
@@ -629,47 +651,51 @@ pub fn loop_idle(env: &Env) -> bool {
     })
 }
 
-/// First half of the asynchronous checkpoint: polls the core's future once. When it need not yield
-/// (nothing pending, a critical section, a lost worker), whether [`fast_state`] changed meanwhile
-/// (a boolean, as for [`checkpoint_sync`]); otherwise the pending checkpoint, whose `finish()` the
-/// caller runs after the task has yielded to the event loop.
+thread_local! {
+    /// The yield [`checkpoint_yield`] decided on this thread, until [`checkpoint_acknowledge`]
+    /// acknowledges it: the core's `Checkpoint` future, polled once. The event loop's rotation has
+    /// at most one request being served at a time (spec/SCB.md §5.7: one yielder per request, and it
+    /// acknowledges the last one before it serves the next), so one per thread is all there is.
+    static YIELDING: RefCell<Option<morpheus::Checkpoint>> = const { RefCell::new(None) };
+}
+
+/// [`checkpoint_yield`]'s answer when the core decided to yield: the pending checkpoint is held by
+/// the addon until [`checkpoint_acknowledge`].
+const YIELDING_NOW: u32 = 2;
+
+/// First half of the asynchronous checkpoint, in one native call that allocates nothing: polls the
+/// core's future once. YIELDING_NOW (2) when it decided to yield (the future is kept on this thread
+/// for [`checkpoint_acknowledge`]; nothing is written yet), otherwise NO_YIELD (0) or
+/// NO_YIELD_STATE_CHANGED (1) as for [`checkpoint_sync`]. A yield still unacknowledged on this
+/// thread is acknowledged first (the JS side acknowledges before it asks again; this keeps a
+/// decided yield from being dropped unwritten if it did not).
 #[napi]
-pub fn checkpoint_begin() -> Either<PendingCheckpoint, bool> {
+pub fn checkpoint_yield() -> u32 {
+    checkpoint_acknowledge();
     let before = fast_state_now();
     let mut future = morpheus::checkpoint();
     // The JS side does the waking (setImmediate), so a no-op waker suffices.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut future).poll(&mut cx) {
-        Poll::Ready(_) => Either::B(fast_state_now() != before),
-        Poll::Pending => Either::A(PendingCheckpoint { future: Some(future) }),
-    }
-}
-
-/// A checkpoint that decided to yield and writes nothing until [`finish`](Self::finish).
-#[napi]
-pub struct PendingCheckpoint {
-    future: Option<morpheus::Checkpoint>,
-}
-
-#[napi]
-impl PendingCheckpoint {
-    /// Second half, after the task resumed: polls the core's future again, which acknowledges (only if
-    /// the worker and the region's generation are unchanged). Returns 1 when done (acknowledged), 0
-    /// when done without acknowledging (the scheduler restarted meanwhile), -1 when the core asks for
-    /// one more trip through the event loop.
-    #[napi]
-    pub fn finish(&mut self) -> i32 {
-        let Some(mut future) = self.future.take() else { return 0 };
-        let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut future).poll(&mut cx) {
-            Poll::Ready(true) => 1,
-            Poll::Ready(false) => 0,
-            Poll::Pending => {
-                self.future = Some(future);
-                -1
-            }
+        Poll::Ready(_) => outcome(false, before),
+        Poll::Pending => {
+            YIELDING.with(|y| *y.borrow_mut() = Some(future));
+            YIELDING_NOW
         }
     }
+}
+
+/// Second half, after the task yielded to the event loop: polls the kept future again, which
+/// finishes it (the core's future is ready at its second poll) and acknowledges, unless the worker
+/// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Whether a
+/// decided yield was pending on this thread.
+#[napi]
+pub fn checkpoint_acknowledge() -> bool {
+    let Some(mut future) = YIELDING.with(|y| y.borrow_mut().take()) else { return false };
+    let mut cx = Context::from_waker(Waker::noop());
+    // The core's future is ready at its second poll; the answer (it yielded) is known already.
+    let _ = Pin::new(&mut future).poll(&mut cx);
+    true
 }
 
 // ------------------------------------------------------------------------------------------------

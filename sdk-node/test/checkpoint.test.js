@@ -270,6 +270,75 @@ test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still
   assert.equal(await morpheus.checkpoint(), false);
 });
 
+/** Count the calls of the addon's checkpoint slow paths from now on (the object lib/index.js calls). */
+function countNativeCheckpoints() {
+  const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
+  const names = ['checkpointWouldYield', 'checkpointSync', 'checkpointYield'];
+  const counts = Object.fromEntries(names.map((name) => [name, 0]));
+  const originals = names.map((name) => native[name]);
+  names.forEach((name, i) => {
+    native[name] = (...args) => {
+      counts[name]++;
+      return originals[i](...args);
+    };
+  });
+  counts.restore = () => names.forEach((name, i) => (native[name] = originals[i]));
+  return counts;
+}
+
+test('DEFENSIVE mode (§5.4): before the core\'s next mode decision a check with nothing pending crosses into no native call; a request is still seen at once', async () => {
+  // A slice (60 s) the test never lasts, however loaded the machine: the mode's next decision is a
+  // slice after the yield.
+  region.header('slice_ns', 60_000_000_000n);
+  register();
+  region.scb(SLOT, 'hints_dropped', 1);
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(worker.runtimeMode, 'DEFENSIVE');
+  const counts = countNativeCheckpoints();
+  try {
+    const before = region.bytes();
+    for (let i = 0; i < 1000; i++) assert.equal(morpheus.yieldRequested(), false);
+    for (let i = 0; i < 100; i++) assert.equal(morpheus.shouldYield(), false);
+    for (let i = 0; i < 100; i++) assert.equal(await morpheus.checkpoint(), false);
+    assert.deepEqual({ ...counts, restore: undefined }, { checkpointWouldYield: 0, checkpointSync: 0, checkpointYield: 0, restore: undefined }, 'no check reached the addon');
+    assert.deepEqual(region.bytes(), before, 'and none wrote anything');
+    // A request is seen by the first check, and served by the core.
+    region.bump(SLOT);
+    assert.equal(morpheus.yieldRequested(), true);
+    assert.equal(morpheus.shouldYield(), true);
+    assert.equal(region.scb(SLOT, 'last_ack_seq'), 2n);
+    assert.equal(counts.checkpointSync, 1);
+  } finally {
+    counts.restore();
+  }
+});
+
+test('DEFENSIVE mode (§5.4): once the core\'s next mode decision is due, checks reach the core again, which yields on its own clock', async () => {
+  // A slice of 100 µs: the test waits for the clock to pass it (no race: the clock only advances).
+  region.header('slice_ns', 100_000n);
+  register();
+  region.scb(SLOT, 'hints_dropped', 1);
+  region.bump(SLOT);
+  assert.equal(morpheus.shouldYield(), true);
+  assert.equal(worker.runtimeMode, 'DEFENSIVE');
+  // Keep the mode DEFENSIVE at its next evaluation: more hints dropped.
+  region.scb(SLOT, 'hints_dropped', 2);
+  const start = performance.now();
+  while (performance.now() - start < 2) {
+    // a slice (0.1 ms) and more of wall time
+  }
+  const counts = countNativeCheckpoints();
+  try {
+    assert.equal(morpheus.yieldRequested(), true, 'a DEFENSIVE yield is due: the core was asked');
+    assert.equal(counts.checkpointWouldYield, 1);
+    assert.equal(await morpheus.checkpoint(), true);
+    assert.equal(worker.yieldCounts().DEFENSIVE, 1);
+  } finally {
+    counts.restore();
+  }
+});
+
 test('a slow path that changes the state without yielding (the worker lost to a restart) moves the fast path to zeroes', async () => {
   for (const check of [() => morpheus.shouldYield(), () => morpheus.checkpoint()]) {
     register();

@@ -210,6 +210,19 @@ impl Inner {
         reason
     }
 
+    /// In PRESSURED and DEFENSIVE (§5.4), the `CLOCK_MONOTONIC` time before which a checkpoint that
+    /// finds nothing pending decides nothing: no mode yield (it needs a slice since the last yield)
+    /// and no evaluation (at most once per slice since the last one), with the slice as loaded now.
+    /// Until then such a checkpoint answers "no yield" and writes nothing, as the fast path does. None
+    /// in DETERMINISTIC (the fast path compares `preempt_seq` alone) or without a region.
+    pub(crate) fn mode_quiet_until_ns(&self) -> Option<u64> {
+        if self.mode == RuntimeMode::Deterministic {
+            return None;
+        }
+        let slice = self.region.as_ref()?.slice_ns();
+        Some(self.last_yield_ns.min(self.last_mode_eval_ns).saturating_add(slice))
+    }
+
     /// Re-evaluate the runtime mode and publish it; sets `cached_ack` so that only DETERMINISTIC
     /// mode keeps the one-load fast path. Caller has checked the generation.
     pub(crate) unsafe fn evaluate_mode(&mut self, raw: *mut RawWorker, now: u64) {

@@ -342,6 +342,17 @@ impl Worker {
         self.inner().mode
     }
 
+    /// Outside DETERMINISTIC (spec/SCB.md §5.4), the `CLOCK_MONOTONIC` time (ns) before which a
+    /// checkpoint of this worker that finds `preempt_seq` equal to [`acknowledged_seq`](Self::acknowledged_seq)
+    /// decides nothing and writes nothing: its mode yield needs a slice since the last yield, and its
+    /// mode evaluation a slice since the last one. A runtime whose checks cross into this SDK at a cost
+    /// (a JavaScript fast path) may answer "no yield" on its own until then, comparing the sequence
+    /// with the acknowledged one and the clock with this time. None in DETERMINISTIC (the fast path's
+    /// one load decides) and while detached.
+    pub fn mode_quiet_until_ns(&self) -> Option<u64> {
+        self.inner().mode_quiet_until_ns()
+    }
+
     /// Re-evaluate the runtime mode now (§5.4) and return it. Checkpoints do this on every yield and,
     /// outside DETERMINISTIC mode, once per slice.
     pub fn refresh_mode(&self) -> Result<RuntimeMode> {

@@ -439,3 +439,35 @@ fn a_parked_pressure_seqlock_cannot_stall_a_reader() {
     region.set_pressure_seq(5);
     assert_eq!(attached.pressure(), Some(good), "the last good snapshot");
 }
+
+/// CLOCK_MONOTONIC in ns, the clock of `Worker::mode_quiet_until_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn outside_deterministic_the_quiet_time_is_a_slice_after_the_last_yield_and_checks_before_it_decide_nothing() {
+    const SLICE: u64 = 10_000_000_000;
+    let region = SimRegion::temp(1);
+    region.set_slice_ns(SLICE);
+    let worker = direct(&region, 0);
+    assert_eq!(worker.mode_quiet_until_ns(), None, "DETERMINISTIC: the fast path's load decides");
+    region.drop_hints(0, 1);
+    region.request_yield(0);
+    let before = monotonic_ns();
+    assert!(worker.checkpoint_sync());
+    let after = monotonic_ns();
+    assert_eq!(worker.runtime_mode(), RuntimeMode::Defensive);
+    let quiet = worker.mode_quiet_until_ns().expect("DEFENSIVE has a quiet time");
+    assert!((before + SLICE..=after + SLICE).contains(&quiet), "{quiet} not a slice after the yield ({before}..{after})");
+    // Within it a check with nothing pending yields not, writes nothing, and moves nothing.
+    let snapshot = region.snapshot(0);
+    for _ in 0..100 {
+        assert!(!worker.checkpoint_sync());
+    }
+    assert_eq!(region.snapshot(0), snapshot);
+    assert_eq!(worker.mode_quiet_until_ns(), Some(quiet));
+}
