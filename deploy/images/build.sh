@@ -5,8 +5,10 @@
 #
 #   agent   localhost/morpheus/scx_morpheus:TAG  scx_morpheus and morpheus (cargo build -p scx_morpheus),
 #           the shared libraries they link (ldd), busybox for the privilege check (agent-entrypoint.sh)
-#   node    localhost/morpheus/node-service:TAG  node and its libraries, the released npm package
-#           (sdk-node/tools/pack.sh, what `tools/release.sh node` ships) installed offline, and
+#   node    localhost/morpheus/node-service:TAG  node and its libraries, the npm package made by
+#           sdk-node/tools/pack.sh for this machine's platform (the same code `tools/release.sh node`
+#           ships, but one package with the x86-64 addon inside rather than the released main package
+#           plus its platform package) installed offline, and
 #           deploy/examples/node-service/service.js
 #   jvm     localhost/morpheus/jvm-service:TAG   a Java runtime made by jlink from the JDK, the released
 #           jar of sdk-java (its Maven build, what `tools/release.sh java` ships; natives inside), and
@@ -96,7 +98,7 @@ build_agent() {
 build_node() {
   local root="$work/node/root" dist="$work/node/dist"
   mkdir -p "$dist"
-  log "node: sdk-node/tools/pack.sh (the released npm package)"
+  log "node: sdk-node/tools/pack.sh (the npm package for this platform, addon inside)"
   local tarball
   tarball="$(bash "$repo/sdk-node/tools/pack.sh" "$dist")" || die "sdk-node/tools/pack.sh failed"
   [[ -f $tarball ]] || die "sdk-node/tools/pack.sh made no tarball (it printed '$tarball')"
