@@ -58,11 +58,11 @@ pub const BTF_PATH_ENV: &str = "MORPHEUS_TEST_BTF_PATH";
 
 /// How often the trace agent ticks while workers are registered. Its tick decides nothing: hints and
 /// the gate are the worker layer's (sched_switch and the BPF check timer), a record the agent must act
-/// on (a kick or throttle, or its lift) wakes it at once, and so does a hint record that finds the hint
-/// ring half full. What is left to the tick is the stats (hint records drained and timed, the SCBs
-/// sampled), answers to stats requests, and lifting the effects of a released slot, none of which needs
-/// 10 ms: each tick is a wake-up of the agent (~60 µs of CPU a tick with 8 busy workers on this
-/// project's 2-CPU host, scheduler/BENCHMARKS.md), which at 10 ms alone cost 0.6 % of a CPU.
+/// on (a kick or throttle, or its lift) wakes it at once, and so does a hint or detection record that
+/// finds its ring half full. What is left to the tick is the stats (hint records counted, detection
+/// records timed, the SCBs sampled), answers to stats requests, and lifting the effects of a released slot, none of which needs
+/// 10 ms: each tick is a wake-up of the agent (~70 µs of CPU a tick with 8 busy workers on this
+/// project's loaded 2-CPU host, scheduler/BENCHMARKS.md), which at 10 ms alone cost 0.7 % of a CPU.
 const AGENT_TICK: Duration = Duration::from_millis(50);
 
 /// statfs's f_type of a bpffs mount (include/uapi/linux/magic.h).
