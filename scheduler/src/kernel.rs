@@ -60,12 +60,13 @@ use crate::replay::{self, GateCase};
 use crate::stats::{Counters, Reactions};
 use bpf_skel::{BpfSkel, BpfSkelBuilder};
 
-/// How often the agent ticks while workers are registered. Every decision is the BPF program's; the
-/// tick only drains hint and kick records for the stats and samples the SCBs for yields by reason and
-/// acknowledgement latency (to this resolution). A throttle record wakes the agent at once. Under the
-/// VM's emulation a 1 ms tick cost the agent ~28 % of a CPU (starvation scenario, 3 s of
-/// /proc/<pid>/stat), time the single emulation thread took from the CPU the workers share.
-const AGENT_TICK: Duration = Duration::from_millis(10);
+/// How often the agent ticks while workers are registered (the sched_ext host). Every decision is the
+/// BPF program's; the tick only drains hint and kick records for the stats and samples the SCBs for
+/// yields by reason and acknowledgement latency (to this resolution). A throttle record wakes the agent
+/// at once, and so does a hint record that finds the hint ring half full. Under the VM's emulation a
+/// 1 ms tick cost the agent ~28 % of a CPU (starvation scenario, 3 s of /proc/<pid>/stat), time the
+/// single emulation thread took from the CPU the workers share.
+pub(crate) const AGENT_TICK: Duration = Duration::from_millis(10);
 
 /// How often the agent ticks while no worker is registered, when nothing wakes it sooner: there is
 /// nothing to sample, and each wake-up costs the workload on that CPU a context switch.
@@ -703,18 +704,31 @@ impl SlotObserver for KernelSlots {
 #[derive(Default)]
 pub(crate) struct Drained {
     pub(crate) hints: Vec<abi::Hint>,
+    /// The overruns of the detection records (first requests since an acknowledgement), ns.
+    pub(crate) detections: Vec<u64>,
     pub(crate) events: Vec<abi::EscalationEvent>,
 }
 
-/// The consumer of the worker layer's two rings (`hints`, `escalation_events`): the callbacks collect
-/// the records in the returned Drained until the agent takes them.
-pub(crate) fn layer_rings(hints: &MapHandle, events: &MapHandle) -> Result<(RingBuffer<'static>, Rc<RefCell<Drained>>)> {
+/// The consumer of the worker layer's three rings (`hints`, `detections`, `escalation_events`): the
+/// callbacks collect the records in the returned Drained until the agent takes them.
+pub(crate) fn layer_rings(
+    hints: &MapHandle,
+    detections: &MapHandle,
+    events: &MapHandle,
+) -> Result<(RingBuffer<'static>, Rc<RefCell<Drained>>)> {
     let drained = Rc::new(RefCell::new(Drained::default()));
     let mut rb = RingBufferBuilder::new();
     let sink = Rc::clone(&drained);
     rb.add(hints, move |data: &[u8]| {
         if let Some(h) = read_record::<abi::Hint>(data) {
             sink.borrow_mut().hints.push(h);
+        }
+        0
+    })?;
+    let sink = Rc::clone(&drained);
+    rb.add(detections, move |data: &[u8]| {
+        if let Some(d) = read_record::<bpf_intf::morpheus_detection>(data) {
+            sink.borrow_mut().detections.push(d.overrun_ns);
         }
         0
     })?;
@@ -751,25 +765,20 @@ pub(crate) const LAYER_COUNTERS: [(&str, bpf_intf::morpheus_counter); 18] = [
 ];
 
 /// The reaction times the agent measures from the worker layer's records: overrun -> hint (the first
-/// hint after a yield point) and grace expiry -> escalation (the first record of an episode).
+/// request since an acknowledgement: the worker layer's detection records, which it decides at the
+/// hint, so the figure does not depend on the agent's tick) and grace expiry -> escalation (the first
+/// record of an episode).
 #[derive(Default)]
 pub(crate) struct RecordTimes {
-    /// Per slot: last_ack_seq when its last hint/escalation was seen, to find the first of an episode.
-    hint_ack: HashMap<u32, u64>,
+    /// Per slot: last_ack_seq when its last escalation was seen, to find the first of an episode.
     event_ack: HashMap<u32, u64>,
     pub(crate) reactions: Reactions,
 }
 
 impl RecordTimes {
-    /// A hint record; `ack`: the slot's last_ack_seq now (None: the slot is free).
-    pub(crate) fn hint(&mut self, hint: &abi::Hint, ack: Option<u64>) {
-        let slot = hint.slot;
-        let Some(ack) = ack else { return };
-        // The first request since the worker's last acknowledgement measures the reaction time.
-        if hint.preempt_seq == ack.wrapping_add(1) || self.hint_ack.get(&slot) != Some(&ack) {
-            self.reactions.hint.push(hint.overrun_ns);
-        }
-        self.hint_ack.insert(slot, ack);
+    /// A detection record's overrun (ns).
+    pub(crate) fn detection(&mut self, overrun_ns: u64) {
+        self.reactions.hint.push(overrun_ns);
     }
 
     /// An escalation record; `ack`: the slot's last_ack_seq now (0 for a free slot).
@@ -907,6 +916,8 @@ pub(crate) struct LayerAgent {
     observer: Arc<dyn SlotObserver>,
     bss: LayerBss,
     tick_interval: Duration,
+    /// The host's shortest tick while workers are registered (AGENT_TICK for sched_ext).
+    min_tick: Duration,
     hint_records: u64,
     /// Overrun -> hint (first hint after a yield point), and grace expiry -> escalation.
     times: RecordTimes,
@@ -915,17 +926,20 @@ pub(crate) struct LayerAgent {
 impl LayerAgent {
     /// Once the host's programs are attached (so a start that fails leaves the paths as they were):
     /// the rings' consumer, PIN_DIR cleared of what a killed instance left, and the regions' maker.
+    /// `min_tick`: the host's shortest tick while workers are registered (`--tick-us` may ask longer).
     pub(crate) fn new(
         config: &Config,
         table: Arc<Workers>,
-        maps: [&libbpf_rs::MapMut<'_>; 3],
+        maps: [&libbpf_rs::MapMut<'_>; 4],
         observer: Arc<dyn SlotObserver>,
         bss: LayerBss,
+        min_tick: Duration,
     ) -> Result<Self> {
-        let [hints, events, regions] = maps;
+        let [hints, detections, events, regions] = maps;
         let hints = MapHandle::try_from(hints).context("hints ring handle")?;
+        let detections = MapHandle::try_from(detections).context("detection ring handle")?;
         let events = MapHandle::try_from(events).context("escalation ring handle")?;
-        let (rings, drained) = layer_rings(&hints, &events)?;
+        let (rings, drained) = layer_rings(&hints, &detections, &events)?;
         prepare_pin_dir()?;
         let pinned = Arc::new(Mutex::new(Vec::new()));
         let regions = Arc::new(BpfRegions {
@@ -942,6 +956,7 @@ impl LayerAgent {
             observer,
             bss,
             tick_interval: config.tick,
+            min_tick,
             hint_records: 0,
             times: RecordTimes::default(),
         })
@@ -968,7 +983,7 @@ impl LayerAgent {
     }
 
     pub(crate) fn tick_interval(&self) -> Duration {
-        self.tick_interval.max(AGENT_TICK)
+        self.tick_interval.max(self.min_tick)
     }
 
     pub(crate) fn idle_tick_interval(&self) -> Duration {
@@ -1004,15 +1019,14 @@ impl LayerAgent {
         Some(w.domain.region.scb(w.local).last_ack_seq().load(std::sync::atomic::Ordering::Acquire))
     }
 
-    /// Consumes both rings: hint records are counted and timed here; the escalation records are the
-    /// host's to act on.
+    /// Consumes the rings: hint records are counted and detection records timed here; the escalation
+    /// records are the host's to act on.
     pub(crate) fn drain(&mut self) -> Result<Vec<abi::EscalationEvent>> {
         self.rings.consume().context("consuming the BPF ring buffers")?;
         let drained = std::mem::take(&mut *self.drained.borrow_mut());
-        for hint in drained.hints {
-            self.hint_records += 1;
-            let ack = self.last_ack_seq(hint.slot);
-            self.times.hint(&hint, ack);
+        self.hint_records += drained.hints.len() as u64;
+        for overrun_ns in drained.detections {
+            self.times.detection(overrun_ns);
         }
         Ok(drained.events)
     }
@@ -1167,8 +1181,8 @@ impl KernelBackend {
         log_verifier_complexity();
 
         let bss = layer_bss!(skel);
-        let maps = [&skel.maps.hints, &skel.maps.escalation_events, &skel.maps.regions];
-        let layer = LayerAgent::new(config, table, maps, observer, bss)?;
+        let maps = [&skel.maps.hints, &skel.maps.detections, &skel.maps.escalation_events, &skel.maps.regions];
+        let layer = LayerAgent::new(config, table, maps, observer, bss, AGENT_TICK)?;
         log::info!("sched_ext scheduler attached ({})", layer.describe(config));
 
         Ok(KernelBackend { skel, link: Some(link), layer, throttles, kick_records: 0, shut_down: false })

@@ -33,6 +33,7 @@ use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -54,6 +55,15 @@ pub const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// Test-only: names another path to check for the kernel's BTF, so a test can show what a kernel
 /// without BTF gets (the real programs still load from [`BTF_VMLINUX`]).
 pub const BTF_PATH_ENV: &str = "MORPHEUS_TEST_BTF_PATH";
+
+/// How often the trace agent ticks while workers are registered. Its tick decides nothing: hints and
+/// the gate are the worker layer's (sched_switch and the BPF check timer), a record the agent must act
+/// on (a kick or throttle, or its lift) wakes it at once, and so does a hint or detection record that
+/// finds its ring half full. What is left to the tick is the stats (hint records counted, detection
+/// records timed, the SCBs sampled), answers to stats requests, and lifting the effects of a released slot, none of which needs
+/// 10 ms: each tick is a wake-up of the agent (~70 µs of CPU a tick with 8 busy workers on this
+/// project's loaded 2-CPU host, scheduler/BENCHMARKS.md), which at 10 ms alone cost 0.7 % of a CPU.
+const AGENT_TICK: Duration = Duration::from_millis(50);
 
 /// statfs's f_type of a bpffs mount (include/uapi/linux/magic.h).
 const BPF_FS_MAGIC: libc::c_long = 0xcafe4a11;
@@ -182,8 +192,8 @@ impl TraceBackend {
         log_verifier_complexity();
 
         let bss = kernel::layer_bss!(skel);
-        let maps = [&skel.maps.hints, &skel.maps.escalation_events, &skel.maps.regions];
-        let layer = kernel::LayerAgent::new(config, table, maps, Arc::clone(&observer) as Arc<dyn SlotObserver>, bss)?;
+        let maps = [&skel.maps.hints, &skel.maps.detections, &skel.maps.escalation_events, &skel.maps.regions];
+        let layer = kernel::LayerAgent::new(config, table, maps, Arc::clone(&observer) as Arc<dyn SlotObserver>, bss, AGENT_TICK)?;
         log::info!("tracing backend attached (sched_switch accounting; {})", layer.describe(config));
         Ok(TraceBackend {
             skel,

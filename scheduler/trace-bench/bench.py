@@ -14,12 +14,16 @@ Overhead, with 0, 8 and 64 registered workers (morpheus-e2e-worker `cooperative`
 process and user: the agent's connection limit per user; moved to CPU 1 once all are registered, busy
 the whole time), for each backend in turn, and without any agent (`none`:
 the same number of plain busy threads on CPU 1, not registered):
-  - context switch: `perf bench sched pipe` on CPU 0 (two processes passing a byte through pipes on
-    one CPU: each round trip is two context switches and two wake-ups there), usecs per round trip,
-    as a ratio to `none` (measured before and after the backends, the mean of the two). The kernel's
-    BPF run-time statistics are off while it runs: they time every program run themselves.
+  - context switch: `perf bench sched pipe` on CPU 0 under SCHED_FIFO (two processes passing a byte
+    through pipes on one CPU: each round trip is two context switches and two wake-ups there; as
+    real-time tasks no other task of the machine runs on CPU 0 in the middle of a run), usecs per
+    round trip, the median of --pipe-runs runs, as a ratio to `none`. --pipe-pairs pairs a round and
+    worker count, the order reversed in every other pair (none, backends; backends, none), each ratio
+    taken within its pair; a round's figure is the median of its pairs, and the table gives the
+    rounds' spread and every pair's. The kernel's BPF run-time statistics are off while it runs: they
+    time every program run themselves.
   - agent CPU: the agent's CPU time (its process CPU clock, every thread's, in nanoseconds) over a
-    --window of seconds with the workers running and nothing else measured, as a share of one CPU.
+    --window of seconds (in the first pair) with the workers running and nothing else measured, as a share of one CPU.
   - BPF CPU (trace): the run time of the tracing programs (tp_btf/sched_switch, sched_process_free)
     over the same window, from the kernel's BPF run-time statistics (BPF_ENABLE_STATS, on only for the
     window), as a share of one CPU; and the sched_switch program's mean time a run. The check timer's
@@ -58,14 +62,21 @@ SOCKET_GROUP = "nogroup"
 SOCKET_GID = 65534
 
 
-def pipe_usecs(loops):
+def pipe_usecs(loops, runs):
+    """The median of `runs` runs of the ping-pong, usecs per round trip."""
     # Both processes on CPU 0: each round trip is two context switches there, not a cross-CPU wake-up.
-    out = subprocess.run(["taskset", "-c", "0", "perf", "bench", "sched", "pipe", "-l", str(loops)],
-                         check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if "usecs/op" in line:
-            return float(line.split()[0])
-    raise SystemExit(f"bench.py: no usecs/op in perf's output:\n{out}")
+    # SCHED_FIFO: no other task of the machine (its builds, the agent, the workers) runs on CPU 0 in
+    # the middle of a run, so what is measured is the switch path, not the share of CPU 0 that the
+    # ping-pong got. A run is kept short (well under the kernel's RT limit of 0.95 s a second).
+    usecs = []
+    for _ in range(runs):
+        out = subprocess.run(["chrt", "-f", "1", "taskset", "-c", "0", "perf", "bench", "sched", "pipe", "-l", str(loops)],
+                             check=True, capture_output=True, text=True).stdout
+        found = [float(line.split()[0]) for line in out.splitlines() if "usecs/op" in line]
+        if not found:
+            raise SystemExit(f"bench.py: no usecs/op in perf's output:\n{out}")
+        usecs.append(found[0])
+    return statistics.median(usecs)
 
 
 def enable_bpf_stats():
@@ -203,11 +214,13 @@ class Load:
                 p.wait()
 
 
-def overhead(agent, bin_dir, n, workdir, args):
-    """Context switch, agent CPU and (trace) BPF CPU with `n` registered busy workers."""
+def overhead(agent, bin_dir, n, workdir, args, window=True):
+    """Context switch, and (`window`) agent CPU and (trace) BPF CPU, with `n` registered busy workers."""
     load = Load(bin_dir, n, agent, workdir)
     try:
-        pipe = pipe_usecs(args.pipe_loops)
+        pipe = pipe_usecs(args.pipe_loops, args.pipe_runs)
+        if not window:
+            return dict(pipe=pipe)
         ticks0 = agent.stat("/ticks")
         stats_fd = enable_bpf_stats() if agent.backend == "trace" else None
         try:
@@ -248,7 +261,11 @@ def main():
     # slice, a slice that ends under 1 ms after the previous hint has its hint held back to the next
     # check, which is the policy's rate limit, not the detection this measures.
     ap.add_argument("--hint-interval-us", type=int, default=100)
-    ap.add_argument("--pipe-loops", type=int, default=200000)
+    # Round trips a ping-pong run (SCHED_FIFO on CPU 0: 50,000 take about 0.3 s), runs a measurement
+    # (their median), and pairs of measurements (none, each backend) a round and worker count.
+    ap.add_argument("--pipe-loops", type=int, default=50000)
+    ap.add_argument("--pipe-runs", type=int, default=3)
+    ap.add_argument("--pipe-pairs", type=int, default=3)
     args = ap.parse_args()
     if os.cpu_count() < 2:
         raise SystemExit("bench.py: needs 2 CPUs (the ping-pong on CPU 0, the workers on CPU 1)")
@@ -277,38 +294,55 @@ def main():
                 det[label].append(d)
                 print(f"round {r} detection {label}: p50/p99/max {d['p50_us']:.0f}/{d['p99_us']:.0f}/{d['max_us']:.0f} us ({d['count']:.0f} hints)", flush=True)
             for n in WORKER_COUNTS:
-                load = Load(args.bin_dir, n, None, workdir)
-                try:
-                    before = pipe_usecs(args.pipe_loops)
-                finally:
-                    load.stop()
-                for label, backend, bin_dir in columns:
-                    agent = start(label, backend, bin_dir)
-                    try:
-                        row = overhead(agent, bin_dir, n, workdir, args)
-                    except NotRegistered as e:
-                        print(f"round {r} overhead {label} {n} workers: left out, {e}", flush=True)
-                        row = None
-                    finally:
-                        agent.stop()
-                    over[(label, n)].append(row)
-                load = Load(args.bin_dir, n, None, workdir)
-                try:
-                    after = pipe_usecs(args.pipe_loops)
-                finally:
-                    load.stop()
-                base = (before + after) / 2
+                # --pipe-pairs pairs: `none` and every backend, the order reversed in every other pair
+                # (none first, then last), each backend's ratio taken to the `none` of its own pair.
+                # The agent and BPF CPU window is measured in the first pair only.
+                rows = {label: None for label, _, _ in columns}
+                ratios = {label: [] for label, _, _ in columns}
+                bases = []
+                for k in range(args.pipe_pairs):
+                    order = [None] + columns if k % 2 == 0 else columns + [None]
+                    pipes = {}
+                    for col in order:
+                        if col is None:
+                            load = Load(args.bin_dir, n, None, workdir)
+                            try:
+                                base = pipe_usecs(args.pipe_loops, args.pipe_runs)
+                            finally:
+                                load.stop()
+                            continue
+                        label, backend, bin_dir = col
+                        agent = start(label, backend, bin_dir)
+                        try:
+                            row = overhead(agent, bin_dir, n, workdir, args, window=(k == 0))
+                        except NotRegistered as e:
+                            print(f"round {r} overhead {label} {n} workers: left out, {e}", flush=True)
+                            row = None
+                        finally:
+                            agent.stop()
+                        if k == 0:
+                            rows[label] = row
+                        if row is not None:
+                            pipes[label] = row["pipe"]
+                    bases.append(base)
+                    for label, pipe in pipes.items():
+                        ratios[label].append(pipe / base)
+                    print(f"round {r} pair {k + 1} {n} workers: pipe none {base:.2f} us, "
+                          + ", ".join(f"{label} {pipe:.2f} us ({pipe / base:.3f}x)" for label, pipe in pipes.items()), flush=True)
+                base = statistics.median(bases)
                 none[n].append(base)
                 for label, _, _ in columns:
-                    row = over[(label, n)][-1]
+                    row = rows[label]
+                    over[(label, n)].append(row)
                     if row is None:
                         continue
-                    row["ratio"] = row["pipe"] / base
+                    row["ratio"] = statistics.median(ratios[label]) if ratios[label] else float("nan")
+                    row["pair_ratios"] = ratios[label]
                     extra = ""
                     if "bpf_pct" in row:
                         extra = (f", BPF {row['bpf_pct']:.3f} % ({row['switch_ns']:.0f} ns a sched_switch run, "
                                  f"{row['switches_per_s']:.0f} runs/s)")
-                    print(f"round {r} overhead {label} {n} workers: pipe {row['pipe']:.2f} us ({row['ratio']:.3f}x none {base:.2f} us), "
+                    print(f"round {r} overhead {label} {n} workers: context switch {row['ratio']:.3f}x none (median of {len(ratios[label])} pairs), "
                           f"agent {row['agent_pct']:.3f} % of a CPU{extra}, {row['ticks_per_s']:.0f} ticks/s", flush=True)
     print()
     print(f"Detection over {args.rounds} rounds: median [min-max]; slice {args.slice_us} us, hint interval "
@@ -322,22 +356,24 @@ def main():
         spread([t["p99_us"] / max(s["p99_us"], 1e-9) for t, s in zip(det[label], det["sim"])]) if label != "sim" else "" for label in labels) + " |")
     print()
     print(f"Overhead over {args.rounds} rounds: median [min-max]; registered cooperative workers busy on CPU 1; "
-          f"context switch = perf bench sched pipe ({args.pipe_loops} round trips) on CPU 0 as a ratio to no agent with "
-          f"as many plain busy threads on CPU 1; CPU over {args.window:g} s windows, % of one CPU")
-    print("| workers | backend | context switch / none | agent CPU % | BPF CPU % | agent + BPF % | sched_switch ns a run | timer or tick runs/s |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"context switch = perf bench sched pipe (SCHED_FIFO, both on CPU 0, median of {args.pipe_runs} runs of {args.pipe_loops} round trips) "
+          f"as a ratio to no agent with as many plain busy threads on CPU 1, in {args.pipe_pairs} alternating pairs a round: "
+          f"the rounds' medians of their pairs, then every pair; CPU over {args.window:g} s windows, % of one CPU")
+    print("| workers | backend | context switch / none (rounds) | every pair | agent CPU % | BPF CPU % | agent + BPF % | sched_switch ns a run | timer or tick runs/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in WORKER_COUNTS:
         for label in labels:
             rows = [x for x in over[(label, n)] if x is not None]
             if not rows:
-                print(f"| {n} | {label} | not measured (the workers did not register in any round) | | | | | |")
+                print(f"| {n} | {label} | not measured (the workers did not register in any round) | | | | | | |")
                 continue
             has_bpf = "bpf_pct" in rows[0]
             bpf = spread([x["bpf_pct"] for x in rows]) if has_bpf else "-"
             both = spread([x["agent_pct"] + x.get("bpf_pct", 0) for x in rows])
             sw = spread([x["switch_ns"] for x in rows], "{:.0f}") if has_bpf else "-"
             left_out = f" ({args.rounds - len(rows)} rounds left out)" if len(rows) < args.rounds else ""
-            print(f"| {n} | {label}{left_out} | {spread([x['ratio'] for x in rows])} | {spread([x['agent_pct'] for x in rows])} | {bpf} | {both} | {sw} | "
+            pairs = [q for x in rows for q in x["pair_ratios"]]
+            print(f"| {n} | {label}{left_out} | {spread([x['ratio'] for x in rows])} | {spread(pairs)} ({len(pairs)}) | {spread([x['agent_pct'] for x in rows])} | {bpf} | {both} | {sw} | "
                   f"{spread([x['ticks_per_s'] for x in rows], '{:.0f}')} |")
     print(f"(none: pipe round trip {', '.join(f'{n} busy threads ' + spread(none[n], '{:.2f}') + ' us' for n in WORKER_COUNTS)})")
     return 0

@@ -90,6 +90,21 @@ struct worker_ctx {
 };
 
 /*
+ * A detection record (the `detections` ring, worker.bpf.c; the agent's only, never pinned): the overrun
+ * of a hint that was the first request since the worker's last acknowledgement (preempt_seq before the
+ * hint equal to the last_ack_seq its decision loaded), which is what the agent's hint reaction time
+ * measures. Decided where the hint is, so the measurement does not depend on when the agent drains.
+ */
+struct morpheus_detection {
+	morpheus_u64 overrun_ns; /* the hint record's overrun_ns */
+	morpheus_u32 slot;
+	morpheus_u32 _pad;
+};
+
+/* The detection ring's size: 4096 records of 16 bytes (plus the ring's 8-byte headers). */
+#define MORPHEUS_DETECTION_RING_BYTES (128u * 1024)
+
+/*
  * The `worker_tids` bitmap (worker.bpf.c): one bit per possible tid, set by the agent for every tid it
  * has a `worker_slots` entry for, so that a context switch of any other thread is told apart by one
  * load. Tids are below the kernel's PID_MAX_LIMIT (include/linux/threads.h: 4 Mi on 64-bit kernels);

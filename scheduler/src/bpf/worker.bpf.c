@@ -125,6 +125,12 @@ struct {
 	__uint(max_entries, MORPHEUS_HINT_RING_BYTES);
 } hints SEC(".maps");
 
+/* Detection records (intf.h, struct morpheus_detection); their one consumer is the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, MORPHEUS_DETECTION_RING_BYTES);
+} detections SEC(".maps");
+
 /* Escalation records for the agent, which applies cgroup caps. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -271,10 +277,24 @@ static __always_inline void reset_runtime(struct worker_ctx *w, u64 ack, u64 now
 	w->seen_ack_seq = ack;
 }
 
-/* Bump preempt_seq and publish a hint; `runtime` is past `slice`. */
-static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 seen_last_hint,
-		      u64 runtime, u64 slice)
+/*
+ * A record on ring `ring` of `size` bytes wakes the agent only once the ring is half full: the agent
+ * drains on its own tick (waking it per record would cost the CPUs it runs on), and a burst is drained
+ * long before the ring fills, however long that tick.
+ */
+static __always_inline u64 ring_wakeup(void *ring, u64 size)
 {
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= size / 2 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * Bump preempt_seq and publish a hint; `runtime` is past `slice`. `ack`: the last_ack_seq the decision
+ * loaded (a detection record if this is the first request since it).
+ */
+static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 seen_last_hint,
+		      u64 runtime, u64 slice, u64 ack)
+{
+	struct morpheus_detection *det;
 	struct morpheus_hint *hint;
 	u64 seq;
 
@@ -301,9 +321,17 @@ static void emit_hint(struct morpheus_scb *scb, u32 slot, u32 tid, u64 now, u64 
 	hint->reason = MORPHEUS_HINT_REASON_SLICE_OVERRUN;
 	hint->_pad0 = 0;
 	hint->overrun_ns = runtime - slice;
-	/* The agent drains hints on its own tick; waking it per hint would cost the CPUs it runs on. */
-	bpf_ringbuf_submit(hint, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(hint, ring_wakeup(&hints, MORPHEUS_HINT_RING_BYTES));
 	count(MORPHEUS_CNT_HINTS_EMITTED);
+	if (seq - 1 != ack)
+		return;
+	det = bpf_ringbuf_reserve(&detections, sizeof(*det), 0);
+	if (!det)
+		return;
+	det->overrun_ns = runtime - slice;
+	det->slot = slot;
+	det->_pad = 0;
+	bpf_ringbuf_submit(det, ring_wakeup(&detections, MORPHEUS_DETECTION_RING_BYTES));
 }
 
 /*
@@ -473,7 +501,7 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 	last_hint = READ_ONCE(scb->last_hint_ns);
 	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint, cfg_hint_min_interval_ns);
 	if (hint == MORPHEUS_HINT_EMIT) {
-		emit_hint(scb, slot, tid, now, last_hint, runtime, slice);
+		emit_hint(scb, slot, tid, now, last_hint, runtime, slice, ack);
 	} else if (hint == MORPHEUS_HINT_RATE_LIMITED) {
 		__sync_fetch_and_add(&scb->hints_dropped, 1);
 		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
