@@ -54,6 +54,8 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         a refused attach changes nothing);
   state_placeholder     the state op reports the fast path's comparand as cached_ack, the unreachable value
                         in PRESSURED and DEFENSIVE (CONFORMANCE.md §2.3: the last acknowledged sequence);
+  rotation_ignores_critical  on the event loop (`tasks`), a task yields for a request inside the loop
+                        thread's critical section (SCB.md §5.7: a section holds any step aside);
   turn_end_counted      a turn that ends on the wall clock (SCB.md §5.7) is counted as a yield in the SCB
                         (it is a step aside that writes nothing).
 """
@@ -467,6 +469,10 @@ class Worker:
                 remaining[task] -= 1
                 steps += 1
                 decided = self._decide()
+                if decided is None and BREAK == "rotation_ignores_critical" and self.depth > 0:
+                    depth, self.depth = self.depth, 0  # the broken reading: the section is the task's
+                    decided = self._decide()
+                    self.depth = depth
                 if decided is not None:
                     yields += 1
                     if BREAK == "every_task_yields":

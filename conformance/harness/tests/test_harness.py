@@ -361,7 +361,8 @@ class Protocol14Test(unittest.TestCase):
 
     def test_one_yielder_per_request_on_an_event_loop(self):
         red = self.red("every_task_yields")
-        self.assertEqual(set(red), {"rotation_one_yielder_per_request", "rotation_turn_end_writes_nothing"})
+        self.assertEqual(set(red), {"rotation_one_yielder_per_request", "rotation_turn_end_writes_nothing",
+                                    "rotation_critical_section_holds"})
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].yield_count")
 
@@ -369,6 +370,12 @@ class Protocol14Test(unittest.TestCase):
         red = self.red("turn_end_counted")
         self.assertEqual(set(red), {"rotation_turn_end_writes_nothing"})
         self.assertEqual(red["rotation_turn_end_writes_nothing"].step, 3)  # nothing pending: nothing may be written
+
+    def test_a_critical_section_holds_the_rotation(self):
+        red = self.red("rotation_ignores_critical")
+        self.assertEqual(set(red), {"rotation_critical_section_holds"})
+        self.assertEqual(red["rotation_critical_section_holds"].step, 5)  # inside the section
+        self.assertEqual(red["rotation_critical_section_holds"].first_diff["field"], "scb[1].last_ack_seq")
 
     def test_registering_on_a_retired_region_is_an_error(self):
         red = self.red("register_retired_detaches")
