@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #endif
 
 #define MORPHEUS_ABI_MAJOR 1u
-#define MORPHEUS_ABI_MINOR 3u
+#define MORPHEUS_ABI_MINOR 4u
 
 /* First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 #define MORPHEUS_REGION_MAGIC 0x5355454850524f4dULL

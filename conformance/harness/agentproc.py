@@ -91,6 +91,10 @@ class Agent:
             if key not in msg:
                 self.kill()
                 raise AgentFault(f"agent's hello lacks {key!r}: {msg}")
+        ops = msg.get("ops", [])
+        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+            self.kill()
+            raise AgentFault(f"agent's hello 'ops' is not a list of op names: {msg}")
         return msg
 
     def _send(self, msg: dict) -> None:

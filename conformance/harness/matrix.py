@@ -87,7 +87,7 @@ def markdown(matrix: dict) -> str:
         for row, col, cell in skipped:
             lines.append(f"- **{col}** / {row}: {cell.get('message', '')}")
     lines += ["", "pass = every step matched byte for byte; FAIL = see below; "
-              "n/a = the SDK has no such checkpoint flavour; skip = the host cannot make a check the "
+              "n/a = the SDK has no such checkpoint flavour or optional op; skip = the host cannot make a check the "
               "scenario needs (see above); - = not run for this column."]
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,7 @@ from abi import HEADER_FIELDS, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
 from region import Region, constants, first_difference, resolve_enum
-from scenario import EXPR_ARGS, Scenario, Step
+from scenario import EXPR_ARGS, OPTIONAL_OPS, Scenario, Step
 
 
 # Optional `state` result fields (CONFORMANCE.md §2.3) and their JSON types; an agent lists those its SDK
@@ -490,6 +490,23 @@ class CellRun:
         # The harness's bumps are already in self.expected; judge the rest against it.
         self._check_bytes(step, self.expected, reply)
 
+    def _lacking_ops(self) -> str | None:
+        """Why this agent cannot run the scenario at all: a mapping kept from attach to register, or an
+        optional op (for `tasks`, also the async checkpoint it is made of), that its hello does not
+        declare; None if it has them all."""
+        if self.scenario.attach_maps and self.agent.hello.get("attach_maps", True) is False:
+            return ("the SDK's attach only checks the region and its register maps it again (CONFORMANCE.md "
+                    "§2.3), so a region changed between the two is judged at register by SCB.md §1.3")
+        ops = self.agent.hello.get("ops", [])
+        for step in self.scenario.steps:
+            if step.kind != "agent" or step.op not in OPTIONAL_OPS:
+                continue
+            if step.op not in ops:
+                return f"{step.describe()}: {OPTIONAL_OPS[step.op]}"
+            if step.op == "tasks" and "async" not in self.agent.hello["checkpoint_modes"]:
+                return f"{step.describe()}: the SDK has no async checkpoint"
+        return None
+
     def run(self) -> CellResult:
         start = time.monotonic()
         result = CellResult(self.scenario.name, self.variant, self.spec.name, "pass")
@@ -508,6 +525,10 @@ class CellRun:
                 if self.variant is not None and self.variant not in self.agent.hello["checkpoint_modes"]:
                     result.status = "n/a"
                     result.message = f"the SDK has no {self.variant} checkpoint"
+                    return result
+                lacking = self._lacking_ops()
+                if lacking:
+                    result.status, result.message = "n/a", lacking
                     return result
                 for step in self.scenario.steps:
                     current = step

@@ -29,8 +29,16 @@ AGENT_OPS = {
     "state": set(),
     "status": set(),
     "shutdown": set(),
+    "explicit_yield": set(),
+    "tasks": {"count", "checkpoints"},
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
+}
+# Ops an SDK may lack (CONFORMANCE.md §2.2, the hello's `ops`): a cell whose scenario uses one the agent
+# does not declare is n/a, with the reason given here.
+OPTIONAL_OPS = {
+    "explicit_yield": "the SDK offers no explicit yield (SCB.md §5.8: C and Java do not in 1.4)",
+    "tasks": "the SDK drives no event loop of several tasks (SCB.md §5.7 binds event-loop SDKs only)",
 }
 # Gate-target ops and their integer arguments that may be written as expressions.
 GATE_OPS = ("gate", "escalate")
@@ -77,6 +85,9 @@ class Scenario:
     env_region: str | None  # MORPHEUS_REGION for the agent: None = unset, "@region" = the region path
     slot: int
     steps: list[Step]
+    # The scenario changes the region between `attach` and `register`, which means something only to an
+    # SDK whose attach keeps the mapping it validated (CONFORMANCE.md §2.2, the hello's `attach_maps`).
+    attach_maps: bool = False
 
     def uses_checkpoint_mode(self) -> bool:
         return any(s.op in ("checkpoint", "checkpoint_loop") and "mode" not in s.args for s in self.steps)
@@ -106,7 +117,8 @@ def load(path: Path) -> Scenario:
             raise _fail(path, "file", "scenario files end in .toml")
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise _fail(path, "file", f"not valid TOML: {err}") from None
-    known_top = {"intent", "spec", "target", "checkpoint_modes", "region", "env_region", "slot", "step"}
+    known_top = {"intent", "spec", "target", "checkpoint_modes", "region", "env_region", "slot", "step",
+                 "attach_maps"}
     unknown = set(data) - known_top
     if unknown:
         raise _fail(path, "top level", f"unknown keys {sorted(unknown)}")
@@ -126,6 +138,9 @@ def load(path: Path) -> Scenario:
     env_region = data.get("env_region")
     if env_region is not None and not isinstance(env_region, str):
         raise _fail(path, "env_region", "must be a string (\"@region\" for the scenario's region)")
+    attach_maps = data.get("attach_maps", False)
+    if not isinstance(attach_maps, bool):
+        raise _fail(path, "attach_maps", "must be a boolean")
     default_slot = data.get("slot", 0)
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
@@ -134,7 +149,7 @@ def load(path: Path) -> Scenario:
     return Scenario(
         name=path.stem, path=path, intent=" ".join(intent.split()), spec=data.get("spec", ""),
         target=target, checkpoint_modes=modes, region=region, env_region=env_region,
-        slot=default_slot, steps=steps,
+        slot=default_slot, steps=steps, attach_maps=attach_maps,
     )
 
 
@@ -213,6 +228,8 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         missing = {"runtime_ns", "now_ns"} & AGENT_OPS[op] - set(args)
         if missing:
             raise _fail(path, where, f"{op} needs {sorted(missing)}")
+        if op == "tasks" and not all(isinstance(args.get(k), int) and args[k] >= 1 for k in ("count", "checkpoints")):
+            raise _fail(path, where, "tasks needs positive integers count and checkpoints")
         if "mode" in args and args["mode"] not in CHECKPOINT_MODES:
             raise _fail(path, where, f"mode {args['mode']!r} is not one of {CHECKPOINT_MODES}")
         step.op, step.args = op, args

@@ -47,13 +47,13 @@ static void op_attach(long long id, const char *line)
 		reply_error(id, "BAD_REQUEST", "path must be a string");
 		return;
 	}
-	region_path[0] = '\0'; /* refused or detached until proven otherwise */
 	int rc = morpheus_region_check(discover ? NULL : path);
-	if (rc < 0) {
+	if (rc < 0) { /* a refused attach changes nothing (CONFORMANCE.md §2.3): the earlier path stays */
 		fail(id, rc);
 		return;
 	}
 	if (rc == 1) { /* "" or nothing discovered: detached mode */
+		region_path[0] = '\0';
 		printf("{\"id\":%lld,\"ok\":true,\"attached\":false}\n", id);
 		return;
 	}
@@ -250,7 +250,7 @@ int main(void)
 	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"c\",\"runtime_kind\":");
 	json_print_str(morpheus_runtime_kind_name(MORPHEUS_RUNTIME_KIND_C));
 	printf(",\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[\"sync\"],"
-	       "\"state_fields\":[\"escapable\",\"priority\"],\"pid\":%d}\n",
+	       "\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,\"pid\":%d}\n",
 	       (unsigned)MORPHEUS_ABI_MAJOR, (unsigned)MORPHEUS_ABI_MINOR, (int)getpid());
 	while (getline(&line, &cap, stdin) > 0) {
 		long long id = -1;

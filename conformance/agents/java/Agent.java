@@ -42,7 +42,7 @@ public final class Agent {
         System.setOut(new PrintStream(System.err, true, StandardCharsets.UTF_8)); // nothing else on stdout
         OUT.println("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"java-" + Morpheus.backendName()
                 + "\",\"runtime_kind\":\"JAVA\",\"abi_major\":" + Abi.ABI_MAJOR + ",\"abi_minor\":" + Abi.ABI_MINOR
-                + ",\"checkpoint_modes\":[\"sync\"],\"state_fields\":[\"escapable\",\"priority\"],\"pid\":"
+                + ",\"checkpoint_modes\":[\"sync\"],\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,\"pid\":"
                 + ProcessHandle.current().pid() + "}");
         Agent agent = new Agent();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -149,17 +149,14 @@ public final class Agent {
     }
 
     private String attach(long id, Object path) {
-        attached = false;
-        regionPath = ""; // refused or detached until proven otherwise
         if (path != ABSENT && path != null && !(path instanceof String)) {
             throw new BadRequest("path must be a string");
         }
         String asked = path instanceof String ? (String) path : null;
+        // A refused region throws here and changes nothing (CONFORMANCE.md §2.3): the earlier path stays.
         boolean ok = Morpheus.checkRegion(asked);
-        if (ok) {
-            attached = true;
-            regionPath = asked; // null: register discovers the same region again
-        }
+        attached = ok;
+        regionPath = ok ? asked : ""; // null: register discovers the same region again; "": detached
         return ok(id, "\"attached\":" + ok);
     }
 

@@ -135,6 +135,26 @@ async function checkpointLoop(request) {
   return { iterations, yields };
 }
 
+/**
+ * `count` CPU-bound tasks started together on this one event loop, each making `checkpoints` async
+ * checkpoints back to back with nothing else to await (spec/SCB.md §5.7: the SDK's rotation serves
+ * them). Resolves when every task has ended.
+ */
+async function tasks(request) {
+  let steps = 0;
+  let yields = 0;
+  const one = async () => {
+    for (let i = 0; i < request.checkpoints; i++) {
+      steps++;
+      if (await morpheus.checkpoint()) yields++;
+    }
+  };
+  await Promise.all(Array.from({ length: request.count }, () => one()));
+  // As after an async checkpoint: the tasks' turn ends here and the loop has control again.
+  await new Promise((resolve) => setImmediate(resolve));
+  return { steps, yields };
+}
+
 function state() {
   const out = { attached: region !== null, registered: worker !== null, depth: morpheus.criticalDepth() };
   if (worker !== null) {
@@ -195,6 +215,14 @@ async function handle(id, request) {
       return state();
     case 'status':
       return status();
+    case 'explicit_yield':
+      needWorker('explicit_yield').recordExplicitYield();
+      return {};
+    case 'tasks':
+      if (!Number.isInteger(request.count) || !Number.isInteger(request.checkpoints)) {
+        throw new ProtocolError('tasks needs integers count and checkpoints');
+      }
+      return tasks(request);
     case 'shutdown': {
       const held = needWorker('shutdown');
       worker = null;
@@ -216,6 +244,7 @@ async function main() {
     abi_minor: morpheus.ABI_MINOR,
     checkpoint_modes: ['sync', 'async'],
     state_fields: ['escapable', 'priority'],
+    ops: ['explicit_yield', 'tasks'],
     pid: process.pid,
   });
   for (let line = readLine(); line !== null; line = readLine()) {

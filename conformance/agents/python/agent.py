@@ -125,6 +125,26 @@ class Agent:
                     yields += morpheus.checkpoint()
         return {"iterations": iterations, "yields": yields}
 
+    def tasks(self, req: dict) -> dict:
+        """`count` CPU-bound tasks started together on the agent's one asyncio loop, each making
+        `checkpoints` async checkpoints back to back with nothing else to await (SCB.md §5.7: the SDK's
+        rotation serves them); returns when every task has ended."""
+        count, checkpoints = req.get("count"), req.get("checkpoints")
+        if not isinstance(count, int) or not isinstance(checkpoints, int):
+            raise ProtocolError("tasks needs integers count and checkpoints")
+        totals = {"steps": 0, "yields": 0}
+
+        async def one() -> None:
+            for _ in range(checkpoints):
+                totals["steps"] += 1
+                totals["yields"] += bool(await morpheus.checkpoint_async())
+
+        async def run() -> None:
+            await asyncio.gather(*(one() for _ in range(count)))
+
+        self.loop.run_until_complete(run())
+        return totals
+
     def state(self) -> dict:
         out = {"attached": self.region is not None, "registered": self.worker is not None,
                "depth": morpheus.critical_depth()}
@@ -173,6 +193,11 @@ class Agent:
             return self.state()
         if op == "status":
             return self.status()
+        if op == "explicit_yield":
+            self.need_worker("explicit_yield").record_explicit_yield()
+            return {}
+        if op == "tasks":
+            return self.tasks(req)
         if op == "shutdown":
             worker = self.need_worker("shutdown")
             self.worker = None
@@ -186,7 +211,7 @@ def main() -> int:
     agent.send({"protocol": "morpheus-conformance", "version": 1, "sdk": "python",
                 "runtime_kind": "PYTHON", "abi_major": morpheus.ABI_MAJOR, "abi_minor": morpheus.ABI_MINOR,
                 "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-                "pid": os.getpid()})
+                "ops": ["explicit_yield", "tasks"], "pid": os.getpid()})
     for line in agent.lines:
         try:
             req = json.loads(line)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 OR MIT
-"""Reference conformance agent: the SDK rules of spec/SCB.md (ABI 1.3), written directly on the region
+"""Reference conformance agent: the SDK rules of spec/SCB.md (ABI 1.4), written directly on the region
 bytes.
 
 It is the executable form of the spec that the harness was built against; the release gates are the
@@ -31,7 +31,33 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   no_snapshot_keeps_mode  with no pressure snapshot ever read, leaving DEFENSIVE keeps the current mode
                         (SCB.md §5.4: with none the level is not HIGH);
   env_retired_detaches  a retired region named by MORPHEUS_REGION is detached mode, as a retired default
-                        region would be (SCB.md §1.2: the environment's region is explicit, NOT_READY).
+                        region would be (SCB.md §1.2: the environment's region is explicit, NOT_READY);
+  mode_yield_acks_late  an async mode yield (BUDGET, DEFENSIVE) acknowledges the preempt_seq it reads
+                        after its suspension (SCB.md §5.4: it acknowledges nothing; a request that
+                        arrived meanwhile stays pending);
+  explicit_no_ack       the explicit yield records its reason and count but acknowledges nothing
+                        (SCB.md §5.8: it acknowledges the preempt_seq it loads);
+  explicit_no_reason    the explicit yield acknowledges but stores no reason and counts no yield
+                        (SCB.md §5.8: EXPLICIT and yield_count, like every yield);
+  explicit_refused_in_critical  inside a critical section the explicit yield does nothing
+                        (SCB.md §5.8: it is allowed there and behaves the same);
+  explicit_lost_errors  the explicit yield of a lost worker fails with GENERATION_CHANGED (SCB.md §6:
+                        it writes nothing and is never an error);
+  every_task_yields     on the event loop (`tasks`), the request is acknowledged only when its yielder
+                        resumes, so every task that runs meanwhile sees it pending and yields for it too
+                        (SCB.md §5.7: one yielder per request, acknowledged when the loop has control);
+  register_retired_detaches  direct registration on a region retired since the attach returns a detached
+                        worker (SCB.md §4: the error GENERATION_CHANGED);
+  register_busy_first   direct registration looks at the slot before the generation: a busy slot of a
+                        retired region is SLOT_BUSY (SCB.md §4: GENERATION_CHANGED comes first);
+  refused_attach_drops  an attach refused with IO drops the region attached earlier (CONFORMANCE.md §2.3:
+                        a refused attach changes nothing);
+  state_placeholder     the state op reports the fast path's comparand as cached_ack, the unreachable value
+                        in PRESSURED and DEFENSIVE (CONFORMANCE.md §2.3: the last acknowledged sequence);
+  rotation_ignores_critical  on the event loop (`tasks`), a task yields for a request inside the loop
+                        thread's critical section (SCB.md §5.7: a section holds any step aside);
+  turn_end_counted      a turn that ends on the wall clock (SCB.md §5.7) is counted as a yield in the SCB
+                        (it is a step aside that writes nothing).
 """
 
 from __future__ import annotations
@@ -123,6 +149,8 @@ class Worker:
         try:
             fd = os.open(path, os.O_RDWR)
         except OSError as err:
+            if BREAK == "refused_attach_drops":
+                self.attached, self.mm = False, None
             raise SdkError(m.ErrorCode.IO, f"open {path}: {err.strerror}") from None
         try:
             size = os.fstat(fd).st_size
@@ -207,7 +235,12 @@ class Worker:
             return {"slot": None, "tid": tid, "attached": False}
         if not 0 <= slot < self.count:
             raise SdkError(m.ErrorCode.SLOT_OUT_OF_RANGE, f"slot {slot} >= scb_count {self.count}")
-        if self._hdr(m.RegionHeader.GENERATION).value != self.attach_generation:
+        retired = self._hdr(m.RegionHeader.GENERATION).value != self.attach_generation
+        if retired and BREAK == "register_retired_detaches":
+            self.registered, self.lost = True, False
+            self.escapable, self.priority = escapable, priority
+            return {"slot": None, "tid": tid, "attached": False}
+        if retired and BREAK != "register_busy_first":
             raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; attach again")
         self.scb_base = self.header_size + slot * self.stride
         # INIT -> CLAIMED (the CAS; see the module doc). Any other value, unknown ones included (§3.2),
@@ -216,6 +249,8 @@ class Worker:
         if state != W.INIT:
             name = W(state).name if state in W._value2member_map_ else f"unknown value {state}"
             raise SdkError(m.ErrorCode.SLOT_BUSY, f"slot {slot} is in state {name}")
+        if retired:  # register_busy_first: the slot was looked at before the generation
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; attach again")
         self.store(S.WORKER_STATE, W.CLAIMED)
         # While CLAIMED: the slot's data, then REGISTERED publishes it (SCB.md §4).
         self.store(S.TID, tid)
@@ -354,7 +389,12 @@ class Worker:
         self.store(S.LAST_YIELD_REASON, reason)
         self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
         cur = self.load(S.LAST_ACK_SEQ)
-        if reason == m.YieldReason.PREEMPT_REQUEST and cur < seq:  # the CAS: up only
+        if BREAK == "mode_yield_acks_late" and reason != m.YieldReason.PREEMPT_REQUEST:
+            seq = self.load(S.PREEMPT_SEQ)  # the broken reading: what is pending after the suspension
+            reason_acks = True
+        else:
+            reason_acks = reason == m.YieldReason.PREEMPT_REQUEST
+        if reason_acks and cur < seq:  # the CAS: up only
             self.store(S.LAST_ACK_SEQ, seq)
         self.acked = max(seq, cur, self.acked)
         self.yields += 1
@@ -383,6 +423,71 @@ class Worker:
         suspend()  # yield to the executor first
         self._acknowledge(*decided)
         return True
+
+    def explicit_yield(self):
+        """SCB.md §5.8: a record of a yield the application made on its own; suspends nothing."""
+        self._need_worker()
+        if self.slot is None:
+            return {}  # detached or lost: writes nothing, never an error (§6, §7)
+        if BREAK == "explicit_refused_in_critical" and self.depth > 0:
+            return {}
+        if BREAK == "explicit_lost_errors" and not self.generation_ok():
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted (explicit yield)")
+        if not self.generation_ok():
+            return {}
+        seq = self.load(S.PREEMPT_SEQ)
+        if BREAK != "explicit_no_reason":
+            self.store(S.LAST_YIELD_REASON, m.YieldReason.EXPLICIT)
+            self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
+        cur = self.load(S.LAST_ACK_SEQ)
+        if seq > self.acked and cur < seq and BREAK != "explicit_no_ack":  # the CAS of §5.1: up only
+            self.store(S.LAST_ACK_SEQ, seq)
+            self.acked = max(seq, cur, self.acked)
+        self.yields += 1
+        now = time.monotonic_ns()
+        self.last_yield_ns = now  # a yield of any reason: the mode clocks restart (§5.4)
+        self._evaluate_mode(now)
+        return {}
+
+    def run_tasks(self, count: int, checkpoints: int) -> dict:
+        """SCB.md §5.7 on a minimal event loop: `count` CPU-bound tasks, each making `checkpoints`
+        async checkpoints back to back, served from one FIFO. A task's turn lasts until a checkpoint
+        yields (the yielder goes to the back; the loop acknowledges its request before any other task
+        runs, so no other task yields for it), until one slice of wall time has passed (a step aside that
+        writes nothing), or until the task ends. The yield's passes of a real loop are not modelled: no
+        task here waits for I/O."""
+        queue = list(range(count))
+        remaining = [checkpoints] * count
+        deferred = {}  # every_task_yields: the acknowledgement each yielder makes when it resumes
+        yields = steps = 0
+        while queue:
+            task = queue.pop(0)
+            if task in deferred:
+                self._acknowledge(*deferred.pop(task))
+            turn_start = time.monotonic_ns()
+            while remaining[task] > 0:
+                remaining[task] -= 1
+                steps += 1
+                decided = self._decide()
+                if decided is None and BREAK == "rotation_ignores_critical" and self.depth > 0:
+                    depth, self.depth = self.depth, 0  # the broken reading: the section is the task's
+                    decided = self._decide()
+                    self.depth = depth
+                if decided is not None:
+                    yields += 1
+                    if BREAK == "every_task_yields":
+                        deferred[task] = decided
+                    else:
+                        self._acknowledge(*decided)  # the loop's first callback after the suspension
+                    queue.append(task)
+                    break
+                slice_ns = self._slice_ns() if self.slot is not None else m.DEFAULT_SLICE_NS
+                if remaining[task] > 0 and time.monotonic_ns() - turn_start >= slice_ns:
+                    if BREAK == "turn_end_counted" and self.slot is not None and self.generation_ok():
+                        self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
+                    queue.append(task)
+                    break
+        return {"steps": steps, "yields": yields}
 
     # -- critical sections ------------------------------------------------------------------------
 
@@ -427,7 +532,7 @@ class Worker:
     def state(self):
         out = {"attached": self.attached, "registered": self.registered, "depth": self.depth}
         if self.registered:
-            out.update(slot=self.slot, cached_ack=self.acked, yields=self.yields, mode=self.mode.name,
+            out.update(slot=self.slot, cached_ack=self.cached_ack if BREAK == "state_placeholder" else self.acked, yields=self.yields, mode=self.mode.name,
                        escapable=self.escapable, priority=self.priority)
         return out
 
@@ -446,7 +551,7 @@ def main() -> int:
     send({"protocol": "morpheus-conformance", "version": 1, "sdk": "reference",
           "runtime_kind": kind.name, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
           "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-          "pid": os.getpid()})
+          "ops": ["explicit_yield", "tasks"], "pid": os.getpid()})
     lines = iter(sys.stdin.readline, "")
     for line in lines:
         req = json.loads(line)
@@ -494,6 +599,10 @@ def main() -> int:
                 result = worker.status()
             elif op == "shutdown":
                 result = worker.shutdown()
+            elif op == "explicit_yield":
+                result = worker.explicit_yield()
+            elif op == "tasks":
+                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]))
             else:
                 send({"id": rid, "ok": False, "error": "UNSUPPORTED", "message": f"unknown op {op!r}"})
                 continue

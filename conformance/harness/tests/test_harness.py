@@ -135,6 +135,7 @@ class BrokenRuleTest(unittest.TestCase):
         "mode_pressured_budget_yield[async]", "mode_pressured_leave[async]",
         "reclaim_clear_whole_stride[async]", "region_unknown_optional_features_ignored[async]",
         "register_inside_critical[async]", "restart_during_async_yield[async]", "restart_reregister[async]",
+        "explicit_yield_acknowledges[async]", "mode_yield_request_during_suspension[async]",
     }
 
     def test_ack_before_yield_turns_exactly_the_expected_cells_red(self):
@@ -262,7 +263,7 @@ class OtherBrokenRulesTest(unittest.TestCase):
         self.assertEqual(set(red), {f"{name}[{v}]" for v in ("sync", "async") for name in (
             "mode_pressured_budget_yield", "mode_pressured_leave", "mode_defensive_enter_and_leave",
             "mode_defensive_over_pressured", "critical_no_mode_evaluation", "mode_unknown_pressure_level_not_high",
-            "mode_defensive_leave_without_snapshot")})
+            "mode_defensive_leave_without_snapshot")} | {"mode_yield_request_during_suspension[async]"})
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
 
@@ -307,6 +308,102 @@ class DecidedPlacesTest(unittest.TestCase):
         self.assertEqual(set(red), self.both("mode_defensive_leave_without_snapshot"))
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
+
+
+class Protocol14Test(unittest.TestCase):
+    """The rules of SCB.md 1.4 reached through the ops added with it (`explicit_yield`, `tasks`) and the
+    places Appendix A decides that the scenarios before 1.4 did not tell apart: the reference agent,
+    switched to the other reading, turns exactly the scenario that pins the rule red, at the step that
+    tells the readings apart. Agents that lack an optional op are n/a there, never red."""
+
+    def red(self, brk, names=None):
+        results, _, _ = run([reference({"MORPHEUS_CONFORMANCE_BREAK": brk}, name="broken")], names)
+        return {r.row: r for r in results if r.status == "fail"}
+
+    def both(self, name):
+        return {f"{name}[sync]", f"{name}[async]"}
+
+    def test_the_explicit_yield_acknowledges(self):
+        red = self.red("explicit_no_ack")
+        self.assertEqual(set(red), self.both("explicit_yield_acknowledges") | self.both("explicit_yield_inside_critical"))
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].last_ack_seq")
+
+    def test_the_explicit_yield_stores_its_reason_and_count(self):
+        red = self.red("explicit_no_reason")
+        self.assertEqual(set(red), self.both("explicit_yield_acknowledges") | self.both("explicit_yield_inside_critical"))
+        for name in self.both("explicit_yield_acknowledges"):
+            self.assertEqual(red[name].step, 3)  # with nothing pending, before any request
+            self.assertEqual(red[name].first_diff["field"], "scb[1].yield_count")
+
+    def test_the_explicit_yield_is_allowed_in_a_critical_section(self):
+        red = self.red("explicit_refused_in_critical")
+        self.assertEqual(set(red), self.both("explicit_yield_inside_critical"))
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].last_ack_seq")
+
+    def test_a_lost_workers_explicit_yield_is_no_error(self):
+        red = self.red("explicit_lost_errors")
+        self.assertEqual(set(red), self.both("explicit_yield_lost_writes_nothing"))
+        for r in red.values():
+            self.assertIn("failed with GENERATION_CHANGED", r.message)
+
+    def test_a_mode_yield_acknowledges_no_request_that_arrived_while_suspended(self):
+        red = self.red("mode_yield_acks_late")
+        self.assertEqual(set(red), {"mode_yield_request_during_suspension[async]"})
+        self.assertEqual(red["mode_yield_request_during_suspension[async]"].first_diff["field"], "scb[1].last_ack_seq")
+
+    def test_state_reports_the_acknowledged_sequence_not_the_placeholder(self):
+        red = self.red("state_placeholder")
+        self.assertEqual(set(red), {"mode_yield_request_during_suspension[async]"})
+        self.assertIn("reply cached_ack = 18446744073709551615, expected 1",
+                      red["mode_yield_request_during_suspension[async]"].message)
+
+    def test_one_yielder_per_request_on_an_event_loop(self):
+        red = self.red("every_task_yields")
+        self.assertEqual(set(red), {"rotation_one_yielder_per_request", "rotation_turn_end_writes_nothing",
+                                    "rotation_critical_section_holds"})
+        for r in red.values():
+            self.assertEqual(r.first_diff["field"], "scb[1].yield_count")
+
+    def test_a_turn_ended_by_the_clock_writes_nothing(self):
+        red = self.red("turn_end_counted")
+        self.assertEqual(set(red), {"rotation_turn_end_writes_nothing"})
+        self.assertEqual(red["rotation_turn_end_writes_nothing"].step, 3)  # nothing pending: nothing may be written
+
+    def test_a_critical_section_holds_the_rotation(self):
+        red = self.red("rotation_ignores_critical")
+        self.assertEqual(set(red), {"rotation_critical_section_holds"})
+        self.assertEqual(red["rotation_critical_section_holds"].step, 5)  # inside the section
+        self.assertEqual(red["rotation_critical_section_holds"].first_diff["field"], "scb[1].last_ack_seq")
+
+    def test_registering_on_a_retired_region_is_an_error(self):
+        red = self.red("register_retired_detaches")
+        self.assertEqual(set(red), {"register_region_retired_since_attach"})
+        self.assertIn("expected error GENERATION_CHANGED", red["register_region_retired_since_attach"].message)
+
+    def test_the_generation_is_checked_before_the_slot(self):
+        red = self.red("register_busy_first")
+        self.assertEqual(set(red), {"register_region_retired_since_attach"})
+        self.assertIn("error SLOT_BUSY, expected GENERATION_CHANGED", red["register_region_retired_since_attach"].message)
+
+    def test_a_refused_attach_changes_nothing(self):
+        red = self.red("refused_attach_drops")
+        self.assertEqual(set(red), {"attach_refused_keeps_region"})
+        self.assertIn("reply attached = False, expected True", red["attach_refused_keeps_region"].message)
+
+    def test_an_agent_without_an_optional_op_is_not_applicable(self):
+        names = {"explicit_yield_acknowledges", "rotation_one_yielder_per_request", "register_region_retired_since_attach"}
+        results, _, _ = run([faulty("narrow_hello", "none")], names)
+        by = {r.row: r for r in results}
+        self.assertEqual(len(by), 4, by)
+        for row in self.both("explicit_yield_acknowledges"):
+            self.assertEqual(by[row].status, "n/a", by[row])
+            self.assertIn("no explicit yield", by[row].message)
+        self.assertEqual(by["rotation_one_yielder_per_request"].status, "n/a")
+        self.assertIn("no event loop", by["rotation_one_yielder_per_request"].message)
+        self.assertEqual(by["register_region_retired_since_attach"].status, "n/a")
+        self.assertIn("maps it again", by["register_region_retired_since_attach"].message)
 
 
 class FaultyAgentTest(unittest.TestCase):

@@ -255,6 +255,9 @@ impl Agent {
             "set_priority" => arg_int(req, "value").and_then(|v| {
                 self.worker("set_priority").and_then(|w| w.set_priority(v as i32).map_err(sdk_err)).map(|_| Obj::new())
             }),
+            "explicit_yield" => {
+                self.worker("explicit_yield").and_then(|w| w.record_explicit_yield().map_err(sdk_err)).map(|_| Obj::new())
+            }
             "state" => self.state(),
             "status" => self.status(),
             "shutdown" => match self.worker.take() {
@@ -284,6 +287,8 @@ fn main() {
         .int("abi_minor", morpheus_abi_version().1)
         .raw("checkpoint_modes", "[\"sync\",\"async\"]".into())
         .raw("state_fields", "[\"escapable\",\"priority\"]".into())
+        // Worker::record_explicit_yield (SCB.md §5.8). No `tasks`: the crate drives no event loop (§5.7).
+        .raw("ops", "[\"explicit_yield\"]".into())
         .int("pid", std::process::id());
     agent.send(hello.render());
     while let Some(Ok(line)) = agent.lines.next() {

@@ -10,7 +10,8 @@ It runs the reference agent behind a proxy and misbehaves the first time it sees
            bad_error (an error name that is not an error_code) | no_hello (garbage instead of hello) |
            silent (prints nothing at all, not even hello) | state_drop (declares state_fields escapable and
            priority in its hello, then leaves escapable out of OP's reply) | state_lie (reports the
-           opposite escapable in OP's reply)
+           opposite escapable in OP's reply) | narrow_hello (a hello without the optional `ops` and with
+           `attach_maps` false, as an SDK that lacks them; otherwise the reference agent)
 """
 
 import json
@@ -38,6 +39,9 @@ def main() -> int:
     hello = ref.stdout.readline()
     if fault == "state_drop":
         hello = json.dumps({**json.loads(hello), "state_fields": ["escapable", "priority"]}) + "\n"
+    if fault == "narrow_hello":
+        narrow = {k: v for k, v in json.loads(hello).items() if k != "ops"}
+        hello = json.dumps({**narrow, "attach_maps": False}) + "\n"
     print(hello, end="", flush=True)
     for line in sys.stdin:
         doctor = fault in ("state_drop", "state_lie") and f'"op": "{trigger}"' in line
