@@ -96,7 +96,10 @@ step_node_service() {
 # interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
 # and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. Estimated 35-40 minutes
 # on a quiet host with the peers built (the eleventh run took 19 for five schedulers; nine now), plus
-# the peers' first build.
+# the peers' first build. On a loaded host a round is far longer: 10 minutes for seven schedulers at
+# load average 20-40 (scx_lavd's BPF load alone took 2 minutes under TCG; scheduler/BENCHMARKS.md).
+# MORPHEUS_COMPARE_TABLES picks tables (default all: latency,checkpoint_cost,starvation,liar,batch), e.g.
+# latency,starvation,batch for the peers' verdicts alone; MORPHEUS_COMPARE_SCHEDULERS picks columns.
 # MORPHEUS_COMPARE_QEMU=trixie runs the VM on Debian trixie's qemu with multi-threaded TCG (installed
 # by tools/setup.sh --qemu-trixie then); the default is the host's qemu 7.2, single-threaded.
 step_compare() {
@@ -110,7 +113,8 @@ step_compare() {
   mkdir -p "$out"
   bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" "${vm[@]}" -- \
     --schedulers "${MORPHEUS_COMPARE_SCHEDULERS:-eevdf,bpfland,lavd,flash,cosmos,pandemonium,observer,enforced,enforced-cputime}" \
-    --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}"
+    --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}" \
+    --tables "${MORPHEUS_COMPARE_TABLES:-latency,checkpoint_cost,starvation,liar,batch}"
 }
 
 # add steps here (scheduler, kernel VM, benchmarks, conformance report, ...)

@@ -16,10 +16,14 @@ for peer in scx_bpfland scx_lavd scx_flash scx_cosmos scx_pandemonium; do
 	path=$(command -v $peer) && peers="$peers --$(echo $peer | tr _ -) $path"
 done
 # shellcheck disable=SC2086 # word splitting of the argument lists is intended
-compare --scx-morpheus "$(command -v scx_morpheus)" $peers $COMPARE_ARGS >/tmp/compare.out 2>/tmp/compare.err
-rc=$?
-# Prefixed so the host picks the results out of the console log (kernel messages interleave there).
-sed 's/^/compare-vm: /' /tmp/compare.out
+# Streamed to the console as compare prints it (a line at a time), prefixed so the host picks the
+# results out of the console log (kernel messages interleave there): the `round` lines of the rounds
+# done reach the host even when the run is cut short (run-vm.sh's timeout), not only at the end.
+{
+	compare --scx-morpheus "$(command -v scx_morpheus)" $peers $COMPARE_ARGS 2>/tmp/compare.err
+	echo $? >/tmp/compare.rc
+} | sed 's/^/compare-vm: /'
+rc=$(cat /tmp/compare.rc)
 sed 's/^/compare-log: /' /tmp/compare.err | tail -n 200
 echo "compare-vm: exit $rc"
 exit $rc

@@ -21,7 +21,9 @@ readonly PROG=compare-vm
 # shellcheck source=../vm/wrapper-args.sh
 source "$root/scheduler/vm/wrapper-args.sh"
 
-timeout=3600
+# Nine schedulers × 5 rounds × five tables took well over an hour on a loaded 2-core host (a round of
+# seven schedulers, three tables: 10 minutes at load average 20-40): the limit is three hours.
+timeout=10800
 guest_args=(--rounds 3 --cell-seconds 3)
 guest_args_name=compare
 declare -A own_options=([--plots]="a directory" [--json]="a file" [--qemu]="host or trixie" [--tcg-threads]="single or multi")
@@ -90,6 +92,7 @@ tr -d '\r' <"$log" | sed -n 's/^compare-vm: //p' >"$results"
 echo "$PROG: guest exit code $code"
 if [[ $code -ne 0 ]]; then
 	tr -d '\r' <"$log" | tail -n 40 >&2
+	echo "$PROG: the guest streamed $(grep -c '^round ' "$results" || true) round line(s) before it stopped${json:+ (kept in $json)}" >&2
 	exit "$code"
 fi
 python3 "$here/report.py" --plots "$plots" "$results"
