@@ -115,7 +115,7 @@ struct Opts {
 
     /// Kernel backend: how its sched_ext ops order every runnable task (the sim backend schedules
     /// nothing itself).
-    #[arg(long, value_enum, default_value_t = BaseOrder::Deadline)]
+    #[arg(long, value_enum, default_value_t = BaseOrder::Cputime)]
     base_order: BaseOrder,
 
     /// Kernel backend only: where its region map is pinned (always the spec's PINNED_REGION_PATH).

@@ -3,9 +3,9 @@
  * scx_morpheus: a sched_ext scheduler that asks cooperative runtimes to yield.
  *
  * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
- * morpheus_base_order): by default a deadline, the time a task was queued plus the CPU time it used
- * since it last slept, less a credit for waking often; or (--base-order cputime) the former weighted
- * virtual time, the task that used the least CPU for its weight first. A waking task preempts the task
+ * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
+ * weight first; or (--base-order deadline) a deadline, the time a task was queued plus the CPU time it
+ * used since it last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
  * takes the task directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
  * them to yield; the ops below call it, and carry out what it decides that only a scheduler can do: a
@@ -25,7 +25,7 @@ UEI_DEFINE(uei);
 const volatile u64 task_slice_ns;
 const volatile u32 nr_online_cpus = 1;
 /* enum morpheus_base_order: how the shared queue is ordered. */
-const volatile u32 base_order = MORPHEUS_BASE_ORDER_DEADLINE;
+const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
 
 /*
  * Highest queue key seen starting to run: under CPUTIME the clock a waking task's vtime is clamped
