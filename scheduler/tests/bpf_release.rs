@@ -135,3 +135,137 @@ fn tracing_backend_links_the_same_worker_layer_and_no_sched_ext() {
     let undefined: Vec<&String> = linked.iter().filter(|(name, undefined)| *undefined && !GENERIC_KFUNCS.contains(&name.as_str())).map(|(name, _)| name).collect();
     assert!(undefined.is_empty(), "the tracing backend's object leaves symbols undefined: {undefined:?}");
 }
+
+/// The lines of `source` (a BPF source or the policy header) that make an acquire load
+/// (`load_acquire`, or the policy header's `MORPHEUS_LOAD_ACQUIRE`), leaving out definitions and comments.
+fn acquire_lines(source: &str) -> Vec<usize> {
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains("load_acquire(") || line.contains("MORPHEUS_LOAD_ACQUIRE("))
+        .filter(|(_, line)| !matches!(line.trim_start().chars().next(), Some('#' | '*' | '/')))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// A memory access of a BPF instruction as llvm-objdump prints it, other than the stack's (r10).
+fn memory_access(insn: &str) -> bool {
+    insn.contains("*(") && !insn.contains("(r10 ")
+}
+
+/// A fetching BPF atomic (`rX = atomic_fetch_add(...)`, the exchanges): fully ordered in every JIT.
+fn fetching_atomic(insn: &str) -> bool {
+    insn.contains("= atomic_fetch_") || insn.contains("xchg")
+}
+
+/// The target instruction number of a jump numbered `n` (`goto +0x3`, `if w1 == 0x0 goto -0x2 <...>`).
+fn jump_target(n: u64, insn: &str) -> Option<u64> {
+    let offset = insn.split("goto ").nth(1)?.split_whitespace().next()?;
+    let (sign, hex) = offset.split_at(1);
+    let off = i64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()?;
+    Some((n as i64 + 1 + if sign == "-" { -off } else { off }) as u64)
+}
+
+/// Whether every path from instruction `n` of `code` (numbered as llvm-objdump numbers them) reaches a
+/// fetching atomic before any non-stack memory access, call (other than bpf_get_smp_processor_id,
+/// helper 8, which full_barrier() makes) or exit, within `budget` instructions. On failure, the path.
+fn barrier_follows(code: &std::collections::BTreeMap<u64, String>, n: u64, budget: u32, path: &mut Vec<String>) -> bool {
+    let Some((&n, insn)) = code.range(n..).next() else { return false };
+    path.push(insn.clone());
+    if fetching_atomic(insn) {
+        return true;
+    }
+    if budget == 0 || memory_access(insn) || insn == "exit" || (insn.starts_with("call") && insn != "call 0x8") {
+        return false;
+    }
+    let Some(target) = insn.contains("goto ").then(|| jump_target(n, insn)) else {
+        return barrier_follows(code, n + 1, budget - 1, path);
+    };
+    let Some(target) = target else { return false };
+    if insn.starts_with("goto ") {
+        return barrier_follows(code, target, budget - 1, path);
+    }
+    let mut taken = path.clone();
+    barrier_follows(code, n + 1, budget - 1, path) && barrier_follows(code, target, budget - 1, &mut taken) || {
+        path.push(format!("(or, with the jump taken: {taken:?})"));
+        false
+    }
+}
+
+/// Every acquire load of one linked object (`object`, in OUT_DIR): each non-stack load the line table
+/// puts on an acquire line (of worker.bpf.c or morpheus_policy.h), with whether a fetching atomic
+/// follows it on every path (barrier_follows) and the path that shows it.
+fn acquire_loads(object: &str) -> Vec<(String, bool, Vec<String>)> {
+    let sources = [("worker.bpf.c", acquire_lines(SOURCE)), ("morpheus_policy.h", acquire_lines(include_str!("../src/policy/morpheus_policy.h")))];
+    let path = format!("{}/{object}", env!("OUT_DIR"));
+    let objdump = std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-19".to_string());
+    let out = Command::new(&objdump)
+        .args(["-d", "-l", "--no-show-raw-insn", &path])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {objdump} (tools/setup.sh installs llvm-19; LLVM_OBJDUMP overrides): {e}"));
+    assert!(out.status.success(), "{objdump} failed on {path}: {}", String::from_utf8_lossy(&out.stderr));
+    // Each section's instructions by number, and the numbered ones on an acquire line ("file:line").
+    let mut sections = Vec::new();
+    let mut code = std::collections::BTreeMap::new();
+    let mut loads = Vec::new();
+    let mut at: Option<String> = None;
+    for text in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(location) = text.strip_prefix("; ") {
+            at = location.rsplit_once(':').and_then(|(file, n)| {
+                let n: usize = n.trim().parse().ok()?;
+                let (name, lines) = sources.iter().find(|(name, _)| file.ends_with(name))?;
+                lines.contains(&n).then(|| format!("{name}:{n}"))
+            });
+        } else if text.starts_with("Disassembly of section") {
+            sections.push((std::mem::take(&mut code), std::mem::take(&mut loads)));
+        } else if text.ends_with(">:") {
+            at = None;
+        } else if let Some((n, insn)) = text.trim_start().split_once(':') {
+            if let Ok(n) = n.parse::<u64>() {
+                let insn = insn.trim().to_string();
+                if let Some(line) = &at {
+                    if memory_access(&insn) && insn.contains(" = *(") && !insn.starts_with('*') {
+                        loads.push((n, format!("{line}: {insn}")));
+                    }
+                }
+                code.insert(n, insn);
+            }
+        }
+    }
+    sections.push((code, loads));
+    let mut found = Vec::new();
+    for (code, loads) in &sections {
+        for (n, load) in loads {
+            let mut path = Vec::new();
+            let ordered = barrier_follows(code, n + 1, 64, &mut path);
+            found.push((load.clone(), ordered, path));
+        }
+    }
+    found
+}
+
+/// An acquire load is a plain load ordered before every later access. On x86-64 (TSO) every load is
+/// one; on arm64 the BPF side follows the load with full_barrier(), a fetching atomic the JIT emits
+/// fully ordered (src/bpf/morpheus.bpf.h, load_acquire). So in an arm64 object every load on an
+/// acquire line of the gate and checkpoint paths (worker.bpf.c, the policy header's gate loads) reaches
+/// a fetching atomic on every path before any other non-stack memory access: a load_acquire that lost
+/// its barrier fails here. Built for x86-64 (`cargo test`) this checks that the acquire loads are found
+/// and that none pays the barrier (x86's load_acquire is a compiler barrier only);
+/// `tools/arm64/scx-env.sh cargo test -p scx_morpheus --target aarch64-unknown-linux-gnu --test bpf_release`
+/// checks the arm64 object.
+#[test]
+fn acquire_loads_are_followed_by_a_fetching_atomic_on_arm64() {
+    for object in ["bpf.bpf.o", "trace/bpf.bpf.o"] {
+        let loads = acquire_loads(object);
+        for file in ["worker.bpf.c", "morpheus_policy.h"] {
+            assert!(loads.iter().any(|(load, _, _)| load.starts_with(file)), "{object}: no acquire load of {file} found (line table missing?): {loads:?}");
+        }
+        if cfg!(target_arch = "aarch64") {
+            let unordered: Vec<_> = loads.iter().filter(|(_, ordered, _)| !ordered).collect();
+            assert!(unordered.is_empty(), "{object}: acquire loads not followed by a fetching atomic (a full barrier) before the next access: {unordered:#?}");
+        } else {
+            let fenced: Vec<_> = loads.iter().filter(|(load, ordered, _)| *ordered && load.starts_with("worker.bpf.c")).collect();
+            assert!(fenced.is_empty(), "{object}: x86-64 acquire loads of worker.bpf.c pay a full barrier (load_acquire should be a compiler barrier there): {fenced:#?}");
+        }
+    }
+}

@@ -48,24 +48,42 @@ static __always_inline bool time_before(u64 a, u64 b)
 #endif
 
 /*
- * Acquire loads. clang 19 has no BPF load-acquire instruction; on x86-64 (TSO) every load is an
- * acquire and a compiler barrier keeps later accesses after it. Other architectures would need
- * real barriers, so refuse to build for them rather than be silently wrong. These are also the raw
- * accessors of the shared policy header (MORPHEUS_LOAD_*), which does the gate's loads itself.
+ * Acquire loads. clang 19 has no BPF load-acquire instruction (LLVM 21 adds one), so the order comes
+ * from the target CPU, picked by the architecture scx_cargo's BpfBuilder defines
+ * (__SCX_TARGET_ARCH_<arch>, the kernel's arch name of the Rust target; aarch64 is arm64):
+ * - x86-64 (TSO): every load is an acquire; a compiler barrier keeps later accesses after it.
+ * - arm64: a plain load may be reordered with later loads and stores, so the load is followed by
+ *   full_barrier(), a fetching atomic that every arm64 BPF JIT emits fully ordered (LSE `ldaddal`, or
+ *   `ldaxr`/`stlxr` with a trailing `dmb ish`): no later access is performed before it, and it is
+ *   after the load, so no later access is performed before the load either: load + full barrier is
+ *   an acquire. The cost is one atomic on the CPU's own cache line (barrier_lines) per acquire load.
+ * Any other architecture is refused rather than silently wrong. These are also the raw accessors of
+ * the shared policy header (MORPHEUS_LOAD_*), which does the gate's loads itself.
  *
  * Release side (spec/SCB.md §5.2): preempt_seq is incremented with a fetching atomic
  * (__sync_fetch_and_add with its result used), which the BPF JITs emit fully ordered on x86-64 and
- * arm64; a non-fetching BPF atomic add is unordered on arm64 and is never used for a signal.
+ * arm64; a non-fetching BPF atomic add is unordered on arm64 and is never used for a signal. The
+ * worker lock (deciding) is released with an exchange, also a fetching atomic. The plain stores
+ * (WRITE_ONCE) to an SCB (budget_remaining_ns, kernel_pressure_level, escalated) are advisory and
+ * publish nothing a reader acquires through them.
  */
-#ifndef __SCX_TARGET_ARCH_x86
-#error "scx_morpheus's memory ordering is written for x86-64; see load_acquire()"
-#endif
+#if defined(__SCX_TARGET_ARCH_x86)
 #define load_acquire(p)                                 \
 	({                                              \
 		typeof(*(p)) __v = READ_ONCE(*(p));     \
 		barrier();                              \
 		__v;                                    \
 	})
+#elif defined(__SCX_TARGET_ARCH_arm64)
+#define load_acquire(p)                                 \
+	({                                              \
+		typeof(*(p)) __v = READ_ONCE(*(p));     \
+		full_barrier();                         \
+		__v;                                    \
+	})
+#else
+#error "scx_morpheus's memory ordering is written for x86-64 and arm64 only; see load_acquire()"
+#endif
 #define MORPHEUS_LOAD_ACQUIRE(p) load_acquire(p)
 #define MORPHEUS_LOAD_RELAXED(p) READ_ONCE(*(p))
 

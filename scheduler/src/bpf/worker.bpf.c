@@ -848,9 +848,9 @@ __hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable
 	if (!runnable) {
 		/* A voluntary sleep or block: a yield point by the policy header's rule (never NONE). */
 		u64 ack = load_acquire(&scb->last_ack_seq);
+		u32 state = load_acquire(&scb->worker_state);
 
-		if (morpheus_yield_point(w->seen_ack_seq, ack, load_acquire(&scb->worker_state), 1) !=
-		    MORPHEUS_YIELD_POINT_NONE) {
+		if (morpheus_yield_point(w->seen_ack_seq, ack, state, 1) != MORPHEUS_YIELD_POINT_NONE) {
 			reset_runtime(w, ack, now);
 			count(MORPHEUS_CNT_SLEEP_RESETS);
 		}
