@@ -158,6 +158,7 @@ setup_arm64() {
   setup_arm64_node
   setup_arm64_jre
   setup_arm64_python
+  setup_arm64_scx_libs
   log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir), python3.11 in $(arm64_python_root)"
 }
 
@@ -247,6 +248,42 @@ setup_arm64_python() {
   mv "$tmp/root"/pip-"$ARM64_PIP_VERSION"-*.whl "$tmp/root/pip-$ARM64_PIP_VERSION.whl"
   [[ -x "$tmp/root/usr/bin/python3.11" && -e "$tmp/root/lib/ld-linux-aarch64.so.1" ]] ||
     { rm -rf "$tmp"; die "the arm64 python root lacks usr/bin/python3.11 or the loader"; }
+  place_in_cache "$tmp/root" "$dest" "$tmp"
+}
+
+# The libraries scx_morpheus links for arm64 (libbpf-sys builds libbpf itself but links the system's
+# libelf and zlib): Debian's arm64 libelf and zlib with their headers and .so links, fetched like the python
+# root above (private apt state, dpkg-deb -x; nothing installed on the host) into a root of their own.
+# libbpf-sys reads the link search path from LIBBPF_SYS_LIBRARY_PATH_aarch64_unknown_linux_gnu, and under
+# qemu the arm64 loader finds them through the guest's LD_LIBRARY_PATH (QEMU_SET_ENV):
+# tools/arm64/scx-env.sh sets both.
+ARM64_SCX_DEBS=(libelf1 libelf-dev zlib1g zlib1g-dev libzstd1)
+
+arm64_scx_root() { printf '%s/arm64/scx-libs-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
+
+setup_arm64_scx_libs() {
+  local dest apt tmp deb
+  dest="$(arm64_scx_root)"
+  [[ -e "$dest/usr/lib/aarch64-linux-gnu/libelf.so" && -e "$dest/usr/lib/aarch64-linux-gnu/libz.so" ]] && return
+  log "apt: fetching Debian's libelf and zlib for arm64 into $dest"
+  apt="$(dirname "$dest")/apt"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  touch "$apt/status"
+  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
+    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
+  tmp="$(mktemp -d)"
+  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
+  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_SCX_DEBS[@]}" >/dev/null) ||
+    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_SCX_DEBS[*]} failed"; }
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  # zlib1g-dev's libz.so points at /lib/aarch64-linux-gnu/libz.so.1.2.13 (absolute): point it into the root.
+  local link
+  for link in "$tmp/root/usr/lib/aarch64-linux-gnu"/*.so; do
+    [[ -L $link && $(readlink "$link") == /* ]] && ln -srfn "$tmp/root$(readlink "$link")" "$link"
+  done
+  [[ -e "$tmp/root/usr/lib/aarch64-linux-gnu/libelf.so" && -e "$tmp/root/usr/lib/aarch64-linux-gnu/libz.so" ]] ||
+    { rm -rf "$tmp"; die "the arm64 libelf/zlib root lacks usr/lib/aarch64-linux-gnu/libelf.so or libz.so"; }
   place_in_cache "$tmp/root" "$dest" "$tmp"
 }
 
