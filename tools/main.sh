@@ -30,6 +30,15 @@ step_abi_check() {
   python3 abi/gen/morpheus_abigen.py --check
 }
 
+# scx_morpheus for linux-arm64-gnu, cross-built (BPF objects with __TARGET_ARCH_arm64 and scx_utils'
+# arm64 vmlinux.h; libelf/zlib from tools/setup.sh's arm64 root, tools/arm64/scx-env.sh), its BPF object's
+# acquire loads checked for their full barriers (tests/bpf_release.rs), and the sim backend's CLI tests run
+# under qemu-aarch64-static. A step rather than a bazel test: it cross-builds all of scx_morpheus and its
+# test dependencies. The tracing and kernel backends cannot run here (qemu-user has no bpf(2): ENOSYS).
+step_scx_arm64() {
+  tools/arm64/scx-env.sh cargo test -p scx_morpheus --target aarch64-unknown-linux-gnu --test bpf_release --test cli
+}
+
 # Starvation benchmark: Morpheus off / observer / enforced side by side, observer and enforced on the sim
 # backend and on the tracing backend (where root and BTF allow; otherwise sim only, saying why) in the
 # same rounds, 5 rounds with the spread of each ratio to off (scheduler/BENCHMARKS.md, "Starvation").
@@ -122,6 +131,7 @@ step_compare() {
 STEPS=(
   abi_check
   abi_report
+  scx_arm64
   starvation
   trace_bench
   yield_bench
