@@ -99,6 +99,15 @@ int main(void)
 	FIELD(reg_reply, slot_generation);
 	FIELD(reg_reply, message_size);
 	FIELD(reg_reply, region_path);
+	printf("record worker %zu %zu\n", sizeof(struct morpheus_worker), MORPHEUS_ALIGNOF(struct morpheus_worker));
+	FIELD(worker, preempt_seq);
+	FIELD(worker, cached_ack);
+	FIELD(worker, critical_depth);
+	FIELD(worker, reserved);
+	FIELD(worker, in_critical);
+	FIELD(worker, generation);
+	FIELD(worker, attached_generation);
+	FIELD(worker, inner);
 	printf("enum scheduler_mode OBSERVER %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_OBSERVER);
 	printf("enum scheduler_mode ENFORCED %llu\n", (unsigned long long)MORPHEUS_SCHEDULER_MODE_ENFORCED);
 	printf("enum worker_state INIT %llu\n", (unsigned long long)MORPHEUS_WORKER_STATE_INIT);

@@ -189,6 +189,11 @@ typedef __INT64_TYPE__ morpheus_s64;
 #define MORPHEUS_ESCAPABLE_DEFAULT_NODE 0u
 #define MORPHEUS_ESCAPABLE_DEFAULT_JAVA 0u
 
+/* Layout version of struct morpheus_worker, a process record versioned on its own (spec/abi.toml): a released layout never changes in place. */
+#define MORPHEUS_WORKER_LAYOUT_VERSION 1u
+/* Soname of the library that carries layout 1 of struct morpheus_worker. */
+#define MORPHEUS_WORKER_SONAME "libmorpheus.so.1"
+
 /* Global machine pressure, published by the scheduler's agent inside the region header. */
 struct morpheus_pressure {
 	morpheus_u32 seq; /* @0 atomic, agent: seqlock (SCB.md 2.1): writer stores odd (relaxed), release fence, data, even (release); reader acquire-loads, reads data, acquire fence, re-loads; at most SEQLOCK_MAX_RETRIES attempts. Sequence counter of the seqlock protecting this record. */
@@ -403,6 +408,29 @@ MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, generation)
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, slot_generation) == 24, "morpheus_reg_reply.slot_generation must be at offset 24");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, message_size) == 28, "morpheus_reg_reply.message_size must be at offset 28");
 MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_reg_reply, region_path) == 32, "morpheus_reg_reply.region_path must be at offset 32");
+
+/* The per-thread fast-path state of the SDK core (Rust's RawWorker, C's struct morpheus_worker): compiled programs read it inline through sdk-c's morpheus_inline.h, so its layout is part of libmorpheus's binary interface. Only the owning thread touches it. */
+struct morpheus_worker {
+	const morpheus_u64 *preempt_seq; /* @0 plain, sdk core, owning thread: the pointee is the SCB's preempt_seq (a static zero when detached): acquire load only. The SCB's preempt_seq (a static zero when detached). */
+	morpheus_u64 cached_ack; /* @8 plain, sdk core, owning thread: none (one thread). Value the fast path compares preempt_seq with: the last acknowledged sequence, or an unreachable value in the PRESSURED and DEFENSIVE modes. */
+	morpheus_u32 critical_depth; /* @16 plain, sdk core and inline fast paths, owning thread: none (one thread). Critical-section nesting depth of this thread. */
+	morpheus_u32 reserved; /* @20 plain, sdk core, owning thread: none (one thread). Zero. */
+	morpheus_u32 *in_critical; /* @24 plain, sdk core, owning thread: the pointee is the SCB's in_critical, or NULL when detached (then only the depth is tracked): stored as SCB.md 3.1 says. The SCB's in_critical, or NULL when detached. */
+	const morpheus_u64 *generation; /* @32 plain, sdk core, owning thread: the pointee is the region header's generation (a static zero when detached): acquire load only. The region header's generation (a static zero when detached). */
+	morpheus_u64 attached_generation; /* @40 plain, sdk core, owning thread: none (one thread). Generation at attach; SCB writes happen only while *generation equals it. */
+	void *inner; /* @48 plain, sdk core, owning thread: none (one thread). Slow-path state owned by the SDK core (opaque); NULL when the thread holds no worker. */
+};
+
+MORPHEUS_STATIC_ASSERT(sizeof(struct morpheus_worker) == 56, "struct morpheus_worker must be 56 bytes");
+MORPHEUS_STATIC_ASSERT(MORPHEUS_ALIGNOF(struct morpheus_worker) == 8, "struct morpheus_worker must be 8-byte aligned");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, preempt_seq) == 0, "morpheus_worker.preempt_seq must be at offset 0");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, cached_ack) == 8, "morpheus_worker.cached_ack must be at offset 8");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, critical_depth) == 16, "morpheus_worker.critical_depth must be at offset 16");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, reserved) == 20, "morpheus_worker.reserved must be at offset 20");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, in_critical) == 24, "morpheus_worker.in_critical must be at offset 24");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, generation) == 32, "morpheus_worker.generation must be at offset 32");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, attached_generation) == 40, "morpheus_worker.attached_generation must be at offset 40");
+MORPHEUS_STATIC_ASSERT(__builtin_offsetof(struct morpheus_worker, inner) == 48, "morpheus_worker.inner must be at offset 48");
 
 #ifndef __bpf__
 /* The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.

@@ -13,12 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PRIMITIVES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8}
-DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message"}
+# A pointer field (`*const T` / `*mut T`, T a primitive or `opaque`, an untyped handle) has the size and
+# alignment of a pointer on the 64-bit targets the spec states layouts for. Pointers never cross a process:
+# only a `process` record (one process's memory, versioned by its own layout_version) may hold one.
+POINTER_SIZE = 8
+DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message", "process"}
 ACCESS = {"atomic", "plain"}
 RECLAIM = {"zero", "keep"}
 CONSTANT_TYPES = {"u32", "u64", "i32", "str"}
 CACHE_LINE = 64
 _BYTES = re.compile(r"u8\[(\d+)\]")
+_POINTER = re.compile(r"\*(const|mut) ([a-z0-9_]+)")
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 _UPPER_IDENT = re.compile(r"[A-Z][A-Z0-9_]*")
 # Names the generated code gives every record (Python attributes, Java constants such as SIZE, Node keys),
@@ -57,6 +62,12 @@ class Field:
     def end(self) -> int:
         return self.offset + self.size
 
+    @property
+    def pointer(self) -> tuple[bool, str] | None:
+        """(mutable, pointee) of a pointer field; pointee is a primitive or "opaque"."""
+        m = _POINTER.fullmatch(self.type)
+        return (m.group(1) == "mut", m.group(2)) if m else None
+
 
 @dataclass(frozen=True)
 class Record:
@@ -66,6 +77,11 @@ class Record:
     doc: str
     fields: tuple[Field, ...]
     lines: tuple[str, ...] = ()
+    # A `process` record (memory of one process, e.g. read by code compiled into a program) is versioned on
+    # its own: its layout_version and the shared library soname that carries it, locked per version in
+    # spec/locks/<name>-layout-<version>.lock.json. 0 / "" for the records of the versioned region ABI.
+    layout_version: int = 0
+    soname: str = ""
 
     @property
     def natural_align(self) -> int:
@@ -218,6 +234,11 @@ def _type_layout(ftype: str, spec: Spec, where: str) -> tuple[int, int]:
     """(size, natural alignment) of a field type."""
     if ftype in PRIMITIVES:
         return PRIMITIVES[ftype], PRIMITIVES[ftype]
+    m = _POINTER.fullmatch(ftype)
+    if m:
+        if m.group(2) not in PRIMITIVES and m.group(2) != "opaque":
+            raise SpecError(f"{where}: pointer to unknown type '{m.group(2)}' (expected a primitive or opaque)")
+        return POINTER_SIZE, POINTER_SIZE
     m = _BYTES.fullmatch(ftype)
     if m:
         if int(m.group(1)) == 0:
@@ -226,7 +247,7 @@ def _type_layout(ftype: str, spec: Spec, where: str) -> tuple[int, int]:
     for rec in spec.records:
         if rec.name == ftype:
             return rec.size, rec.align
-    raise SpecError(f"{where}: unknown type '{ftype}' (expected one of {sorted(PRIMITIVES)}, u8[N], or a record defined earlier)")
+    raise SpecError(f"{where}: unknown type '{ftype}' (expected one of {sorted(PRIMITIVES)}, u8[N], *const T, *mut T, or a record defined earlier)")
 
 
 def _parse_record(r: dict, spec: Spec) -> Record:
@@ -275,6 +296,8 @@ def _parse_record(r: dict, spec: Spec) -> Record:
                     _need(f, "ordering", fwhere, str), _need(f, "doc", fwhere, str), reclaim)
         if fld.reserved and fld.writer != "nobody":
             raise SpecError(f"{fwhere}: reserved fields (leading '_') must have writer = \"nobody\"")
+        if fld.pointer and direction != "process":
+            raise SpecError(f"{fwhere}: a pointer means nothing outside its process; only direction \"process\" may hold {ftype}")
         fields.append(fld)
     if not fields:
         raise SpecError(f"{where}: has no fields")
@@ -296,7 +319,7 @@ def _parse_record(r: dict, spec: Spec) -> Record:
     if [f.offset for f in fields] != sorted(f.offset for f in fields):
         raise SpecError(f"{where}: fields must be listed in offset order")
     for f in fields:
-        if f.type not in PRIMITIVES and f.array_len is None and f.offset % spec.record(f.type).align:
+        if f.type not in PRIMITIVES and f.array_len is None and f.pointer is None and f.offset % spec.record(f.type).align:
             raise SpecError(f"field {name}.{f.name}: offset {f.offset} is not aligned for record {f.type}")
 
     natural = max(f.align for f in fields)
@@ -313,7 +336,18 @@ def _parse_record(r: dict, spec: Spec) -> Record:
             for line in range(f.offset // CACHE_LINE, (f.end - 1) // CACHE_LINE + 1):
                 if f.direction != lines[line]:
                     raise SpecError(f"field {name}.{f.name}: direction {f.direction} is not allowed in cache line {line} ({lines[line]} only)")
-    return Record(name, size, align, _need(r, "doc", where, str), tuple(fields), lines)
+    process = [f.direction == "process" for f in fields]
+    if any(process) and not all(process):
+        raise SpecError(f"{where}: mixes direction \"process\" with shared directions; a record lives in one process or is shared")
+    layout_version, soname = r.get("layout_version", 0), r.get("soname", "")
+    if all(process):
+        layout_version = _need(r, "layout_version", where, int)
+        soname = _need(r, "soname", where, str)
+        if layout_version < 1 or not soname:
+            raise SpecError(f"{where}: layout_version must be >= 1 and soname non-empty")
+    elif layout_version or soname:
+        raise SpecError(f"{where}: only a \"process\" record has a layout_version and soname (the region ABI is versioned by [abi])")
+    return Record(name, size, align, _need(r, "doc", where, str), tuple(fields), lines, layout_version, soname)
 
 
 def reclaim_stores(record: Record) -> list[tuple[int, int]]:
@@ -346,8 +380,74 @@ def lock_of(spec: Spec) -> dict:
                 "fields": [{"name": f.name, "type": f.type, "offset": f.offset, "size": f.size} for f in r.fields],
             }
             for r in spec.records
+            if not r.layout_version
         },
     }
+
+
+def record_lock_of(rec: Record) -> dict:
+    """The released shape of one layout_version of a process record: changed only by a new version."""
+    return {
+        "record": rec.name,
+        "layout_version": rec.layout_version,
+        "soname": rec.soname,
+        "size": rec.size,
+        "align": rec.align,
+        "fields": [{"name": f.name, "type": f.type, "offset": f.offset, "size": f.size} for f in rec.fields],
+    }
+
+
+def record_lock_path(lock_dir: Path, name: str, layout_version: int) -> Path:
+    return lock_dir / f"{name}-layout-{layout_version}.lock.json"
+
+
+def record_locks(lock_dir: Path) -> dict[str, dict[int, dict]]:
+    """Every released layout of every process record: {record: {layout_version: lock}}."""
+    out: dict[str, dict[int, dict]] = {}
+    for p in sorted(lock_dir.glob("*-layout-*.lock.json")):
+        lock = json.loads(p.read_text())
+        out.setdefault(lock["record"], {})[lock["layout_version"]] = lock
+    return out
+
+
+def check_record_layouts(spec: Spec, locks: dict[str, dict[int, dict]]) -> None:
+    """Refuse, naming the field, a released layout of a process record changed in place, a process record
+    removed, a new layout version below a released one, or a new layout reusing a released soname (a program
+    built against the old layout would load the library and misread the struct)."""
+    for name, versions in locks.items():
+        rec = next((r for r in spec.records if r.name == name), None)
+        if rec is None:
+            raise SpecError(f"record {name}: layout {max(versions)} released ({versions[max(versions)]['soname']}), now removed")
+        old = versions.get(rec.layout_version)
+        if old is None:
+            newest = max(versions)
+            if rec.layout_version < newest:
+                raise SpecError(f"record {name}: layout_version {rec.layout_version} is older than the released layout {newest}")
+            for v, lock in versions.items():
+                if lock["soname"] == rec.soname:
+                    raise SpecError(f"record {name}: layout {rec.layout_version} reuses soname {rec.soname} of released layout {v}; "
+                                    "a new layout needs a new soname")
+            continue
+        where = f"layout {rec.layout_version} of record {name} ({old['soname']})"
+        fix = "a released layout is never changed in place: bump layout_version and give it a new soname"
+        if rec.soname != old["soname"]:
+            raise SpecError(f"record {name}: soname changed from {old['soname']} to {rec.soname} under released layout "
+                            f"{rec.layout_version}; {fix}")
+        now = {f.name: f for f in rec.fields}
+        for of in old["fields"]:
+            f = now.get(of["name"])
+            if f is None:
+                raise SpecError(f"field {name}.{of['name']}: in released {where}, now removed; {fix}")
+            if (f.offset, f.size, f.type) != (of["offset"], of["size"], of["type"]):
+                raise SpecError(f"field {name}.{of['name']}: {where} has it at offset {of['offset']} ({of['size']} bytes, "
+                                f"{of['type']}), now at offset {f.offset} ({f.size} bytes, {f.type}); {fix}")
+        released = {of["name"] for of in old["fields"]}
+        for f in rec.fields:
+            if f.name not in released:
+                raise SpecError(f"field {name}.{f.name}: not in released {where}; {fix}")
+        if (rec.size, rec.align) != (old["size"], old["align"]):
+            raise SpecError(f"record {name}: {where} is {old['size']} bytes, {old['align']}-aligned, now {rec.size} "
+                            f"bytes, {rec.align}-aligned; {fix}")
 
 
 def lock_path(lock_dir: Path, major: int, minor: int) -> Path:
@@ -429,7 +529,7 @@ def check_compatible(spec: Spec, lock: dict) -> None:
                             f"which was not reserved in {old_v}")
         if rec.size > old["size"]:
             grew = True
-    if any(r.name not in lock["records"] for r in spec.records):
+    if any(r.name not in lock["records"] for r in spec.records if not r.layout_version):
         grew = True
     if grew and spec.minor == lock["abi"]["minor"]:
         raise SpecError(f"[abi]: the layout grew since the released {old_v}; bump the minor version")

@@ -326,3 +326,134 @@ def test_the_rust_escapable_default_has_a_catch_all_only_for_kinds_left_out():
     full, partial = arms(raw()), arms(partial_raw)
     assert "RuntimeKind::Unknown => false," in full and "_ => false," not in full
     assert "RuntimeKind::Unknown" not in partial and "_ => false," in partial
+
+
+# --- struct morpheus_worker: a process record, locked per layout_version -----------------------------------
+
+def worker_record(spec: dict) -> dict:
+    return next(r for r in spec["record"] if r["name"] == "worker")
+
+
+def record_locks() -> dict:
+    return abispec.record_locks(ROOT / "spec" / "locks")
+
+
+def test_the_worker_layout_is_released_as_layout_1_of_libmorpheus_so_1_and_outside_the_region_abi():
+    spec = abispec.parse(raw())
+    abispec.check_record_layouts(spec, record_locks())
+    lock1 = record_locks()["worker"][1]
+    assert (lock1["soname"], lock1["size"], lock1["align"]) == ("libmorpheus.so.1", 56, 8)
+    assert [(f["name"], f["offset"], f["size"]) for f in lock1["fields"]] == [
+        ("preempt_seq", 0, 8), ("cached_ack", 8, 8), ("critical_depth", 16, 4), ("reserved", 20, 4),
+        ("in_critical", 24, 8), ("generation", 32, 8), ("attached_generation", 40, 8), ("inner", 48, 8)]
+    # The region ABI's lock does not hold it: a worker layout change never needs an ABI minor, nor the reverse.
+    assert "worker" not in abispec.lock_of(spec)["records"]
+
+
+def swap_worker_fields(spec: dict, a: str, b: str) -> None:
+    fa, fb = field(spec, a, "worker"), field(spec, b, "worker")
+    fa["offset"], fb["offset"] = fb["offset"], fa["offset"]
+    worker_record(spec)["fields"].sort(key=lambda f: f["offset"])
+
+
+def widen_critical_depth(spec: dict) -> None:
+    fields = worker_record(spec)["fields"]
+    fields.remove(field(spec, "reserved", "worker"))
+    field(spec, "critical_depth", "worker").update(type="u64", size=8)
+
+
+def append_worker_field(spec: dict) -> None:
+    worker_record(spec)["size"] = 64
+    worker_record(spec)["fields"].append(dict(field(spec, "cached_ack", "worker"), name="budget", offset=56))
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: swap_worker_fields(s, "critical_depth", "reserved"),
+         "field worker.critical_depth: layout 1 of record worker (libmorpheus.so.1) has it at offset 16 (4 bytes, u32), "
+         "now at offset 20 (4 bytes, u32); a released layout is never changed in place"),
+        (widen_critical_depth, "field worker.critical_depth: layout 1 of record worker (libmorpheus.so.1) has it at offset "
+         "16 (4 bytes, u32), now at offset 16 (8 bytes, u64)"),
+        (lambda s: field(s, "inner", "worker").update(type="u64"), "field worker.inner: layout 1 of record worker "
+         "(libmorpheus.so.1) has it at offset 48 (8 bytes, *mut opaque), now at offset 48 (8 bytes, u64)"),
+        (append_worker_field, "field worker.budget: not in released layout 1 of record worker (libmorpheus.so.1)"),
+        (lambda s: worker_record(s).update(soname="libmorpheus.so.9"),
+         "record worker: soname changed from libmorpheus.so.1 to libmorpheus.so.9 under released layout 1"),
+        (lambda s: s["record"].remove(worker_record(s)), "record worker: layout 1 released (libmorpheus.so.1), now removed"),
+    ],
+)
+def test_a_released_worker_layout_changed_in_place_is_refused_naming_the_field(mutate, message):
+    spec = raw()
+    mutate(spec)
+    with pytest.raises(SpecError) as err:
+        abispec.check_record_layouts(abispec.parse(spec), record_locks())
+    assert message in str(err.value)
+
+
+def test_a_new_worker_layout_needs_a_new_version_and_a_new_soname():
+    spec = raw()
+    append_worker_field(spec)
+    worker_record(spec)["layout_version"] = 2
+    with pytest.raises(SpecError, match="record worker: layout 2 reuses soname libmorpheus.so.1 of released layout 1"):
+        abispec.check_record_layouts(abispec.parse(spec), record_locks())
+    worker_record(spec)["soname"] = "libmorpheus.so.2"
+    abispec.check_record_layouts(abispec.parse(spec), record_locks())
+    # The region ABI's gate is not involved: no minor bump is asked for.
+    abispec.check_compatible(abispec.parse(spec), lock())
+    locks = record_locks()
+    locks["worker"][3] = dict(locks["worker"][1], layout_version=3, soname="libmorpheus.so.3")
+    with pytest.raises(SpecError, match="record worker: layout_version 2 is older than the released layout 3"):
+        abispec.check_record_layouts(abispec.parse(spec), locks)
+
+
+def test_the_gate_refuses_a_worker_field_moved_in_place_and_release_locks_a_new_layout(tmp_path):
+    root = copy_tree(tmp_path)
+    spec_file = root / "spec" / "abi.toml"
+    text = spec_file.read_text()
+    moved = text.replace('{ name = "critical_depth", type = "u32", offset = 16,', '{ name = "critical_depth", type = "u32", offset = 20,', 1)
+    moved = moved.replace('{ name = "reserved", type = "u32", offset = 20,', '{ name = "reserved", type = "u32", offset = 16,', 1)
+    lines = moved.splitlines()
+    i = next(n for n, l in enumerate(lines) if 'name = "critical_depth"' in l)
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    spec_file.write_text("\n".join(lines) + "\n")
+    for mode in ("--check", "--release"):
+        result = run_gen(mode, "--root", str(root), "--spec", str(spec_file))
+        assert result.returncode == 1, mode
+        assert "field worker.critical_depth: layout 1 of record worker (libmorpheus.so.1) has it at offset 16" in result.stderr
+    assert not (root / "spec" / "locks" / "worker-layout-2.lock.json").exists()
+    spec_file.write_text("\n".join(lines).replace("layout_version = 1", "layout_version = 2")
+                         .replace('soname = "libmorpheus.so.1"', 'soname = "libmorpheus.so.2"') + "\n")
+    result = run_gen("--release", "--root", str(root), "--spec", str(spec_file))
+    assert result.returncode == 0, result.stderr
+    assert "released layout 2 of worker (libmorpheus.so.2)" in result.stdout
+    assert json.loads((root / "spec/locks/worker-layout-2.lock.json").read_text())["fields"][2] == \
+        {"name": "reserved", "type": "u32", "offset": 16, "size": 4}
+    assert json.loads((root / "spec/locks/worker-layout-1.lock.json").read_text()) == record_locks()["worker"][1]
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: field(s, "preempt_seq").update(type="*const u64", access="plain"),
+         "field scb.preempt_seq: a pointer means nothing outside its process"),
+        (lambda s: field(s, "inner", "worker").update(type="*mut thing"), "field worker.inner: pointer to unknown type 'thing'"),
+        (lambda s: worker_record(s).pop("layout_version"), "record worker: missing key 'layout_version'"),
+        (lambda s: field(s, "cached_ack", "worker").update(direction="message"), "record worker: mixes direction \"process\""),
+        (lambda s: next(r for r in s["record"] if r["name"] == "hint").update(layout_version=1, soname="x"),
+         "record hint: only a \"process\" record has a layout_version"),
+    ],
+)
+def test_pointer_fields_and_process_records_are_checked(mutate, message):
+    spec = raw()
+    mutate(spec)
+    with pytest.raises(SpecError) as err:
+        abispec.parse(spec)
+    assert message in str(err.value)
+
+
+def test_the_c_header_declares_the_worker_with_its_pointer_types():
+    header = (ROOT / "abi" / "c" / "morpheus_abi.h").read_text()
+    for decl in ("const morpheus_u64 *preempt_seq;", "morpheus_u32 *in_critical;", "const morpheus_u64 *generation;",
+                 "void *inner;", "#define MORPHEUS_WORKER_LAYOUT_VERSION 1u", '#define MORPHEUS_WORKER_SONAME "libmorpheus.so.1"'):
+        assert decl in header

@@ -341,3 +341,19 @@ export declare const RegReply: {
     readonly region_path: FieldLayout;
   };
 };
+
+/** The per-thread fast-path state of the SDK core (Rust's RawWorker, C's struct morpheus_worker): compiled programs read it inline through sdk-c's morpheus_inline.h, so its layout is part of libmorpheus's binary interface. Only the owning thread touches it. */
+export declare const Worker: {
+  readonly size: 56;
+  readonly align: 8;
+  readonly fields: {
+    readonly preempt_seq: FieldLayout;
+    readonly cached_ack: FieldLayout;
+    readonly critical_depth: FieldLayout;
+    readonly reserved: FieldLayout;
+    readonly in_critical: FieldLayout;
+    readonly generation: FieldLayout;
+    readonly attached_generation: FieldLayout;
+    readonly inner: FieldLayout;
+  };
+};

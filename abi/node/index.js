@@ -337,3 +337,19 @@ exports.RegReply = Object.freeze({
     region_path: Object.freeze({ offset: 32, size: 96, type: 'u8[96]', atomic: false }),
   }),
 });
+
+/** The per-thread fast-path state of the SDK core (Rust's RawWorker, C's struct morpheus_worker): compiled programs read it inline through sdk-c's morpheus_inline.h, so its layout is part of libmorpheus's binary interface. Only the owning thread touches it. */
+exports.Worker = Object.freeze({
+  size: 56,
+  align: 8,
+  fields: Object.freeze({
+    preempt_seq: Object.freeze({ offset: 0, size: 8, type: '*const u64', atomic: false }),
+    cached_ack: Object.freeze({ offset: 8, size: 8, type: 'u64', atomic: false }),
+    critical_depth: Object.freeze({ offset: 16, size: 4, type: 'u32', atomic: false }),
+    reserved: Object.freeze({ offset: 20, size: 4, type: 'u32', atomic: false }),
+    in_critical: Object.freeze({ offset: 24, size: 8, type: '*mut u32', atomic: false }),
+    generation: Object.freeze({ offset: 32, size: 8, type: '*const u64', atomic: false }),
+    attached_generation: Object.freeze({ offset: 40, size: 8, type: 'u64', atomic: false }),
+    inner: Object.freeze({ offset: 48, size: 8, type: '*mut opaque', atomic: false }),
+  }),
+});

@@ -471,6 +471,22 @@ class RegReply:
     FIELDS = (MAGIC, STATUS, SLOT, ABI_MAJOR, ABI_MINOR, GENERATION, SLOT_GENERATION, MESSAGE_SIZE, REGION_PATH,)
 
 
+class Worker:
+    """The per-thread fast-path state of the SDK core (Rust's RawWorker, C's struct morpheus_worker): compiled programs read it inline through sdk-c's morpheus_inline.h, so its layout is part of libmorpheus's binary interface. Only the owning thread touches it."""
+
+    SIZE = 56
+    ALIGN = 8
+    PREEMPT_SEQ = Field('preempt_seq', '*const u64', 0, 8, False, '')
+    CACHED_ACK = Field('cached_ack', 'u64', 8, 8, False, '<Q')
+    CRITICAL_DEPTH = Field('critical_depth', 'u32', 16, 4, False, '<I')
+    RESERVED = Field('reserved', 'u32', 20, 4, False, '<I')
+    IN_CRITICAL = Field('in_critical', '*mut u32', 24, 8, False, '')
+    GENERATION = Field('generation', '*const u64', 32, 8, False, '')
+    ATTACHED_GENERATION = Field('attached_generation', 'u64', 40, 8, False, '<Q')
+    INNER = Field('inner', '*mut opaque', 48, 8, False, '')
+    FIELDS = (PREEMPT_SEQ, CACHED_ACK, CRITICAL_DEPTH, RESERVED, IN_CRITICAL, GENERATION, ATTACHED_GENERATION, INNER,)
+
+
 def scb_clear_for_reuse(buf, base: int, stride: int) -> None:
     """The reclaim clear of a scb (spec/SCB.md §4), done while the slot is CLAIMED: every byte of the stride is zeroed with relaxed atomic stores except preempt_seq, budget_remaining_ns, last_hint_ns, slot_generation, kernel_pressure_level, hints_dropped, escalations, last_ack_seq, worker_state; the caller then publishes INIT with release.
 
@@ -624,4 +640,19 @@ class RegReplyStruct(ctypes.LittleEndianStructure):
         ('slot_generation', ctypes.c_uint32),
         ('message_size', ctypes.c_uint32),
         ('region_path', ctypes.c_uint8 * 96),
+    ]
+
+
+class WorkerStruct(ctypes.LittleEndianStructure):
+    """ctypes view of worker; its offsets are computed by ctypes, which the layout test checks."""
+
+    _fields_ = [
+        ('preempt_seq', ctypes.c_void_p),
+        ('cached_ack', ctypes.c_uint64),
+        ('critical_depth', ctypes.c_uint32),
+        ('reserved', ctypes.c_uint32),
+        ('in_critical', ctypes.c_void_p),
+        ('generation', ctypes.c_void_p),
+        ('attached_generation', ctypes.c_uint64),
+        ('inner', ctypes.c_void_p),
     ]

@@ -1185,6 +1185,14 @@ pub const FIELD_LAYOUT: &[crate::FieldLayout] = &[
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", slot_generation),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", message_size),
     crate::field_layout!(crate::raw::morpheus_reg_reply, "reg_reply", region_path),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", preempt_seq),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", cached_ack),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", critical_depth),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", reserved),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", in_critical),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", generation),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", attached_generation),
+    crate::field_layout!(crate::raw::morpheus_worker, "worker", inner),
 ];
 
 /// Size and alignment of every record as the compiler laid out the bindgen types.
@@ -1196,4 +1204,40 @@ pub const RECORD_LAYOUT: &[crate::RecordLayout] = &[
     crate::record_layout!(crate::raw::morpheus_escalation_event, "escalation_event"),
     crate::record_layout!(crate::raw::morpheus_reg_request, "reg_request"),
     crate::record_layout!(crate::raw::morpheus_reg_reply, "reg_reply"),
+    crate::record_layout!(crate::raw::morpheus_worker, "worker"),
 ];
+
+/// Layout version of `worker`, a process record versioned on its own (spec/abi.toml): a released
+/// layout never changes in place.
+pub const WORKER_LAYOUT_VERSION: u32 = 1;
+/// Soname of the library that carries layout 1 of `worker`.
+pub const WORKER_SONAME: &str = "libmorpheus.so.1";
+
+/// Compile-time proof that `$ty`, a Rust definition of the process record `worker`, has layout
+/// 1 of spec/abi.toml: 56 bytes, 8-aligned, every field at the spec's offset
+/// with the spec's size (a field the type lacks does not compile). Layouts are stated for 64-bit targets.
+#[macro_export]
+macro_rules! assert_worker_layout {
+    ($ty:ty) => {
+        const _: () = {
+            assert!(core::mem::size_of::<$ty>() == 56, "worker must be 56 bytes (spec/abi.toml)");
+            assert!(core::mem::align_of::<$ty>() == 8, "worker must be 8-byte aligned (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", preempt_seq);
+            assert!(f.offset == 0 && f.size == 8, "worker.preempt_seq must be at offset 0, 8 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", cached_ack);
+            assert!(f.offset == 8 && f.size == 8, "worker.cached_ack must be at offset 8, 8 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", critical_depth);
+            assert!(f.offset == 16 && f.size == 4, "worker.critical_depth must be at offset 16, 4 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", reserved);
+            assert!(f.offset == 20 && f.size == 4, "worker.reserved must be at offset 20, 4 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", in_critical);
+            assert!(f.offset == 24 && f.size == 8, "worker.in_critical must be at offset 24, 8 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", generation);
+            assert!(f.offset == 32 && f.size == 8, "worker.generation must be at offset 32, 8 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", attached_generation);
+            assert!(f.offset == 40 && f.size == 8, "worker.attached_generation must be at offset 40, 8 bytes (spec/abi.toml)");
+            let f = $crate::field_layout!($ty, "worker", inner);
+            assert!(f.offset == 48 && f.size == 8, "worker.inner must be at offset 48, 8 bytes (spec/abi.toml)");
+        };
+    };
+}
