@@ -53,15 +53,10 @@ pub struct MorpheusOptions {
     pub runtime_kind: u32,
 }
 
-/// Version of `struct morpheus_worker`'s layout this library was built with. `morpheus_inline.h`
-/// checks it at compile time and reports it to the library at load time
-/// (`morpheus_worker_layout_check`). cbindgen can only export a literal, so the value is written here
-/// and tied to the Rust core's `WORKER_LAYOUT_VERSION` by the assertion below.
-pub const MORPHEUS_WORKER_LAYOUT_VERSION: u32 = 1;
-const _: () = assert!(
-    MORPHEUS_WORKER_LAYOUT_VERSION == morpheus::raw::WORKER_LAYOUT_VERSION,
-    "MORPHEUS_WORKER_LAYOUT_VERSION must equal morpheus::raw::WORKER_LAYOUT_VERSION"
-);
+/// Version of `struct morpheus_worker`'s layout this library was built with: the spec's (record `worker`
+/// of spec/abi.toml), which `morpheus_abi.h` defines as `MORPHEUS_WORKER_LAYOUT_VERSION` and
+/// `morpheus_inline.h` reports to the library at load time (`morpheus_worker_layout_check`).
+const WORKER_LAYOUT_VERSION: u32 = morpheus::raw::WORKER_LAYOUT_VERSION;
 
 /// The layout version a program compiled against another `morpheus.h` reported, 0 if none did.
 static FOREIGN_LAYOUT: AtomicU32 = AtomicU32::new(0);
@@ -141,22 +136,23 @@ pub unsafe extern "C" fn morpheus_options_init(opts: *mut MorpheusOptions) {
 /// Byte offset of a field of `struct morpheus_worker` or `struct morpheus_options`, named
 /// `"morpheus_worker.cached_ack"`, or the size of the struct, named `"morpheus_worker"`; -1 for an
 /// unknown name. For bindings that reach these structs without a C compiler (the JVM's FFM), so that
-/// they ask the library for its layout instead of copying it.
+/// they ask the library for its layout instead of copying it. The worker's fields are the spec's
+/// (record `worker`, `morpheus_abi::FIELD_LAYOUT`), which `RawWorker` is asserted to match.
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_layout_offset(name: *const c_char) -> i64 {
     use std::mem::{offset_of, size_of};
     if name.is_null() {
         return -1;
     }
-    let offset = match CStr::from_ptr(name).to_bytes() {
+    let name = CStr::from_ptr(name).to_bytes();
+    if let Some(field) = name.strip_prefix(b"morpheus_worker.") {
+        return morpheus_abi::FIELD_LAYOUT
+            .iter()
+            .find(|f| f.record == "worker" && f.field.as_bytes() == field)
+            .map_or(-1, |f| f.offset as i64);
+    }
+    let offset = match name {
         b"morpheus_worker" => size_of::<RawWorker>(),
-        b"morpheus_worker.preempt_seq" => offset_of!(RawWorker, preempt_seq),
-        b"morpheus_worker.cached_ack" => offset_of!(RawWorker, cached_ack),
-        b"morpheus_worker.critical_depth" => offset_of!(RawWorker, critical_depth),
-        b"morpheus_worker.in_critical" => offset_of!(RawWorker, in_critical),
-        b"morpheus_worker.generation" => offset_of!(RawWorker, generation),
-        b"morpheus_worker.attached_generation" => offset_of!(RawWorker, attached_generation),
-        b"morpheus_worker.inner" => offset_of!(RawWorker, inner),
         b"morpheus_options" => size_of::<MorpheusOptions>(),
         b"morpheus_options.size" => offset_of!(MorpheusOptions, size),
         b"morpheus_options.direct_slot" => offset_of!(MorpheusOptions, direct_slot),
@@ -201,7 +197,7 @@ pub unsafe extern "C" fn morpheus_region_check(path: *const c_char) -> i32 {
 /// library's worker at the wrong offsets).
 #[no_mangle]
 pub extern "C" fn morpheus_worker_layout_check(program_layout_version: u32) -> i32 {
-    if program_layout_version == MORPHEUS_WORKER_LAYOUT_VERSION {
+    if program_layout_version == WORKER_LAYOUT_VERSION {
         return 0;
     }
     FOREIGN_LAYOUT.store(program_layout_version, Ordering::Relaxed);
@@ -212,7 +208,7 @@ fn layout_mismatch(program: u32) -> Error {
     Error::UnsupportedPlatform {
         detail: format!(
             "the program was compiled with struct morpheus_worker layout {program}, this libmorpheus has layout \
-             {MORPHEUS_WORKER_LAYOUT_VERSION}: rebuild the program against this library's morpheus.h"
+             {WORKER_LAYOUT_VERSION}: rebuild the program against this library's morpheus.h"
         ),
     }
 }

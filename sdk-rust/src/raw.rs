@@ -38,12 +38,15 @@ static DETACHED_GENERATION: u64 = 0;
 pub const FORCE_SLOW_PATH: u64 = u64::MAX;
 
 /// Version of [`RawWorker`]'s layout, which compiled C programs bake in through `morpheus_inline.h`
-/// (`MORPHEUS_WORKER_LAYOUT_VERSION`). Any change to the fields, their order or their types bumps it,
-/// adds an entry to `sdk-c/worker_layout.lock` and bumps the C library's soname (sdk-c/README.md);
-/// `cargo test -p morpheus-c --test worker_layout` fails until all three are done.
-pub const WORKER_LAYOUT_VERSION: u32 = 1;
+/// (`MORPHEUS_WORKER_LAYOUT_VERSION`): the `layout_version` of record `worker` in `spec/abi.toml`. A
+/// released layout is locked (`spec/locks/worker-layout-<N>.lock.json`) and never changed in place: any
+/// change to the fields, their order or their types is a new `layout_version` with a new `soname` there,
+/// which the ABI generator's compatibility gate enforces.
+pub const WORKER_LAYOUT_VERSION: u32 = morpheus_abi::WORKER_LAYOUT_VERSION;
 
-/// The per-thread fast-path state, shared with C through cbindgen as `struct morpheus_worker`.
+/// The per-thread fast-path state: record `worker` of `spec/abi.toml`, whose generated C definition
+/// (`struct morpheus_worker` in `morpheus_abi.h`) the C SDK uses. `assert_worker_layout!` below proves at
+/// compile time that this definition has the spec's size and every field at the spec's offset and size.
 ///
 /// Only the owning thread touches it. The C SDK's `morpheus_inline.h` reads and writes these fields
 /// directly; everything else goes through functions.
@@ -68,6 +71,8 @@ pub struct RawWorker {
     /// Slow-path state owned by the SDK (opaque); NULL when the thread holds no worker.
     pub inner: *mut c_void,
 }
+
+morpheus_abi::assert_worker_layout!(RawWorker);
 
 impl RawWorker {
     pub(crate) const DETACHED: RawWorker = RawWorker {
