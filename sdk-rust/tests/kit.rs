@@ -171,6 +171,75 @@ fn a_pressured_worker_always_takes_the_slow_path() {
     assert_eq!(FastPath::current(), FastPath::AlwaysSlow, "§5.4: the budget and the SDK's clock also yield");
 }
 
+#[test]
+fn a_zero_word_of_the_bindings_own_differs_from_the_expected_value_only_when_always_slow() {
+    assert_eq!((FastPath::Detached.word(), FastPath::Detached.expected()), (None, 0), "a zero word never differs from 0");
+    assert_eq!(FastPath::AlwaysSlow.word(), None);
+    assert_eq!(FastPath::AlwaysSlow.expected(), morpheus::raw::FORCE_SLOW_PATH, "a zero word always differs");
+    let (region, _token) = registered();
+    region.request_yield(0);
+    assert!(morpheus::checkpoint_sync());
+    let view = FastPath::current();
+    let FastPath::View { seq, ack } = view else { panic!("{view:?}") };
+    assert_eq!((view.word(), view.expected()), (Some(seq), ack));
+    assert_eq!(ack, 1);
+}
+
+#[test]
+fn the_slow_path_says_whether_to_yield_and_whether_the_word_moved() {
+    let (region, _token) = registered();
+    let FastPath::View { seq, .. } = FastPath::current() else { panic!("{:?}", FastPath::current()) };
+    let nothing = kit::checkpoint_slow();
+    assert_eq!(nothing, kit::SlowPath { yield_now: false, fast_path: FastPath::View { seq, ack: 0 }, word_moved: false });
+    let asked = region.request_yield(0);
+    let served = kit::checkpoint_slow();
+    assert_eq!(served, kit::SlowPath { yield_now: true, fast_path: FastPath::View { seq, ack: asked }, word_moved: false });
+    assert_eq!(last_ack(&region), asked, "acknowledged by the core's checkpoint");
+    // A yield re-evaluates the mode (§5.4): under high pressure every checkpoint takes the slow path,
+    // so the inline check stops loading the slot's word.
+    region.set_pressure_level(morpheus::PressureLevel::High);
+    region.request_yield(0);
+    let pressured = kit::checkpoint_slow();
+    assert_eq!(pressured, kit::SlowPath { yield_now: true, fast_path: FastPath::AlwaysSlow, word_moved: true });
+    // A scheduler restart (a new generation) loses a directly registered worker for good: detached.
+    region.set_pressure_level(morpheus::PressureLevel::None);
+    region.set_generation(region.generation() + 1);
+    let lost = kit::checkpoint_slow();
+    assert_eq!(lost, kit::SlowPath { yield_now: false, fast_path: FastPath::Detached, word_moved: false }, "None to None");
+}
+
+#[test]
+fn a_lost_worker_moves_the_word_away_from_the_slot() {
+    let (region, _token) = registered();
+    assert!(FastPath::current().word().is_some());
+    region.set_generation(region.generation() + 1);
+    region.request_yield(0);
+    let lost = kit::checkpoint_slow();
+    assert!(!lost.yield_now, "nothing is acknowledged for a scheduler that is gone (§6)");
+    assert_eq!(lost.fast_path, FastPath::Detached);
+    assert!(lost.word_moved, "the binding drops its view of the old slot's word");
+}
+
+#[test]
+fn thread_critical_sections_count_with_or_without_a_worker() {
+    assert_eq!(kit::critical_enter(), 1, "no worker: only the thread's depth");
+    assert_eq!(kit::critical_enter(), 2);
+    assert_eq!(kit::critical_exit().unwrap(), 1);
+    let (region, token) = registered();
+    assert_eq!(region.snapshot(0).in_critical, 1, "a section entered before registration covers the worker");
+    assert_eq!(kit::critical_depth(), 1);
+    assert_eq!(kit::critical_exit().unwrap(), 0);
+    assert_eq!(region.snapshot(0).in_critical, 0);
+    let before = region.snapshot(0);
+    let err = kit::critical_exit().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotInCritical);
+    assert_eq!((kit::critical_depth(), region.snapshot(0).in_critical), (0, before.in_critical), "nothing written");
+    assert_eq!(kit::critical_enter(), 1);
+    assert_eq!(region.snapshot(0).in_critical, 1);
+    assert_eq!(kit::critical_exit().unwrap(), 0);
+    thread::close(token).unwrap();
+}
+
 // ------------------------------------------------------------------------------------------------
 // The rotation (spec/SCB.md §5.7)
 

@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! The JNI backend of the Morpheus Java SDK: the native methods of `dev.morpheus.JniNative`, each a thin
-//! wrapper over the `morpheus` crate's safe API acting on the calling thread's worker.
+//! The JNI backend of the Morpheus Java SDK: the native methods of `dev.morpheus.JniNative`.
 //!
-//! The Java side calls these only from the platform thread that registered (it refuses virtual
-//! threads), because the worker lives in this library's thread-local storage. Registration, the slow
-//! path of the checkpoint, critical sections and the setters are here; the checkpoint's fast path is
-//! pure Java (an acquire load through a direct `ByteBuffer` over the SCB, see `scb`).
+//! Nothing of the protocol is written here. Registration, checkpoints and critical sections are the
+//! core's; the thread's worker (held by the kit and named by a token), the option rules and the
+//! fast-path handshake are the binding kit's (`morpheus::kit`). This crate translates types: Java's
+//! ints, longs and byte arrays to the kit's, and the kit's results back.
+//!
+//! The checkpoint's fast path stays inline in Java: one acquire load through a direct `ByteBuffer`
+//! over the word the kit's [`FastPath`] names, compared with [`FastPath::expected`] (one load in each
+//! language is the point of the fast path; a JNI call costs several times more, sdk-java/BENCHMARKS.md).
+//! When the kit names no word (`AlwaysSlow`, `Detached`), Java loads a zero word of its own.
 //!
 //! Conventions as libmorpheus: an `int` result is 0 (or a documented non-negative value) or a negated
-//! `error_code`, and `lastError()` then describes the failure.
+//! `error_code`, and `lastError()` then describes the failure. A worker is named by the token
+//! `register` returned; the Java side calls only from the platform thread that registered it.
 
-use std::{
-    cell::RefCell,
-    ffi::OsStr,
-    os::unix::ffi::OsStrExt,
-    path::PathBuf,
-};
+use std::{cell::RefCell, ffi::OsStr, os::unix::ffi::OsStrExt, path::PathBuf};
 
 use jni::{
     errors::ThrowRuntimeExAndDefault,
@@ -23,11 +23,19 @@ use jni::{
     sys::{jboolean, jint, jlong},
     EnvUnowned,
 };
-use morpheus::{Config, Discovered, Error, Region, RuntimeKind, Worker};
-use morpheus_abi::ErrorCode;
+use morpheus::{
+    kit::{
+        self,
+        options::{OptionError, Options, RegionChoice},
+        thread, FastPath,
+    },
+    Discovered, Error, ErrorCode, Region, RuntimeKind, Worker,
+};
+
+type Env = *mut jni::sys::JNIEnv;
+type Class = jni::sys::jclass;
 
 thread_local! {
-    static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
@@ -44,21 +52,21 @@ fn status(result: Result<(), Error>) -> jint {
     result.map_or_else(fail, |()| 0)
 }
 
-/// Run `f` on the calling thread's worker; `NOT_REGISTERED` if it holds none.
-fn with_worker(operation: &str, f: impl FnOnce(&Worker) -> jint) -> jint {
-    WORKER.with(|w| match w.borrow().as_ref() {
-        Some(worker) => f(worker),
-        None => fail_with(ErrorCode::NotRegistered, format!("{operation}: the calling thread holds no worker")),
-    })
+/// `f` on registration `token`'s worker (the calling thread's live one), else `-NOT_REGISTERED`
+/// naming `operation`.
+fn with_worker(token: jlong, operation: &'static str, f: impl FnOnce(&Worker) -> jint) -> jint {
+    thread::with(token as u64, operation, f).unwrap_or_else(fail)
 }
 
 fn path(bytes: Vec<u8>) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(&bytes))
 }
 
-/// Register the calling thread. `region`: null discovers (spec/SCB.md §1.2), empty is detached,
-/// otherwise a path; `socket`: null for `MORPHEUS_SOCKET` or the default; `direct_slot` < 0 registers
-/// through the agent; `escapable` -1 takes Java's default (false), 0 or 1 sets it.
+/// Register the calling thread; returns the registration's token (> 0) or a negated error. `region`:
+/// null discovers (spec/SCB.md §1.2), empty is detached, otherwise a path; `socket`: null for
+/// `MORPHEUS_SOCKET` or the default; `direct_slot` < 0 registers through the agent; `escapable` -1
+/// takes the ABI's default for Java (false), 0 or 1 sets it. The kit's option rules apply: a direct
+/// slot with a socket is `-INVALID_ARGUMENT` naming both.
 #[no_mangle]
 pub extern "system" fn Java_dev_morpheus_JniNative_register<'caller>(
     mut env: EnvUnowned<'caller>,
@@ -68,38 +76,28 @@ pub extern "system" fn Java_dev_morpheus_JniNative_register<'caller>(
     direct_slot: jint,
     escapable: jint,
     priority: jint,
-) -> jint {
-    env.with_env(|env| -> Result<jint, jni::errors::Error> {
-        if WORKER.with(|w| w.borrow().is_some()) {
-            return Ok(fail(Error::AlreadyRegistered { slot: slot_of_current() }));
-        }
-        let mut config = Config::default().runtime_kind(RuntimeKind::Java).priority(priority);
-        if escapable >= 0 {
-            config = config.escapable(escapable != 0);
-        }
-        if !region.is_null() {
-            let region = env.convert_byte_array(&region)?;
-            config = if region.is_empty() { config.detached() } else { config.region_path(path(region)) };
-        }
-        if !socket.is_null() {
-            config = config.agent_socket(path(env.convert_byte_array(&socket)?));
-        }
-        if direct_slot >= 0 {
-            config = config.direct_slot(direct_slot as u32);
-        }
-        Ok(match config.register() {
-            Ok(worker) => {
-                WORKER.with(|w| *w.borrow_mut() = Some(worker));
-                0
+) -> jlong {
+    env.with_env(|env| -> Result<jlong, jni::errors::Error> {
+        let region = if region.is_null() { None } else { Some(env.convert_byte_array(&region)?) };
+        let socket = if socket.is_null() { None } else { Some(path(env.convert_byte_array(&socket)?)) };
+        let options = Options {
+            detached: region.as_ref().is_some_and(Vec::is_empty),
+            region: region.filter(|r| !r.is_empty()).map(|r| RegionChoice::Path(path(r))),
+            slot: (direct_slot >= 0).then_some(i64::from(direct_slot)),
+            socket,
+            escapable: (escapable >= 0).then_some(escapable != 0),
+            priority: Some(i64::from(priority)),
+        };
+        let registered = match options.config(RuntimeKind::Java) {
+            Ok(config) => thread::register(&config).map_err(fail),
+            Err(err @ (OptionError::Conflict { .. } | OptionError::SlotOutOfRange { .. })) => {
+                Err(fail_with(ErrorCode::InvalidArgument, format!("register: {err}")))
             }
-            Err(err) => fail(err),
-        })
+            Err(OptionError::Core(err)) => Err(fail_with(err.code(), format!("register: {err}"))),
+        };
+        Ok(registered.map_or_else(jlong::from, |token| token as jlong))
     })
     .resolve::<ThrowRuntimeExAndDefault>()
-}
-
-fn slot_of_current() -> Option<u32> {
-    WORKER.with(|w| w.borrow().as_ref().and_then(Worker::slot))
 }
 
 /// Validate a region without registering (spec/SCB.md §1.3, writing nothing): 0 for a region a worker
@@ -130,96 +128,74 @@ pub extern "system" fn Java_dev_morpheus_JniNative_checkRegion<'caller>(
     .resolve::<ThrowRuntimeExAndDefault>()
 }
 
-/// Shut the calling thread's worker down (QUIESCING, DEAD, the slot released).
+/// Shut registration `token` down (QUIESCING, DEAD, the slot released).
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_unregister(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    match WORKER.with(|w| w.borrow_mut().take()) {
-        Some(worker) => status(worker.shutdown()),
-        None => fail_with(ErrorCode::NotRegistered, "unregister: the calling thread holds no worker".into()),
+pub extern "system" fn Java_dev_morpheus_JniNative_unregister(_env: Env, _class: Class, token: jlong) -> jint {
+    match thread::close(token as u64) {
+        Ok(true) => 0,
+        Ok(false) => fail(Error::NotRegistered { operation: "unregister" }),
+        Err(err) => fail(err),
     }
 }
 
-/// A direct buffer over the u64 the calling thread's fast-path state (`RawWorker`, the core's) names as
-/// `preempt_seq`: the slot's field while attached, a static zero when detached, or whatever the core
-/// points a waiting worker at (a lost worker waits on a wake sequence, SCB.md §6.1). The Java fast path
-/// reads it as the C inline checkpoint does, so it follows every state the core puts the worker in;
-/// the memory outlives the buffer's use because Java reads it only from the owning thread and fetches a
-/// new buffer whenever the slow path reports that the pointer moved.
+/// A direct buffer over the word the calling thread's fast path loads ([`FastPath::word`]: the slot's
+/// `preempt_seq`, or the wake word while the worker waits for a scheduler, SCB.md §6.1), or null when
+/// it loads none of the core's (Java then loads its own zero word). Valid until the slow path reports
+/// that the word moved; Java reads it only from the owning thread.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_preemptSeq<'caller>(
+pub extern "system" fn Java_dev_morpheus_JniNative_fastPathWord<'caller>(
     mut env: EnvUnowned<'caller>,
     _class: JClass<'caller>,
 ) -> JByteBuffer<'caller> {
     env.with_env(|env| -> Result<JByteBuffer<'caller>, jni::errors::Error> {
-        // SAFETY: the calling thread's own state; preempt_seq always names 8 readable bytes.
-        let ptr = unsafe { (*morpheus::raw::current_raw()).preempt_seq } as *mut u8;
-        // SAFETY: see above; Java only reads through the buffer.
-        unsafe { env.new_direct_byte_buffer(ptr, std::mem::size_of::<u64>()) }
+        match FastPath::current().word() {
+            // SAFETY: the word is 8 readable bytes until the thread's next slow path; Java only reads.
+            Some(word) => unsafe { env.new_direct_byte_buffer(word as *mut u8, std::mem::size_of::<u64>()) },
+            None => Ok(JByteBuffer::null()),
+        }
     })
     .resolve::<ThrowRuntimeExAndDefault>()
 }
 
-/// The value the Java fast path compares `preempt_seq` with: the core's `cached_ack` (the acknowledged
-/// sequence, `FORCE_SLOW_PATH` in the modes that always take the slow path, 0 when detached).
+/// The value the Java fast path compares its load with ([`FastPath::expected`]: the acknowledged
+/// sequence; 2^64 - 1 in the modes that always take the slow path; 0 when detached).
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_cachedAck(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jlong {
-    // SAFETY: the calling thread's own state.
-    unsafe { (*morpheus::raw::current_raw()).cached_ack as jlong }
+pub extern "system" fn Java_dev_morpheus_JniNative_fastPathExpected(_env: Env, _class: Class) -> jlong {
+    FastPath::current().expected() as jlong
 }
 
-/// The checkpoint's slow path: bit 0 = yield now (acknowledged), bit 1 = the worker is (now) detached,
-/// bit 2 = the core pointed `preempt_seq` elsewhere (detached, lost, waiting, registered again): the Java
-/// side fetches a new buffer (`preemptSeq`).
+/// The checkpoint's slow path ([`kit::checkpoint_slow`]), its [`kit::SlowPath`] as two flags: 1 = yield
+/// now (acknowledged), 2 = the fast path's word moved (Java takes a new `fastPathWord`). Java always
+/// takes the new `fastPathExpected`.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_checkpointSlow(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    let raw = morpheus::raw::current_raw();
-    // SAFETY: the calling thread's own state.
-    let before = unsafe { (*raw).preempt_seq };
-    let result = WORKER.with(|w| match w.borrow().as_ref() {
-        Some(worker) => worker.checkpoint_sync() as jint | if worker.is_attached() { 0 } else { 2 },
-        None => 2,
-    });
-    // SAFETY: as above (the slow path may have replaced the thread's state).
-    let moved = unsafe { (*morpheus::raw::current_raw()).preempt_seq } != before;
-    result | if moved { 4 } else { 0 }
+pub extern "system" fn Java_dev_morpheus_JniNative_checkpointSlow(_env: Env, _class: Class) -> jint {
+    let slow = kit::checkpoint_slow();
+    jint::from(slow.yield_now) | if slow.word_moved { 2 } else { 0 }
 }
 
 /// Enter a critical section on the calling thread with or without a worker (the depth is the
 /// thread's, SCB.md §5.3); returns the new depth.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalEnter(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    let raw = morpheus::raw::current_raw();
-    // SAFETY: the calling thread's own state.
-    unsafe {
-        morpheus::raw::critical_enter_raw(raw);
-        (*raw).critical_depth as jint
-    }
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalEnter(_env: Env, _class: Class) -> jint {
+    kit::critical_enter() as jint
 }
 
 /// Exit a thread-level critical section; the new depth, or `-NOT_IN_CRITICAL` (writing nothing).
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalExit(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    let raw = morpheus::raw::current_raw();
-    // SAFETY: the calling thread's own state.
-    unsafe {
-        match morpheus::raw::critical_exit_raw(raw) {
-            Ok(()) => (*raw).critical_depth as jint,
-            Err(err) => fail(err),
-        }
-    }
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalExit(_env: Env, _class: Class) -> jint {
+    kit::critical_exit().map_or_else(fail, |depth| depth as jint)
 }
 
 /// The calling thread's critical depth, worker or not.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalDepth(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    // SAFETY: the calling thread's own state.
-    unsafe { (*morpheus::raw::current_raw()).critical_depth as jint }
+pub extern "system" fn Java_dev_morpheus_JniNative_threadCriticalDepth(_env: Env, _class: Class) -> jint {
+    kit::critical_depth() as jint
 }
 
 /// Enter a critical section; returns the new depth.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_criticalEnter(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    with_worker("critical enter", |worker| {
+pub extern "system" fn Java_dev_morpheus_JniNative_criticalEnter(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "critical enter", |worker| {
         worker.critical_enter();
         worker.critical_depth() as jint
     })
@@ -227,8 +203,8 @@ pub extern "system" fn Java_dev_morpheus_JniNative_criticalEnter(_env: *mut jni:
 
 /// Exit a critical section; returns the new depth, or `-NOT_IN_CRITICAL` (writing nothing).
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_criticalExit(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    with_worker("critical exit", |worker| match worker.critical_exit() {
+pub extern "system" fn Java_dev_morpheus_JniNative_criticalExit(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "critical exit", |worker| match worker.critical_exit() {
         Ok(()) => worker.critical_depth() as jint,
         Err(err) => fail(err),
     })
@@ -236,62 +212,54 @@ pub extern "system" fn Java_dev_morpheus_JniNative_criticalExit(_env: *mut jni::
 
 /// The calling thread's critical nesting depth.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_criticalDepth(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    with_worker("critical depth", |worker| worker.critical_depth() as jint)
+pub extern "system" fn Java_dev_morpheus_JniNative_criticalDepth(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "critical depth", |worker| worker.critical_depth() as jint)
 }
 
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_setEscapable(
-    _env: *mut jni::sys::JNIEnv,
-    _class: jni::sys::jclass,
-    escapable: jboolean,
-) -> jint {
-    with_worker("set_escapable", |worker| status(worker.set_escapable(escapable)))
+pub extern "system" fn Java_dev_morpheus_JniNative_setEscapable(_env: Env, _class: Class, token: jlong, escapable: jboolean) -> jint {
+    with_worker(token, "set_escapable", |worker| status(worker.set_escapable(escapable)))
 }
 
 /// 1 or 0: whether the worker accepts escalation, as the SDK believes it.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_escapable(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    with_worker("escapable", |worker| worker.escapable() as jint)
+pub extern "system" fn Java_dev_morpheus_JniNative_escapable(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "escapable", |worker| worker.escapable() as jint)
 }
 
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_setPriority(
-    _env: *mut jni::sys::JNIEnv,
-    _class: jni::sys::jclass,
-    priority: jint,
-) -> jint {
-    with_worker("set_priority", |worker| status(worker.set_priority(priority)))
+pub extern "system" fn Java_dev_morpheus_JniNative_setPriority(_env: Env, _class: Class, token: jlong, priority: jint) -> jint {
+    with_worker(token, "set_priority", |worker| status(worker.set_priority(priority)))
 }
 
-/// The advisory priority (the caller has a worker; see `criticalDepth` for how it checks).
+/// The advisory priority (0 without the registration; Java checks the owner first).
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_priority(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    WORKER.with(|w| w.borrow().as_ref().map_or(0, Worker::priority))
+pub extern "system" fn Java_dev_morpheus_JniNative_priority(_env: Env, _class: Class, token: jlong) -> jint {
+    thread::with(token as u64, "priority", Worker::priority).unwrap_or(0)
 }
 
 /// Slot index, or -1 when detached.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_slot(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jlong {
-    slot_of_current().map_or(-1, jlong::from)
+pub extern "system" fn Java_dev_morpheus_JniNative_slot(_env: Env, _class: Class, token: jlong) -> jlong {
+    thread::with(token as u64, "slot", Worker::slot).ok().flatten().map_or(-1, jlong::from)
 }
 
 /// 0 while attached to a live region, else `-DETACHED`, `-GENERATION_CHANGED` or `-NOT_REGISTERED`.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_status(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    with_worker("status", |worker| status(worker.status()))
+pub extern "system" fn Java_dev_morpheus_JniNative_status(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "status", |worker| status(worker.status()))
 }
 
 /// Yields performed for any reason.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_yieldCount(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jlong {
-    WORKER.with(|w| w.borrow().as_ref().map_or(0, |w| w.yield_counts().total() as jlong))
+pub extern "system" fn Java_dev_morpheus_JniNative_yieldCount(_env: Env, _class: Class, token: jlong) -> jlong {
+    thread::with(token as u64, "yield_count", |w| w.yield_counts().total() as jlong).unwrap_or(0)
 }
 
 /// The worker's `runtime_mode` value.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_runtimeMode(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) -> jint {
-    WORKER.with(|w| w.borrow().as_ref().map_or(0, |w| w.runtime_mode().raw() as jint))
+pub extern "system" fn Java_dev_morpheus_JniNative_runtimeMode(_env: Env, _class: Class, token: jlong) -> jint {
+    thread::with(token as u64, "runtime_mode", |w| w.runtime_mode().raw() as jint).unwrap_or(0)
 }
 
 /// The calling thread's last failure, naming what was expected and what was found.
@@ -309,4 +277,4 @@ pub extern "system" fn Java_dev_morpheus_JniNative_lastError<'caller>(
 
 /// Does nothing: the empty JNI call the benchmarks compare the checkpoint with.
 #[no_mangle]
-pub extern "system" fn Java_dev_morpheus_JniNative_nop(_env: *mut jni::sys::JNIEnv, _class: jni::sys::jclass) {}
+pub extern "system" fn Java_dev_morpheus_JniNative_nop(_env: Env, _class: Class) {}

@@ -9,7 +9,11 @@
 //!   compares it with (the SCB's `preempt_seq`, the wake word while the worker waits for a scheduler,
 //!   nothing while detached), or "always take the slow path" (PRESSURED and DEFENSIVE modes, §5.4).
 //!   A binding keeps its own one-load inline check of it (one load in each language is the point of
-//!   the fast path); the kit says what that load reads.
+//!   the fast path); the kit says what that load reads ([`FastPath::word`], [`FastPath::expected`]).
+//!   [`checkpoint_slow`] is the synchronous slow path behind it: a [`SlowPath`] says whether to yield
+//!   and whether the word moved.
+//! * [`critical_enter`], [`critical_exit`], [`critical_depth`]: the thread's critical sections, with
+//!   or without a worker (spec/SCB.md §5.3).
 //! * [`thread`]: the calling thread's worker, owned by the kit and named by a token, so that a
 //!   binding's handle object never holds the thread-bound [`Worker`](crate::Worker) itself.
 //! * [`options`]: the options a binding's caller gives, validated with one set of conflict rules and
@@ -113,6 +117,53 @@ impl FastPath {
             FastPath::View { seq, ack }
         }
     }
+
+    /// The word the inline check loads (the SCB's `preempt_seq` or the wake word), or None when it
+    /// loads nothing of the core's ([`AlwaysSlow`](FastPath::AlwaysSlow),
+    /// [`Detached`](FastPath::Detached)): a binding that keeps the one load everywhere then loads a
+    /// zero word of its own, never written, and compares it with [`expected`](FastPath::expected).
+    pub fn word(&self) -> Option<*const u64> {
+        match *self {
+            FastPath::View { seq, .. } => Some(seq),
+            FastPath::Waiting { wake, .. } => Some(wake),
+            FastPath::AlwaysSlow | FastPath::Detached => None,
+        }
+    }
+
+    /// The value the inline check compares its load with: the acknowledged sequence (or the wake
+    /// word's value when the wait began); `FORCE_SLOW_PATH` (2^64 - 1, which no word reaches) for
+    /// [`AlwaysSlow`](FastPath::AlwaysSlow), so a zero word always differs; 0 for
+    /// [`Detached`](FastPath::Detached), so a zero word never does.
+    pub fn expected(&self) -> u64 {
+        match *self {
+            FastPath::View { ack, .. } | FastPath::Waiting { ack, .. } => ack,
+            FastPath::AlwaysSlow => FORCE_SLOW_PATH,
+            FastPath::Detached => 0,
+        }
+    }
+}
+
+/// What a synchronous checkpoint's slow path did, for a binding whose inline check found a difference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlowPath {
+    /// The scheduler asked and the request is acknowledged: the caller yields now.
+    pub yield_now: bool,
+    /// The fast path from now on (the checkpoint may have detached the worker, begun a wait for a
+    /// scheduler, registered again or changed the mode).
+    pub fast_path: FastPath,
+    /// Whether [`FastPath::word`] is another word than before the checkpoint: a binding that holds a
+    /// view of the word (a Java `ByteBuffer`) takes a new one; otherwise it keeps its view and only
+    /// takes the new [`FastPath::expected`].
+    pub word_moved: bool,
+}
+
+/// The calling thread's synchronous checkpoint, taken because the inline check found a difference:
+/// the core's checkpoint of the thread's worker (none: never yields), and the fast path after it.
+pub fn checkpoint_slow() -> SlowPath {
+    let before = FastPath::current().word();
+    let yield_now = crate::checkpoint_sync();
+    let fast_path = FastPath::current();
+    SlowPath { yield_now, fast_path, word_moved: fast_path.word() != before }
 }
 
 /// What the calling thread's next checkpoint compares, `(loaded, cached)`: the sequence its fast
@@ -124,6 +175,25 @@ pub fn fast_path_view() -> (u64, u64) {
     // SAFETY: this thread's state; preempt_seq points at a live u64 that others only change
     // atomically (the SCB, the static detached SCB or the wake word).
     unsafe { ((*((*raw).preempt_seq as *const AtomicU64)).load(Ordering::Acquire), (*raw).cached_ack) }
+}
+
+/// Enter a critical section on the calling thread, with or without a worker (the depth is the
+/// thread's, §5.3: a section entered before registration covers the worker). Returns the new depth.
+pub fn critical_enter() -> u32 {
+    let raw = current_raw();
+    // SAFETY: this thread's own state.
+    unsafe {
+        crate::raw::critical_enter_raw(raw);
+        (*raw).critical_depth
+    }
+}
+
+/// Exit a critical section on the calling thread; returns the new depth, or `NOT_IN_CRITICAL` at
+/// depth 0 (writing nothing).
+pub fn critical_exit() -> crate::Result<u32> {
+    let raw = current_raw();
+    // SAFETY: this thread's own state.
+    unsafe { crate::raw::critical_exit_raw(raw).map(|()| (*raw).critical_depth) }
 }
 
 /// The calling thread's critical-section nesting depth (counted with or without a worker, §5.3).

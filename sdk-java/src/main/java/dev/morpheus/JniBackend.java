@@ -16,9 +16,9 @@ final class JniBackend implements Backend {
 
     @Override
     public Worker register(Options options) {
-        JniNative.check(JniNative.register(bytes(options.regionPath), bytes(options.agentSocket), options.directSlot,
-                options.escapableArgument(), options.priority));
-        return new JniWorker(Thread.currentThread());
+        long token = JniNative.check(JniNative.register(bytes(options.regionPath), bytes(options.agentSocket),
+                options.directSlot, options.escapableArgument(), options.priority));
+        return new JniWorker(Thread.currentThread(), token);
     }
 
     @Override

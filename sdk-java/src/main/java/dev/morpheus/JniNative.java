@@ -4,9 +4,10 @@ package dev.morpheus;
 import java.nio.ByteBuffer;
 
 /**
- * The native methods of libmorpheus_jni (sdk-java/jni), acting on the calling thread's worker in the Rust
- * core. Only {@link JniWorker} calls them, from the worker's own platform thread. An {@code int} result is
- * 0 (or a documented non-negative value) or a negated {@code error_code}; {@link #lastError()} says why.
+ * The native methods of libmorpheus_jni (sdk-java/jni), a translation over the Rust core's binding kit. A
+ * worker is the kit's, named by the token {@link #register} returned; only {@link JniWorker} calls them,
+ * from the worker's own platform thread. An {@code int} result is 0 (or a documented non-negative value) or
+ * a negated {@code error_code}; {@link #lastError()} says why.
  */
 final class JniNative {
     private JniNative() {}
@@ -18,23 +19,25 @@ final class JniNative {
         });
     }
 
-    /** region: null discovers, empty is detached; socket: null for the default; directSlot &lt; 0: the agent. */
-    static native int register(byte[] region, byte[] socket, int directSlot, int escapable, int priority);
+    /**
+     * The registration's token (&gt; 0), or a negated error. region: null discovers, empty is detached;
+     * socket: null for the default; directSlot &lt; 0: the agent; escapable -1: the ABI's default.
+     */
+    static native long register(byte[] region, byte[] socket, int directSlot, int escapable, int priority);
 
-    static native int unregister();
+    static native int unregister(long token);
 
     /** 0: a region a worker can attach to; 1: none (detached); else a negated error. region null discovers. */
     static native int checkRegion(byte[] region);
 
-    /** A direct buffer over the 8 bytes the thread's preempt_seq pointer names (the core's fast-path state). */
-    static native ByteBuffer preemptSeq();
+    /** A direct buffer over the 8 bytes the kit's fast path names for this thread, or null: load a zero of Java's. */
+    static native ByteBuffer fastPathWord();
 
-    static native long cachedAck();
+    /** What the fast path compares its load with (the kit's FastPath::expected). */
+    static native long fastPathExpected();
 
-    /** Bit 0: yield now (acknowledged); bit 1: the worker is detached; bit 2: preempt_seq moved (fetch it again). */
+    /** The kit's slow path: 1 = yield now (acknowledged), 2 = the fast path's word moved (fetch it again). */
     static native int checkpointSlow();
-
-    static native int criticalEnter();
 
     /** Thread-level critical section (no worker needed): new depth. */
     static native int threadCriticalEnter();
@@ -45,25 +48,27 @@ final class JniNative {
     /** The calling thread's critical depth, worker or not. */
     static native int threadCriticalDepth();
 
-    static native int criticalExit();
+    static native int criticalEnter(long token);
 
-    static native int criticalDepth();
+    static native int criticalExit(long token);
 
-    static native int setEscapable(boolean escapable);
+    static native int criticalDepth(long token);
 
-    static native int escapable();
+    static native int setEscapable(long token, boolean escapable);
 
-    static native int setPriority(int priority);
+    static native int escapable(long token);
 
-    static native int priority();
+    static native int setPriority(long token, int priority);
 
-    static native long slot();
+    static native int priority(long token);
 
-    static native int status();
+    static native long slot(long token);
 
-    static native long yieldCount();
+    static native int status(long token);
 
-    static native int runtimeMode();
+    static native long yieldCount(long token);
+
+    static native int runtimeMode(long token);
 
     static native String lastError();
 
@@ -74,6 +79,14 @@ final class JniNative {
     static int check(int result) {
         if (result < 0) {
             throw MorpheusException.ofNative(result, lastError());
+        }
+        return result;
+    }
+
+    /** Throw for a negative result, else return it. */
+    static long check(long result) {
+        if (result < 0) {
+            throw MorpheusException.ofNative(Math.toIntExact(result), lastError());
         }
         return result;
     }

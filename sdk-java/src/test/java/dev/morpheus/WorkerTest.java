@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.morpheus.abi.Abi;
 import dev.morpheus.abi.ErrorCode;
@@ -201,6 +202,19 @@ class WorkerTest {
         }
         MorpheusException e = expect(ErrorCode.SLOT_OUT_OF_RANGE, () -> register(8));
         assertTrue(e.getMessage().contains("8"), e.getMessage());
+    }
+
+    @Test
+    void aDirectSlotWithASocketIsRefusedNamingBothAndWritesNothing() {
+        // The JNI library takes the binding kit's option rules (morpheus::kit::options); libmorpheus, under
+        // the FFM backend, does not yet (it registers the direct slot and ignores the socket).
+        assumeTrue(Morpheus.backendName().equals("jni"), "the kit's option rules are the JNI library's");
+        byte[] before = region.snapshot();
+        MorpheusException e = expect(ErrorCode.INVALID_ARGUMENT, () -> Morpheus.register(Options.defaults()
+                .regionPath(region.pathString()).directSlot(0).agentSocket(dir.resolve("agent.sock").toString())));
+        assertTrue(e.getMessage().contains("slot or socket"), e.getMessage());
+        assertArrayEquals(before, region.snapshot());
+        assertFalse(Morpheus.current().isPresent());
     }
 
     @Test
