@@ -192,9 +192,14 @@ const cpuNs = () => {
   return (user + system) * 1e3;
 };
 
-/** One cell: the loop for BUSY_CELL_SECONDS of CPU time; units per CPU and per wall second, pauses, yields. */
+/**
+ * One cell: the loop for BUSY_CELL_SECONDS of CPU time; units per CPU and per wall second, pauses,
+ * yields, and the event loop's iterations (libuv's loop_count: the passes the yields took; -1 where
+ * libuv lacks uv_metrics_info).
+ */
 async function busyCell(checks) {
   const yieldsBefore = checks ? yieldTotal() : 0;
+  const iterationsBefore = native.loopIterations();
   const cpu0 = cpuNs();
   const wall0 = performance.now();
   let units = 0;
@@ -213,7 +218,8 @@ async function busyCell(checks) {
   }
   const cpu = (cpuNs() - cpu0) / 1e9;
   const wall = (performance.now() - wall0) / 1e3;
-  return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields: checks ? yieldTotal() - yieldsBefore : 0 };
+  const iterations = iterationsBefore < 0 ? -1 : native.loopIterations() - iterationsBefore;
+  return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields: checks ? yieldTotal() - yieldsBefore : 0, iterations };
 }
 
 function yieldTotal() {
@@ -297,14 +303,15 @@ const busyRatios = {};
 if (busy.rows['no checks']) {
   const none = busy.rows['no checks'];
   const spreadOf = (xs) => `${median(xs).toFixed(3)} [${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}]`;
-  console.log('| mode | units per CPU s | / no checks, per round | median [min-max] | / no checks, wall clock, median [min-max] | pauses per CPU ms | yields per CPU ms |');
-  console.log('|---|---:|---|---:|---:|---:|---:|');
+  console.log('| mode | units per CPU s | / no checks, per round | median [min-max] | / no checks, wall clock, median [min-max] | pauses per CPU ms | yields per CPU ms | loop iterations per yield |');
+  console.log('|---|---:|---|---:|---:|---:|---:|---:|');
   for (const [mode, cells] of Object.entries(busy.rows)) {
     const ratios = cells.map((c, i) => c.perCpuSecond / none[i].perCpuSecond);
     const wallRatios = cells.map((c, i) => c.perWallSecond / none[i].perWallSecond);
     busyRatios[mode] = { ratios, wallRatios };
     const perMs = (key) => median(cells.map((c) => c[key] / (c.cpu * 1e3))).toFixed(2);
-    console.log(`| ${mode} | ${median(cells.map((c) => c.perCpuSecond)).toFixed(0)} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(wallRatios)} | ${perMs('pauses')} | ${perMs('yields')} |`);
+    const iterationsPerYield = cells.every((c) => c.yields > 0 && c.iterations >= 0) ? median(cells.map((c) => c.iterations / c.yields)).toFixed(2) : '-';
+    console.log(`| ${mode} | ${median(cells.map((c) => c.perCpuSecond)).toFixed(0)} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(wallRatios)} | ${perMs('pauses')} | ${perMs('yields')} | ${iterationsPerYield} |`);
   }
   console.log('\ntarget: every "asked" mode >= 0.97x no checks (CPU time)');
 }
