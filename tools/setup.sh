@@ -420,14 +420,22 @@ setup_scx_peers() {
 # where bookworm's 7.2 dies with "Oops: int3" (scheduler/vm/README.md). A `debootstrap --variant=minbase`
 # root under the cache, from Debian's archive alone, entered by scheduler/vm/qemu-trixie.sh (chroot with
 # /tmp, /dev and the cache bound in): the host's own qemu stays bookworm's. Only a VM run that asks for
-# it (`--qemu trixie`) needs it. A root is complete only once its stamp is written.
-QEMU_TRIXIE_PACKAGES=qemu-system-x86
+# it (`--qemu trixie`) needs it. A root is complete only once its stamp is written. qemu-system-arm is
+# the arm64 VM's (scheduler/vm/run-vm.sh --arch arm64: qemu-system-aarch64); a root made before it was
+# listed gets it installed in place (apt in the chroot), not rebuilt, as a VM may be running from it.
+QEMU_TRIXIE_PACKAGES=qemu-system-x86,qemu-system-arm
 QEMU_TRIXIE_MIRROR=http://deb.debian.org/debian
 
 setup_qemu_trixie() {
   local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/qemu-trixie"
   local root="$dest/root" stamp="$dest/root.done" started
-  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" ]]; then
+  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" && ! -x "$root/usr/bin/qemu-system-aarch64" ]]; then
+    log "qemu trixie: installing qemu-system-arm into $root (apt in the chroot)"
+    as_root unshare --mount --propagation private -- bash -c 'mount -t proc proc "$1/proc" &&
+      chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends install qemu-system-arm' \
+      qemu-trixie "$root" || die "installing qemu-system-arm into the trixie root $root failed (see above)"
+  fi
+  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" && -x "$root/usr/bin/qemu-system-aarch64" ]]; then
     log "qemu trixie: $(<"$stamp") in $root"
     return
   fi
@@ -443,6 +451,7 @@ setup_qemu_trixie() {
     --keyring=/usr/share/keyrings/debian-archive-keyring.gpg trixie "$root" "$QEMU_TRIXIE_MIRROR" ||
     die "debootstrap of trixie into $root failed (see above; its log: $root/debootstrap/debootstrap.log)"
   [[ -x "$root/usr/bin/qemu-system-x86_64" ]] || die "the trixie root at $root has no qemu-system-x86_64"
+  [[ -x "$root/usr/bin/qemu-system-aarch64" ]] || die "the trixie root at $root has no qemu-system-aarch64"
   chroot "$root" dpkg-query -W -f='qemu-system-x86 ${Version} (Debian trixie)' qemu-system-x86 >"$stamp"
   log "qemu trixie: $(<"$stamp") installed in $((SECONDS - started))s"
 }
