@@ -110,6 +110,18 @@ arm64)
 	;;
 *) die "--arch must be amd64 or arm64, got '$arch'" ;;
 esac
+is_elf() { [[ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" == "$ELF_MAGIC" ]]; }
+# Every ELF --bin is for the image's architecture, checked before anything is built.
+for spec in "${bins[@]}"; do
+	src=$spec
+	[[ "$spec" != *:* ]] || src=${spec%:*}
+	[[ -f "$src" ]] || die "--bin '$src' is not a file"
+	[[ -x "$src" ]] || die "--bin '$src' is not executable"
+	if is_elf "$src"; then
+		machine=$(od -An -tx1 -j18 -N2 "$src" | tr -d ' \n')
+		[[ "$machine" == "$elf_machine" ]] || die "--bin '$src' is not an ELF binary for $arch (e_machine $machine, want $elf_machine)"
+	fi
+done
 [[ -x "$busybox" ]] || die "$busybox not found; install busybox-static (tools/setup.sh)"
 if [[ "$arch" == amd64 ]] && ldd "$busybox" >/dev/null 2>&1; then
 	die "$busybox is dynamically linked; install busybox-static (tools/setup.sh)"
@@ -149,8 +161,6 @@ copy_into() {
 	mkdir -p "$stage$(dirname "$2")"
 	cp -a -L "$1" "$stage$2"
 }
-
-is_elf() { [[ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" == "$ELF_MAGIC" ]]; }
 
 add_libraries() { # add_libraries BINARY
 	local bin=$1 ldd_out line lib
@@ -216,8 +226,6 @@ for spec in "${bins[@]}"; do
 	[[ -n "$dest" ]] || dest=/usr/local/bin/$(basename "$src")
 	guest_path_ok "$dest" || die "--bin '$spec': destination '$dest' must be an absolute path without '..'"
 	if is_elf "$src"; then
-		machine=$(od -An -tx1 -j18 -N2 "$src" | tr -d ' \n')
-		[[ "$machine" == "$elf_machine" ]] || die "--bin '$src' is not an ELF binary for $arch (e_machine $machine, want $elf_machine)"
 		if [[ "$arch" == arm64 ]]; then add_arm64_libraries "$src"; else add_libraries "$src"; fi
 	else
 		scripts+=("$dest")
