@@ -159,6 +159,7 @@ setup_arm64() {
   setup_arm64_jre
   setup_arm64_python
   setup_arm64_scx_libs
+  setup_arm64_vm_tools
   log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir), python3.11 in $(arm64_python_root)"
 }
 
@@ -284,6 +285,33 @@ setup_arm64_scx_libs() {
   done
   [[ -e "$tmp/root/usr/lib/aarch64-linux-gnu/libelf.so" && -e "$tmp/root/usr/lib/aarch64-linux-gnu/libz.so" ]] ||
     { rm -rf "$tmp"; die "the arm64 libelf/zlib root lacks usr/lib/aarch64-linux-gnu/libelf.so or libz.so"; }
+  place_in_cache "$tmp/root" "$dest" "$tmp"
+}
+
+# util-linux's setpriv for arm64, which the arm64 VM's trust phase runs its unprivileged users with
+# (scheduler/e2e/arm64-vm.sh; busybox's setpriv cannot change ids): Debian's arm64 util-linux and the one
+# library setpriv adds to libc (libcap-ng), fetched like the roots above into a root of their own.
+ARM64_VM_TOOLS_DEBS=(util-linux libcap-ng0)
+
+arm64_vm_tools_root() { printf '%s/arm64/vm-tools-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
+
+setup_arm64_vm_tools() {
+  local dest apt tmp deb
+  dest="$(arm64_vm_tools_root)"
+  [[ -x "$dest/usr/bin/setpriv" ]] && return
+  log "apt: fetching Debian's util-linux (setpriv) for arm64 into $dest"
+  apt="$(dirname "$dest")/apt"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  touch "$apt/status"
+  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
+    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
+  tmp="$(mktemp -d)"
+  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
+  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_VM_TOOLS_DEBS[@]}" >/dev/null) ||
+    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_VM_TOOLS_DEBS[*]} failed"; }
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  [[ -x "$tmp/root/usr/bin/setpriv" ]] || { rm -rf "$tmp"; die "the arm64 util-linux root lacks usr/bin/setpriv"; }
   place_in_cache "$tmp/root" "$dest" "$tmp"
 }
 
