@@ -46,7 +46,7 @@ step_scx_arm64() {
 # tracing backend's gate replay (the matrix's trace-arm64 column) and live phases, then e2e/guest.sh on
 # sched_ext (kernel-arm64 column, kick, throttle, hybrid, stress, restart, live and trust phases), with the
 # Rust worker (scheduler/e2e/arm64-vm.sh). Every verdict is a count or a state. About 16 minutes with
-# the cross build warm and the kernel cached (the guest: 14 minutes at load 7-10 on 2 cores, 8 of them
+# the cross build warm and the kernel cached (the guest: 12.5 to 14 minutes at load 6-10 on 2 cores, 8 of them
 # the critical-section stress). A step, not a bazel test: it takes longer than tools/test.sh's budget
 # allows and needs the cross build (12 minutes cold) and the trixie root, which tools/test.sh does not set up.
 step_trace_arm64_vm() {
