@@ -40,6 +40,20 @@ step_scx_arm64() {
   tools/arm64/scx-env.sh cargo test -p scx_morpheus --target aarch64-unknown-linux-gnu --test bpf_release --test cli
 }
 
+# The scheduler on arm64 in an arm64 VM: Debian sid's arm64 kernel (sched_ext, BTF) under trixie's
+# qemu-system-aarch64 -M virt -cpu max, TCG (installed by tools/setup.sh --qemu-trixie the first time),
+# with the cross-built scx_morpheus and morpheus-e2e-worker (the same debug build as scx_arm64): the
+# tracing backend's gate replay (the matrix's trace-arm64 column) and live phases, then e2e/guest.sh on
+# sched_ext (kernel-arm64 column, kick, throttle, hybrid, stress, restart, live and trust phases), with the
+# Rust worker (scheduler/e2e/arm64-vm.sh). Every verdict is a count or a state. About 16 minutes with
+# the cross build warm and the kernel cached (the guest: 12.5 to 14 minutes at load 6-10 on 2 cores, 8 of them
+# the critical-section stress). A step, not a bazel test: it takes longer than tools/test.sh's budget
+# allows and needs the cross build (12 minutes cold) and the trixie root, which tools/test.sh does not set up.
+step_trace_arm64_vm() {
+  bash tools/setup.sh --qemu-trixie
+  bash scheduler/e2e/arm64-vm.sh
+}
+
 # Starvation benchmark: Morpheus off / observer / enforced side by side, observer and enforced on the sim
 # backend and on the tracing backend (where root and BTF allow; otherwise sim only, saying why) in the
 # same rounds, 5 rounds with the spread of each ratio to off (scheduler/BENCHMARKS.md, "Starvation").
@@ -133,6 +147,7 @@ STEPS=(
   abi_check
   abi_report
   scx_arm64
+  trace_arm64_vm
   starvation
   trace_bench
   yield_bench

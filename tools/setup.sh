@@ -159,6 +159,7 @@ setup_arm64() {
   setup_arm64_jre
   setup_arm64_python
   setup_arm64_scx_libs
+  setup_arm64_vm_tools
   log "arm64: rust targets ${RUST_TARGETS[*]}, $(aarch64-linux-gnu-gcc -dumpfullversion) cross gcc, $(qemu-aarch64-static --version | head -n 1), node $ARM64_NODE_VERSION in $(arm64_node_dir), JRE $ARM64_JRE_VERSION in $(arm64_jre_dir), python3.11 in $(arm64_python_root)"
 }
 
@@ -284,6 +285,33 @@ setup_arm64_scx_libs() {
   done
   [[ -e "$tmp/root/usr/lib/aarch64-linux-gnu/libelf.so" && -e "$tmp/root/usr/lib/aarch64-linux-gnu/libz.so" ]] ||
     { rm -rf "$tmp"; die "the arm64 libelf/zlib root lacks usr/lib/aarch64-linux-gnu/libelf.so or libz.so"; }
+  place_in_cache "$tmp/root" "$dest" "$tmp"
+}
+
+# util-linux's setpriv for arm64, which the arm64 VM's trust phase runs its unprivileged users with
+# (scheduler/e2e/arm64-vm.sh; busybox's setpriv cannot change ids): Debian's arm64 util-linux and the one
+# library setpriv adds to libc (libcap-ng), fetched like the roots above into a root of their own.
+ARM64_VM_TOOLS_DEBS=(util-linux libcap-ng0)
+
+arm64_vm_tools_root() { printf '%s/arm64/vm-tools-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
+
+setup_arm64_vm_tools() {
+  local dest apt tmp deb
+  dest="$(arm64_vm_tools_root)"
+  [[ -x "$dest/usr/bin/setpriv" ]] && return
+  log "apt: fetching Debian's util-linux (setpriv) for arm64 into $dest"
+  apt="$(dirname "$dest")/apt"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  touch "$apt/status"
+  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
+    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
+  tmp="$(mktemp -d)"
+  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
+  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_VM_TOOLS_DEBS[@]}" >/dev/null) ||
+    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_VM_TOOLS_DEBS[*]} failed"; }
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  [[ -x "$tmp/root/usr/bin/setpriv" ]] || { rm -rf "$tmp"; die "the arm64 util-linux root lacks usr/bin/setpriv"; }
   place_in_cache "$tmp/root" "$dest" "$tmp"
 }
 
@@ -420,14 +448,22 @@ setup_scx_peers() {
 # where bookworm's 7.2 dies with "Oops: int3" (scheduler/vm/README.md). A `debootstrap --variant=minbase`
 # root under the cache, from Debian's archive alone, entered by scheduler/vm/qemu-trixie.sh (chroot with
 # /tmp, /dev and the cache bound in): the host's own qemu stays bookworm's. Only a VM run that asks for
-# it (`--qemu trixie`) needs it. A root is complete only once its stamp is written.
-QEMU_TRIXIE_PACKAGES=qemu-system-x86
+# it (`--qemu trixie`) needs it. A root is complete only once its stamp is written. qemu-system-arm is
+# the arm64 VM's (scheduler/vm/run-vm.sh --arch arm64: qemu-system-aarch64); a root made before it was
+# listed gets it installed in place (apt in the chroot), not rebuilt, as a VM may be running from it.
+QEMU_TRIXIE_PACKAGES=qemu-system-x86,qemu-system-arm
 QEMU_TRIXIE_MIRROR=http://deb.debian.org/debian
 
 setup_qemu_trixie() {
   local dest="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/qemu-trixie"
   local root="$dest/root" stamp="$dest/root.done" started
-  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" ]]; then
+  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" && ! -x "$root/usr/bin/qemu-system-aarch64" ]]; then
+    log "qemu trixie: installing qemu-system-arm into $root (apt in the chroot)"
+    as_root unshare --mount --propagation private -- bash -c 'mount -t proc proc "$1/proc" &&
+      chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends install qemu-system-arm' \
+      qemu-trixie "$root" || die "installing qemu-system-arm into the trixie root $root failed (see above)"
+  fi
+  if [[ -f "$stamp" && -x "$root/usr/bin/qemu-system-x86_64" && -x "$root/usr/bin/qemu-system-aarch64" ]]; then
     log "qemu trixie: $(<"$stamp") in $root"
     return
   fi
@@ -443,6 +479,7 @@ setup_qemu_trixie() {
     --keyring=/usr/share/keyrings/debian-archive-keyring.gpg trixie "$root" "$QEMU_TRIXIE_MIRROR" ||
     die "debootstrap of trixie into $root failed (see above; its log: $root/debootstrap/debootstrap.log)"
   [[ -x "$root/usr/bin/qemu-system-x86_64" ]] || die "the trixie root at $root has no qemu-system-x86_64"
+  [[ -x "$root/usr/bin/qemu-system-aarch64" ]] || die "the trixie root at $root has no qemu-system-aarch64"
   chroot "$root" dpkg-query -W -f='qemu-system-x86 ${Version} (Debian trixie)' qemu-system-x86 >"$stamp"
   log "qemu trixie: $(<"$stamp") installed in $((SECONDS - started))s"
 }

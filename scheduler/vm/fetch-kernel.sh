@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # Fetch Debian sid's current amd64 kernel (the one `linux-image-amd64` points
-# at) through a private apt configuration, extract it into a cache keyed by
+# at; with --arch arm64, the arm64 one `linux-image-arm64` points at) through a private apt configuration, extract it into a cache keyed by
 # the resolved version and print the path of the extracted kernel directory:
 #
 #   <dir>/vmlinuz  <dir>/config  <dir>/System.map  <dir>/kernel-release
 #   <dir>/lib/modules/<release>/   (modules, depmod'ed)   <dir>/modules -> it
+#   <dir>/busybox  (--arch arm64 only: sid's busybox-static for that architecture)
 #
 # The system's apt configuration (/etc/apt) is never read or written: apt is
 # driven through APT_CONFIG pointing at a generated apt.conf whose Dir::*
@@ -33,8 +34,11 @@ Prints the extracted kernel directory on stdout; progress goes to stderr.
 
 options:
   --cache-dir DIR   private apt state and kernel cache
-                    (default: \${MORPHEUS_CACHE:-\$HOME/.cache/morpheus}/sid-apt)
-  --package NAME    kernel metapackage to resolve (default: linux-image-amd64)
+                    (default: \${MORPHEUS_CACHE:-\$HOME/.cache/morpheus}/sid-apt[-ARCH])
+  --arch ARCH       Debian architecture of the kernel: amd64 or arm64
+                    (default: amd64); the apt state of each lives apart
+                    (sid-apt for amd64, sid-apt-ARCH otherwise)
+  --package NAME    kernel metapackage to resolve (default: linux-image-ARCH)
   --mirror URL      Debian mirror (default: $DEFAULT_MIRROR)
   --max-age HOURS   reuse package lists younger than this without touching
                     the network (default: \${MORPHEUS_SID_MAX_AGE_HOURS:-6})
@@ -52,7 +56,8 @@ log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 
 cache_root=""
-meta_package=linux-image-amd64
+meta_package=""
+arch=amd64
 mirror=$DEFAULT_MIRROR
 max_age_hours=${MORPHEUS_SID_MAX_AGE_HOURS:-6}
 mode=auto # auto | refresh | offline
@@ -61,6 +66,7 @@ check_valid_until=${MORPHEUS_SID_CHECK_VALID_UNTIL:-}
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--cache-dir) [[ $# -ge 2 ]] || die "--cache-dir needs a directory"; cache_root=$2; shift 2 ;;
+	--arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; arch=$2; shift 2 ;;
 	--package) [[ $# -ge 2 ]] || die "--package needs a package name"; meta_package=$2; shift 2 ;;
 	--mirror) [[ $# -ge 2 ]] || die "--mirror needs a URL"; mirror=$2; shift 2 ;;
 	--max-age) [[ $# -ge 2 ]] || die "--max-age needs a number of hours"; max_age_hours=$2; shift 2 ;;
@@ -76,6 +82,8 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
+[[ "$arch" == amd64 || "$arch" == arm64 ]] || die "--arch must be amd64 or arm64, got '$arch'"
+[[ -n "$meta_package" ]] || meta_package=linux-image-$arch
 [[ "$max_age_hours" =~ ^[0-9]+$ ]] || die "--max-age must be a whole number of hours, got '$max_age_hours'"
 [[ "$meta_package" =~ ^[a-z0-9][a-z0-9+.-]+$ ]] || die "--package '$meta_package' is not a valid Debian package name"
 [[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
@@ -97,6 +105,7 @@ if [[ -z "$cache_root" ]]; then
 		base=$HOME/.cache/morpheus
 	fi
 	cache_root=$base/sid-apt
+	[[ "$arch" == amd64 ]] || cache_root=$cache_root-$arch
 fi
 
 for tool in apt-get apt-cache dpkg-deb dpkg depmod flock; do
@@ -136,8 +145,8 @@ Dir::State::status "$cache_root/state/status";
 Dir::Cache "$cache_root/cache/";
 Dir::Cache::srcpkgcache ""; // only binary packages are looked up
 Dir::Log "$cache_root/log/";
-APT::Architecture "amd64";
-APT::Architectures { "amd64"; };
+APT::Architecture "$arch";
+APT::Architectures { "$arch"; };
 Acquire::Languages "none";
 Acquire::Check-Valid-Until "$check_valid_until";
 APT::Sandbox::User "$sandbox_user";
@@ -179,8 +188,33 @@ check_config() { # check_config KERNEL_DIR
 	fi
 }
 
+# A kernel for another architecture than the host's comes with that architecture's busybox-static
+# (sid's, from the same private apt), which mkinitramfs.sh builds that kernel's image around:
+# <dir>/busybox. The host's own busybox serves amd64.
+ensure_busybox() { # ensure_busybox KERNEL_DIR
+	local dir=$1 tmp debs bin
+	[[ "$arch" != amd64 && ! -x "$dir/busybox" ]] || return 0
+	[[ "$mode" != offline ]] || die "--offline given but $dir has no busybox for $arch (run once online)"
+	tmp=$(mktemp -d "$kernels_dir/.busybox.XXXXXX")
+	if ! (cd "$tmp" && apt-get -q download busybox-static) >"$cache_root/log/busybox.log" 2>&1; then
+		sed 's/^/  apt: /' "$cache_root/log/busybox.log" >&2
+		rm -rf "$tmp"
+		die "'apt-get download busybox-static' ($arch) failed (log: $cache_root/log/busybox.log)"
+	fi
+	debs=("$tmp"/busybox-static_*.deb)
+	dpkg-deb -x "${debs[0]}" "$tmp/root" || die "dpkg-deb -x failed for ${debs[0]}"
+	for bin in "$tmp/root/usr/bin/busybox" "$tmp/root/bin/busybox" ""; do [[ ! -f "$bin" ]] || break; done
+	[[ -n "$bin" ]] || die "busybox-static ($arch) has neither usr/bin/busybox nor bin/busybox"
+	install -m 0755 "$bin" "$dir/.busybox.tmp"
+	mv "$dir/.busybox.tmp" "$dir/busybox"
+	dpkg-deb -f "${debs[0]}" Version >"$dir/busybox-version"
+	rm -rf "$tmp"
+	log "added busybox-static $(<"$dir/busybox-version") ($arch) to $dir"
+}
+
 finish() { # finish KERNEL_DIR: verify and print
 	check_config "$1"
+	ensure_busybox "$1"
 	log "kernel $(<"$1/kernel-release") (package version $(<"$1/deb-version"))"
 	printf '%s\n' "$1"
 	exit 0

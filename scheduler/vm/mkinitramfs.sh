@@ -12,6 +12,10 @@ readonly GUEST_INIT=$here/guest-init.sh
 readonly BUSYBOX=${MORPHEUS_BUSYBOX:-/bin/busybox}
 readonly ELF_MAGIC=7f454c46
 readonly ELF_MACHINE_X86_64=3e00 # e_machine, little endian
+readonly ELF_MACHINE_AARCH64=b700
+# Where an arm64 image's --bin libraries are looked up (their DT_NEEDED entries, recursively): the
+# directories of --lib-path first, then the cross toolchain's arm64 libc (libc6-arm64-cross).
+readonly ARM64_CROSS_LIBC=/usr/aarch64-linux-gnu/lib
 
 usage() {
 	cat <<EOF
@@ -28,7 +32,14 @@ options:
                          DEST defaults to /usr/local/bin/<name> (on PATH)
   --file SRC:DEST        copy a file or directory to absolute DEST
                          (a DEST ending in / keeps SRC's name)
-  --kernel DIR           kernel directory from fetch-kernel.sh (for --module)
+  --kernel DIR           kernel directory from fetch-kernel.sh (for --module;
+                         with --arch arm64, also the source of busybox)
+  --arch amd64|arm64     the guest's architecture (default: amd64): every ELF
+                         --bin must be built for it. arm64 images take busybox
+                         from the kernel directory (fetch-kernel.sh --arch arm64)
+                         and resolve a --bin's libraries from --lib-path and
+                         $ARM64_CROSS_LIBC (the host's ldd cannot)
+  --lib-path DIR[:DIR]   arm64: directories holding the --bin's libraries
   --module NAME          load module NAME and its dependencies before the
                          test (skipped with a note if built in)
   -h, --help             show this help
@@ -44,6 +55,8 @@ kernel_dir=""
 bins=()
 files=()
 modules=()
+arch=amd64
+lib_path=""
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--init-script) [[ $# -ge 2 ]] || die "--init-script needs a file"; init_script=$2; shift 2 ;;
@@ -51,6 +64,8 @@ while [[ $# -gt 0 ]]; do
 	--file) [[ $# -ge 2 ]] || die "--file needs SRC:DEST"; files+=("$2"); shift 2 ;;
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel_dir=$2; shift 2 ;;
 	--module) [[ $# -ge 2 ]] || die "--module needs a module name"; modules+=("$2"); shift 2 ;;
+	--arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; arch=$2; shift 2 ;;
+	--lib-path) [[ $# -ge 2 ]] || die "--lib-path needs directories"; lib_path=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	-*) usage >&2; die "unknown option '$1'" ;;
 	*)
@@ -76,9 +91,43 @@ fi
 for tool in cpio gzip ldd find sort; do
 	command -v "$tool" >/dev/null || die "'$tool' not found; run tools/setup.sh"
 done
-[[ -x "$BUSYBOX" ]] || die "$BUSYBOX not found; install busybox-static (tools/setup.sh)"
-if ldd "$BUSYBOX" >/dev/null 2>&1; then
-	die "$BUSYBOX is dynamically linked; install busybox-static (tools/setup.sh)"
+busybox=$BUSYBOX
+busybox_run=("$busybox")
+case "$arch" in
+amd64)
+	elf_machine=$ELF_MACHINE_X86_64
+	[[ -z "$lib_path" ]] || die "--lib-path is for --arch arm64 (amd64 binaries' libraries are found with ldd)"
+	;;
+arm64)
+	elf_machine=$ELF_MACHINE_AARCH64
+	[[ -n "$kernel_dir" ]] || die "--arch arm64 needs --kernel DIR (from fetch-kernel.sh --arch arm64: it holds arm64 busybox)"
+	busybox=$kernel_dir/busybox
+	[[ -x "$busybox" ]] || die "$busybox not found; fetch the kernel with scheduler/vm/fetch-kernel.sh --arch arm64"
+	command -v qemu-aarch64-static >/dev/null || die "qemu-aarch64-static not found (qemu-user-static; tools/setup.sh): it lists arm64 busybox's applets"
+	command -v readelf >/dev/null || die "readelf not found (binutils)"
+	[[ -d "$ARM64_CROSS_LIBC" ]] || die "$ARM64_CROSS_LIBC not found (libc6-arm64-cross; tools/setup.sh)"
+	busybox_run=(qemu-aarch64-static "$busybox")
+	;;
+*) die "--arch must be amd64 or arm64, got '$arch'" ;;
+esac
+is_elf() { [[ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" == "$ELF_MAGIC" ]]; }
+# Every ELF --bin is for the image's architecture, checked before anything is built.
+for spec in "${bins[@]}"; do
+	src=$spec
+	[[ "$spec" != *:* ]] || src=${spec%:*}
+	[[ -f "$src" ]] || die "--bin '$src' is not a file"
+	[[ -x "$src" ]] || die "--bin '$src' is not executable"
+	if is_elf "$src"; then
+		machine=$(od -An -tx1 -j18 -N2 "$src" | tr -d ' \n')
+		[[ "$machine" == "$elf_machine" ]] || die "--bin '$src' is not an ELF binary for $arch (e_machine $machine, want $elf_machine)"
+	fi
+done
+[[ -x "$busybox" ]] || die "$busybox not found; install busybox-static (tools/setup.sh)"
+if [[ "$arch" == amd64 ]] && ldd "$busybox" >/dev/null 2>&1; then
+	die "$busybox is dynamically linked; install busybox-static (tools/setup.sh)"
+fi
+if [[ "$arch" == arm64 ]] && readelf -lW "$busybox" | grep -q 'INTERP'; then
+	die "$busybox is dynamically linked; it must be busybox-static's"
 fi
 [[ -f "$GUEST_INIT" ]] || die "$GUEST_INIT is missing"
 
@@ -90,13 +139,13 @@ trap 'rm -rf "$stage" ${tmp_out:+"$tmp_out"}' EXIT
 chmod 0755 "$stage" # becomes / in the guest
 mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,dev,proc,sys,run,tmp,root,etc/morpheus,morpheus}
 chmod 1777 "$stage/tmp"
-cp "$BUSYBOX" "$stage/bin/busybox"
+cp "$busybox" "$stage/bin/busybox"
 while IFS= read -r applet; do
 	[[ -e "$stage/$applet" || -L "$stage/$applet" ]] && continue
 	mkdir -p "$stage/$(dirname "$applet")"
 	ln -s /bin/busybox "$stage/$applet"
-done < <("$BUSYBOX" --list-full)
-[[ -L "$stage/bin/sh" ]] || die "$BUSYBOX provides no sh applet"
+done < <("${busybox_run[@]}" --list-full)
+[[ -L "$stage/bin/sh" ]] || die "$busybox provides no sh applet"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$stage/etc/passwd"
 printf 'root:x:0:\n' >"$stage/etc/group"
 install -m 0755 "$GUEST_INIT" "$stage/init"
@@ -112,8 +161,6 @@ copy_into() {
 	mkdir -p "$stage$(dirname "$2")"
 	cp -a -L "$1" "$stage$2"
 }
-
-is_elf() { [[ "$(od -An -tx1 -N4 "$1" | tr -d ' \n')" == "$ELF_MAGIC" ]]; }
 
 add_libraries() { # add_libraries BINARY
 	local bin=$1 ldd_out line lib
@@ -140,6 +187,35 @@ add_libraries() { # add_libraries BINARY
 	done <<<"$ldd_out"
 }
 
+# add_arm64_libraries BINARY: its program interpreter (at its own path) and every library it needs,
+# recursively (DT_NEEDED), from --lib-path and the cross libc, into /lib/aarch64-linux-gnu.
+add_arm64_libraries() {
+	local bin=$1 interp needed name dir found
+	interp=$(readelf -lW "$bin" | sed -n 's/.*\[Requesting program interpreter: \(.*\)\]/\1/p')
+	[[ -n "$interp" ]] || return 0 # static
+	if [[ ! -e "$stage$interp" ]]; then
+		[[ -f "$ARM64_CROSS_LIBC/$(basename "$interp")" ]] || die "--bin $bin: its loader $interp is not in $ARM64_CROSS_LIBC"
+		copy_into "$ARM64_CROSS_LIBC/$(basename "$interp")" "$interp"
+	fi
+	local -a queue=("$bin") search
+	IFS=: read -ra search <<<"$lib_path:$ARM64_CROSS_LIBC"
+	while [[ ${#queue[@]} -gt 0 ]]; do
+		needed=$(readelf -dW "${queue[0]}" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+		queue=("${queue[@]:1}")
+		for name in $needed; do
+			[[ ! -e "$stage/lib/aarch64-linux-gnu/$name" ]] || continue
+			found=""
+			for dir in "${search[@]}"; do
+				[[ -n "$dir" && -f "$dir/$name" ]] && { found=$dir/$name; break; }
+			done
+			[[ -n "$found" ]] || die "--bin $bin: library $name is in neither --lib-path '$lib_path' nor $ARM64_CROSS_LIBC"
+			copy_into "$found" "/lib/aarch64-linux-gnu/$name"
+			queue+=("$found")
+		done
+	done
+	lib_dirs[/lib/aarch64-linux-gnu]=1
+}
+
 for spec in "${bins[@]}"; do
 	src=$spec dest=""
 	if [[ "$spec" == *:* ]]; then
@@ -150,9 +226,7 @@ for spec in "${bins[@]}"; do
 	[[ -n "$dest" ]] || dest=/usr/local/bin/$(basename "$src")
 	guest_path_ok "$dest" || die "--bin '$spec': destination '$dest' must be an absolute path without '..'"
 	if is_elf "$src"; then
-		machine=$(od -An -tx1 -j18 -N2 "$src" | tr -d ' \n')
-		[[ "$machine" == "$ELF_MACHINE_X86_64" ]] || die "--bin '$src' is not an x86-64 ELF binary (e_machine $machine)"
-		add_libraries "$src"
+		if [[ "$arch" == arm64 ]]; then add_arm64_libraries "$src"; else add_libraries "$src"; fi
 	else
 		scripts+=("$dest")
 	fi

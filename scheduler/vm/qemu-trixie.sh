@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 #
-# qemu-system-x86_64 from Debian trixie (qemu 10.0, installed by `tools/setup.sh --qemu-trixie` in a
+# qemu-system-x86_64 (or, with --system qemu-system-aarch64 first, the arm64 one) from Debian trixie (qemu 10.0, installed by `tools/setup.sh --qemu-trixie` in a
 # minbase root under the cache), run with the arguments given: in a private mount namespace, /tmp,
 # /dev and the cache are bound into the trixie root at their own paths and qemu runs chrooted there,
 # so the host's qemu (bookworm's 7.2) and libraries are untouched. Every file named on qemu's command
@@ -10,17 +10,23 @@
 set -euo pipefail
 cache=${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}
 root=$cache/qemu-trixie/root
-if [[ ! -f "$cache/qemu-trixie/root.done" || ! -x "$root/usr/bin/qemu-system-x86_64" ]]; then
-	echo "qemu-trixie: error: no trixie qemu at $root; run tools/setup.sh --qemu-trixie" >&2
+system=qemu-system-x86_64
+if [[ "${1:-}" == --system ]]; then
+	system=${2:-}
+	shift 2 || { echo "qemu-trixie: error: --system needs qemu-system-x86_64 or qemu-system-aarch64" >&2; exit 2; }
+fi
+[[ "$system" == qemu-system-x86_64 || "$system" == qemu-system-aarch64 ]] || { echo "qemu-trixie: error: --system must be qemu-system-x86_64 or qemu-system-aarch64, got '$system'" >&2; exit 2; }
+if [[ ! -f "$cache/qemu-trixie/root.done" || ! -x "$root/usr/bin/$system" ]]; then
+	echo "qemu-trixie: error: no trixie $system at $root; run tools/setup.sh --qemu-trixie" >&2
 	exit 2
 fi
 # shellcheck disable=SC2016 # expanded by the inner shell
 exec unshare --mount --propagation private -- bash -c '
 	set -e
-	root=$1 cache=$2
-	shift 2
+	root=$1 cache=$2 system=$3
+	shift 3
 	mkdir -p "$root/tmp" "$root/dev" "$root$cache"
 	mount --bind /tmp "$root/tmp"
 	mount --rbind /dev "$root/dev"
 	mount --bind "$cache" "$root$cache"
-	exec chroot "$root" /usr/bin/qemu-system-x86_64 "$@"' qemu-trixie "$root" "$cache" "$@"
+	exec chroot "$root" "/usr/bin/$system" "$@"' qemu-trixie "$root" "$cache" "$system" "$@"

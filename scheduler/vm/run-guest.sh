@@ -25,6 +25,10 @@ image (passed to mkinitramfs.sh):
                          (DEST defaults to /usr/local/bin/<name>, on PATH)
   --file SRC:DEST        extra file or directory at absolute DEST
   --module NAME          kernel module to load before the test
+  --lib-path DIR[:DIR]   arm64: where the --bin's libraries are (mkinitramfs.sh)
+architecture:
+  --arch amd64|arm64     the guest's (default: amd64): the kernel, busybox and
+                         qemu-system-* follow it (arm64 needs --qemu trixie)
 kernel:
   --kernel DIR           kernel directory (default: output of fetch-kernel.sh,
                          cached under \${MORPHEUS_CACHE:-\$HOME/.cache/morpheus})
@@ -42,9 +46,10 @@ vm_args=()
 kernel=""
 keep_initrd=""
 have_script=0
+arch=amd64
 while [[ $# -gt 0 ]]; do
 	case "$1" in
-	--init-script | --bin | --file | --module)
+	--init-script | --bin | --file | --module | --lib-path)
 		[[ $# -ge 2 ]] || die "$1 needs a value"
 		[[ "$1" != --init-script ]] || have_script=1
 		image_args+=("$1" "$2")
@@ -57,23 +62,26 @@ while [[ $# -gt 0 ]]; do
 		;;
 	--quiet | --share-host-root) vm_args+=("$1"); shift ;;
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel=$2; shift 2 ;;
+	--arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; arch=$2; shift 2 ;;
 	--keep-initrd) [[ $# -ge 2 ]] || die "--keep-initrd needs a file"; keep_initrd=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; die "unknown argument '$1'" ;;
 	esac
 done
 [[ $have_script -eq 1 ]] || die "--init-script is required"
+[[ "$arch" == amd64 || "$arch" == arm64 ]] || die "--arch must be amd64 or arm64, got '$arch'"
 [[ -z "$keep_initrd" || "$keep_initrd" == *.cpio.gz ]] || die "--keep-initrd '$keep_initrd' must end in .cpio.gz"
 
 if [[ -z "$kernel" ]]; then
-	kernel=$("$here/fetch-kernel.sh") || die "could not get a kernel (fetch-kernel.sh failed, see above)" "$EXIT_NO_RESULT"
+	kernel=$("$here/fetch-kernel.sh" --arch "$arch") || die "could not get a kernel (fetch-kernel.sh failed, see above)" "$EXIT_NO_RESULT"
 fi
+[[ "$arch" == amd64 ]] || vm_args+=(--arch "$arch")
 [[ -f "$kernel/vmlinuz" ]] || die "--kernel '$kernel' has no vmlinuz (expected a directory from fetch-kernel.sh)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-guest.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 initrd=$work/guest.cpio.gz
-"$here/mkinitramfs.sh" "$initrd" --kernel "$kernel" "${image_args[@]}" ||
+"$here/mkinitramfs.sh" "$initrd" --kernel "$kernel" --arch "$arch" "${image_args[@]}" ||
 	die "could not build the initramfs (mkinitramfs.sh failed, see above)" "$EXIT_NO_RESULT"
 [[ -z "$keep_initrd" ]] || cp "$initrd" "$keep_initrd"
 

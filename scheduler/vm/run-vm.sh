@@ -20,6 +20,9 @@ usage: $0 --kernel DIR --initrd FILE [options]
 
 options:
   --kernel DIR|FILE  kernel directory from fetch-kernel.sh (or a bzImage)
+  --arch amd64|arm64 the guest's architecture (default: amd64): arm64 boots
+                     under qemu-system-aarch64 -M virt -cpu max (trixie's
+                     qemu only: --qemu trixie), console on the PL011 ttyAMA0
   --initrd FILE      initramfs from mkinitramfs.sh
   --timeout SECS     wall-clock limit for the whole run (default: 300)
   --smp N            virtual CPUs (default: 2)
@@ -55,6 +58,7 @@ tcg_threads=single
 qemu_from=host
 quiet=0
 share_root=0
+arch=amd64
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; kernel=$2; shift 2 ;;
@@ -64,6 +68,7 @@ while [[ $# -gt 0 ]]; do
 	--mem) [[ $# -ge 2 ]] || die "--mem needs a size"; mem=$2; shift 2 ;;
 	--log) [[ $# -ge 2 ]] || die "--log needs a file"; log_file=$2; shift 2 ;;
 	--append) [[ $# -ge 2 ]] || die "--append needs kernel arguments"; append=$2; shift 2 ;;
+	--arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; arch=$2; shift 2 ;;
 	--cpu) [[ $# -ge 2 ]] || die "--cpu needs a model"; cpu=$2; shift 2 ;;
 	--tcg-threads) [[ $# -ge 2 ]] || die "--tcg-threads needs single or multi"; tcg_threads=$2; shift 2 ;;
 	--qemu) [[ $# -ge 2 ]] || die "--qemu needs host or trixie"; qemu_from=$2; shift 2 ;;
@@ -89,6 +94,14 @@ fi
 [[ "$mem" =~ ^[1-9][0-9]*[MG]$ ]] || die "--mem must look like 2G or 1536M, got '$mem'"
 [[ "$tcg_threads" == single || "$tcg_threads" == multi ]] || die "--tcg-threads must be single or multi, got '$tcg_threads'"
 [[ "$append" != *morpheus_run=* ]] || die "--append must not set morpheus_run (run-vm.sh sets it)"
+case "$arch" in
+amd64) qemu_system=qemu-system-x86_64 ;;
+arm64)
+	qemu_system=qemu-system-aarch64
+	[[ "$qemu_from" == trixie ]] || die "--arch arm64 needs --qemu trixie (trixie's qemu-system-aarch64; tools/setup.sh --qemu-trixie installs it)"
+	;;
+*) die "--arch must be amd64 or arm64, got '$arch'" ;;
+esac
 if [[ "$qemu_from" == host ]]; then
 	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install qemu-system-x86 (tools/setup.sh)"
 	qemu_bin=(qemu-system-x86_64)
@@ -100,8 +113,8 @@ elif [[ "$qemu_from" == trixie ]]; then
 		[[ "$f" == /tmp/* || "$f" == "$(realpath -m "$cache")"/* ]] || die "--qemu trixie sees only /tmp and $cache, not $f"
 	done
 	[[ $share_root -eq 0 ]] || die "--share-host-root needs the host's qemu (--qemu trixie sees only /tmp, /dev and the cache)"
-	[[ -x "$cache/qemu-trixie/root/usr/bin/qemu-system-x86_64" ]] || die "no trixie qemu in $cache/qemu-trixie; run tools/setup.sh --qemu-trixie"
-	qemu_bin=(bash "$(dirname "${BASH_SOURCE[0]}")/qemu-trixie.sh")
+	[[ -x "$cache/qemu-trixie/root/usr/bin/$qemu_system" ]] || die "no trixie $qemu_system in $cache/qemu-trixie; run tools/setup.sh --qemu-trixie"
+	qemu_bin=(bash "$(dirname "${BASH_SOURCE[0]}")/qemu-trixie.sh" --system "$qemu_system")
 else
 	die "--qemu must be host or trixie, got '$qemu_from'"
 fi
@@ -121,13 +134,24 @@ run_id=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
 # exiting; oops=panic makes any oops end the run instead of limping on.
 # no_timer_check: under TCG on a loaded host the IO-APIC timer check at boot can miss its ticks and
 # panic ("IO-APIC + timer doesn't work"); the check proves nothing about an emulated timer.
-cmdline="console=ttyS0,115200 panic=-1 oops=panic no_timer_check rdinit=/init morpheus_run=$run_id${append:+ $append}"
-qemu=("${qemu_bin[@]}" -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
+# arm64: the virt board's console is its PL011 UART; -cpu max is every feature TCG emulates (LSE
+# atomics among them, which the BPF JIT and the Rust code use when present), with the cheaper
+# implementation-defined pointer-authentication algorithm (QARMA under TCG is slow, and nothing here
+# tests the algorithm).
+if [[ "$arch" == arm64 ]]; then
+	cmdline="console=ttyAMA0 panic=-1 oops=panic rdinit=/init morpheus_run=$run_id${append:+ $append}"
+	arch_args=(-M virt -cpu "${cpu:-max,pauth-impdef=on}")
+	cpu=""
+else
+	cmdline="console=ttyS0,115200 panic=-1 oops=panic no_timer_check rdinit=/init morpheus_run=$run_id${append:+ $append}"
+	arch_args=()
+fi
+qemu=("${qemu_bin[@]}" "${arch_args[@]}" -accel "tcg,thread=$tcg_threads" -smp "$smp" -m "$mem" -nographic -no-reboot
 	-monitor none -serial stdio -kernel "$image" -initrd "$initrd" -append "$cmdline")
 [[ -z "$cpu" ]] || qemu+=(-cpu "$cpu")
 [[ $share_root -eq 0 ]] || qemu+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on")
 
-log "booting $image with $initrd (smp $smp, mem $mem, qemu $qemu_from, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
+log "booting $image with $initrd ($arch, smp $smp, mem $mem, qemu $qemu_from, tcg threads $tcg_threads, timeout ${timeout_secs}s)"
 start=$(date +%s.%N)
 set +e
 if [[ $quiet -eq 1 ]]; then

@@ -113,6 +113,26 @@ printf '1.0-amd64\n' >"$fake/kernel-release"
 printf 'CONFIG_DEBUG_INFO_BTF=y\n# CONFIG_SCHED_CLASS_EXT is not set\n' >"$fake/config"
 touch "$fake/.complete"
 expect_error 1 "lacks CONFIG_SCHED_CLASS_EXT=y" "$fetch" --cache-dir "$work/fake-cache" --offline
+# The arm64 options (--arch): a wrong architecture, an arm64 image without its kernel directory (its
+# busybox) or with an x86-64 binary, an arm64 boot on the host's qemu (bookworm's has no aarch64 here).
+expect_error 1 "--arch must be amd64 or arm64, got 'sparc'" "$fetch" --arch sparc
+expect_error 1 "--arch must be amd64 or arm64, got 'sparc'" "$mk" "$work/x.cpio.gz" --init-script "$work/ok.sh" --arch sparc
+expect_error 1 "--arch arm64 needs --kernel DIR" "$mk" "$work/x.cpio.gz" --init-script "$work/ok.sh" --arch arm64
+expect_error 1 "--lib-path is for --arch arm64" "$mk" "$work/x.cpio.gz" --init-script "$work/ok.sh" --lib-path /usr/lib
+expect_error 1 "$work/fake-kernel/busybox not found" "$mk" "$work/x.cpio.gz" --init-script "$work/ok.sh" --arch arm64 --kernel "$work/fake-kernel"
+expect_error 2 "--arch must be amd64 or arm64, got 'sparc'" "$run" --kernel "$work/bad-initrd" --initrd "$work/bad-initrd" --arch sparc
+expect_error 2 "--arch arm64 needs --qemu trixie" "$run" --kernel "$work/bad-initrd" --initrd "$work/bad-initrd" --arch arm64
+expect_error 2 "--arch must be amd64 or arm64, got 'sparc'" "$here/run-guest.sh" --init-script "$work/ok.sh" --arch sparc
+if command -v qemu-aarch64-static >/dev/null && [[ -d /usr/aarch64-linux-gnu/lib ]]; then
+	# An x86-64 binary in an arm64 image is refused (the fake kernel directory lends a busybox stand-in:
+	# the refusal comes before busybox is run).
+	mkdir -p "$work/fake-arm64"
+	cp "$work/fake-kernel/kernel-release" "$work/fake-arm64/"
+	printf '#!/bin/sh
+' >"$work/fake-arm64/busybox"
+	chmod +x "$work/fake-arm64/busybox"
+	expect_error 1 "is not an ELF binary for arm64" "$mk" "$work/x.cpio.gz" --init-script "$work/ok.sh" --arch arm64 --kernel "$work/fake-arm64" --bin /bin/true
+fi
 [[ $failures -eq 0 ]] || die "bad-input checks failed ($failures)"
 
 # --- 2. kernel --------------------------------------------------------------------------

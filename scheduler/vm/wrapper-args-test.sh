@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # The VM wrappers' shared command line (wrapper-args.sh): its parser on its own, then each wrapper
-# (e2e/run.sh, e2e/starvation-vm.sh, e2e/pybench-vm.sh, compare/run-vm.sh) with --help and bad
+# (e2e/run.sh, e2e/arm64-vm.sh, e2e/starvation-vm.sh, e2e/pybench-vm.sh, compare/run-vm.sh) with --help and bad
 # options, each of which must end before anything is built or booted. No VM, no cargo.
 # `bazel test //scheduler/vm:wrapper_args_test`.
 set -uo pipefail
@@ -109,7 +109,7 @@ rm -rf "$scratch"
 
 # Each wrapper: --help prints its header (through its usage line), bad options are named and nothing
 # runs after them.
-for entry in "e2e/run.sh:e2e-kernel:" "e2e/starvation-vm.sh:starvation-vm:benchmark" \
+for entry in "e2e/run.sh:e2e-kernel:" "e2e/arm64-vm.sh:e2e-arm64:" "e2e/starvation-vm.sh:starvation-vm:benchmark" \
 	"e2e/pybench-vm.sh:pybench-vm:benchmark" "compare/run-vm.sh:compare-vm:compare"; do
 	IFS=: read -r script prog what <<<"$entry"
 	path=$root/scheduler/$script

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
-# The command line the VM wrappers share (e2e/run.sh, e2e/starvation-vm.sh, e2e/pybench-vm.sh,
+# The command line the VM wrappers share (e2e/run.sh, e2e/arm64-vm.sh, e2e/starvation-vm.sh, e2e/pybench-vm.sh,
 # compare/run-vm.sh), sourced by each after `set -euo pipefail` and `readonly PROG=<name>`:
 #
 #   [--kernel DIR] [--log FILE] [--timeout SECS] [the wrapper's own options] [-- GUEST-ARGS...]
