@@ -637,10 +637,18 @@ impl LayerSlots {
     }
 
     /// Records that thread `worker.tid` is the worker of `slot` (its domain and SCB index): its bit
-    /// first, then its entry.
+    /// first, then its entry. Called after the thread's pidfd was opened and before its exit is
+    /// watched (src/registry.rs), so the thread started before the entry's `registered_ns` (read
+    /// here): the BPF side never takes a thread started after it for this worker (intf.h).
     pub(crate) fn record(&self, slot: u32, worker: &Assigned) -> Result<()> {
         let tid = worker.tid;
-        let value = bpf_intf::morpheus_worker_slot { slot, domain: worker.domain.index, local: worker.local, _pad: 0 };
+        let value = bpf_intf::morpheus_worker_slot {
+            slot,
+            domain: worker.domain.index,
+            local: worker.local,
+            _pad: 0,
+            registered_ns: crate::monotonic_ns(),
+        };
         // SAFETY: a plain C struct viewed as its bytes.
         let bytes = unsafe {
             std::slice::from_raw_parts((&value as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&value))

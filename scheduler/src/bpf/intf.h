@@ -29,16 +29,23 @@ struct morpheus_region {
 
 /*
  * Value of the `worker_slots` map (key: tid), written only by the agent at registration: the
- * agent's slot number (index of `workers`, and the slot in hint and escalation records), and the
- * domain and SCB index of the worker's SCB. The BPF side learns a worker's SCB only from here, never
- * from a tid, pid or slot written in an SCB. An entry is removed by the agent (unregistration), or
- * by the BPF side when the thread it was bound to exits (worker_exit, src/bpf/worker.bpf.c).
+ * agent's slot number (index of `workers`, and the slot in hint and escalation records), the
+ * domain and SCB index of the worker's SCB, and `registered_ns`, CLOCK_MONOTONIC (the clock of a
+ * task's start_time) read by the agent after the registering thread's pidfd was opened and before
+ * its exit is watched. The registering thread started before `registered_ns`, so a thread started
+ * after it is a later holder of the tid and is never taken for this worker, even if the registering
+ * thread exited before any run of it bound it (then no bound thread's exit removes the entry; the
+ * agent does, once the pidfd says the thread exited). The BPF side learns a worker's SCB only from here, never from a tid, pid or
+ * slot written in an SCB. An entry is removed by the agent (unregistration, or the thread's pidfd
+ * saying it exited), or by the BPF side when the thread it was bound to exits (worker_exit,
+ * src/bpf/worker.bpf.c).
  */
 struct morpheus_worker_slot {
 	morpheus_u32 slot;
 	morpheus_u32 domain;
 	morpheus_u32 local;
 	morpheus_u32 _pad;
+	morpheus_u64 registered_ns;
 };
 
 /*
@@ -136,7 +143,7 @@ enum morpheus_counter {
 	MORPHEUS_CNT_HOLDS_SPARED_CRITICAL, /* cpu.max hold skipped: the worker was in a critical section */
 	MORPHEUS_CNT_HELD_IN_CRITICAL,    /* a worker released from the hold was in a section while held: must stay 0 */
 	MORPHEUS_CNT_DEMOTED_ENQUEUES,    /* enqueues of a worker with an open episode into the demoted queue */
-	MORPHEUS_CNT_TID_REUSED,          /* runs of a thread whose tid names a worker bound to an exited thread (not that worker) */
+	MORPHEUS_CNT_TID_REUSED,          /* runs of a thread whose tid names a worker bound to an exited thread, or that started after the worker registered (not that worker) */
 	MORPHEUS_CNT_WORKER_EXITS,        /* worker_slots entries removed because their thread exited */
 	MORPHEUS_NR_COUNTERS,
 };

@@ -244,6 +244,16 @@ static __always_inline bool bound_elsewhere(struct worker_ctx *w, struct morpheu
 	       w->start_ns != start_ns;
 }
 
+/*
+ * Whether thread `tid` (started at `start_ns`) started after its worker_slots entry ws was written
+ * (intf.h, registered_ns): then it is not the thread that registered, which held the tid when the
+ * entry was written, but a later holder of the tid.
+ */
+static __always_inline bool started_after_registration(struct morpheus_worker_slot *ws, u64 start_ns)
+{
+	return start_ns > ws->registered_ns;
+}
+
 /* The SCB of thread `tid` (started at `start_ns`) if it is a registered worker, else NULL. */
 static __always_inline struct morpheus_scb *worker_scb_of(u32 tid, u64 start_ns)
 {
@@ -251,7 +261,7 @@ static __always_inline struct morpheus_scb *worker_scb_of(u32 tid, u64 start_ns)
 	struct worker_ctx *w;
 	u32 slot;
 
-	if (!ws)
+	if (!ws || started_after_registration(ws, start_ns))
 		return NULL;
 	slot = ws->slot;
 	w = bpf_map_lookup_elem(&workers, &slot);
@@ -758,7 +768,7 @@ __hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 		count(MORPHEUS_CNT_STALE_SLOTS);
 		return false;
 	}
-	if (bound_elsewhere(w, ws, tid, start_ns)) {
+	if (bound_elsewhere(w, ws, tid, start_ns) || started_after_registration(ws, start_ns)) {
 		count(MORPHEUS_CNT_TID_REUSED);
 		return false;
 	}
@@ -766,8 +776,9 @@ __hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 	if (w->tid != tid || w->domain != ws->domain || w->local != ws->local || w->start_ns != start_ns) {
 		/*
 		 * First run of a newly registered thread in this slot (or of one registered again after
-		 * the slot's thread exited): its SCB is where the agent says. The registering thread is
-		 * alive and holds its tid until it exits, so the first thread to run with that tid is it.
+		 * the slot's thread exited): its SCB is where the agent says. It started before the entry
+		 * was written (checked above), and the registering thread held the tid then, so this is
+		 * that thread.
 		 */
 		bind_thread(w, slot, tid, start_ns);
 		w->tid = tid;
