@@ -1399,7 +1399,11 @@ mod tests {
         // Only the numbers are written to the maps: each record names another tid, pinned as this thread.
         let thread = |tid: u32| Assigned { tid, pid: tid, uid: 40003, thread: Arc::clone(&pinned), domain: Arc::clone(&domain), local: 0 };
         let (tid, neighbour) = (4242, 4243);
+        let before = crate::monotonic_ns();
         slots.record(1, &thread(tid)).unwrap();
+        let after = crate::monotonic_ns();
+        let entry = read_record::<bpf_intf::morpheus_worker_slot>(&entries.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+        assert!((before..=after).contains(&entry.registered_ns), "registered_ns {} not read at the record ({before}..={after})", entry.registered_ns);
         slots.record(2, &thread(neighbour)).unwrap();
         assert!(tid_bit(&worker_tids, tid) && tid_bit(&worker_tids, neighbour), "set with the entries");
         // The tid registered again elsewhere (slot 3) before slot 1's release: its entry names 3.

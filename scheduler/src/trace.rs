@@ -380,3 +380,53 @@ impl Drop for TraceBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domains::RegionMaker;
+    use crate::kernel::bpf_intf;
+    use libbpf_rs::{MapCore, MapFlags};
+
+    /// Who the worker layer takes for a worker, asked of the real programs (bind_replay, run with
+    /// BPF_PROG_TEST_RUN on this kernel): a thread started after its tid's worker_slots entry was
+    /// written is a later holder of the tid and is never bound, even to a slot no thread was bound to
+    /// yet (the registering thread exited before any run of it bound it); the registering thread,
+    /// started before, is; and once bound, a later holder is not taken either.
+    #[test]
+    #[ignore = "needs root and bpf(2) with BTF: run with --ignored (//scheduler:region_pin_test does)"]
+    fn a_thread_started_after_a_registration_is_never_taken_for_that_worker() {
+        let mut open_object = MaybeUninit::uninit();
+        let skel = BpfSkelBuilder::default().open(&mut open_object).expect("open the tracing backend's object");
+        let skel = skel.load().expect("load the tracing backend's object (root, BPF with BTF)");
+        let maker = kernel::BpfRegions {
+            outer: MapHandle::try_from(&skel.maps.regions).unwrap(),
+            pin_dir: None,
+            pinned: Arc::default(),
+        };
+        let _region = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS).expect("a region in the replay domain");
+        let entries = MapHandle::try_from(&skel.maps.worker_slots).unwrap();
+        // A tid past the worker_tids bitmap: the layer looks it up in worker_slots directly.
+        let tid = bpf_intf::MORPHEUS_TID_LIMIT + 7;
+        let (slot, registered_ns) = (1u32, 1_000_000_000u64);
+        let entry = bpf_intf::morpheus_worker_slot { slot, domain: bpf_intf::MORPHEUS_REPLAY_DOMAIN, local: 0, _pad: 0, registered_ns };
+        // SAFETY: a plain C struct viewed as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&entry as *const bpf_intf::morpheus_worker_slot).cast::<u8>(), size_of_val(&entry))
+        };
+        entries.update(&tid.to_ne_bytes(), bytes, MapFlags::ANY).unwrap();
+        let bound = |start_ns: u64| {
+            let mut ctx = bpf_intf::morpheus_bind_replay_ctx { start_ns, tid, slot };
+            // SAFETY: a plain C struct viewed as its bytes for the duration of the call.
+            let ctx = unsafe {
+                std::slice::from_raw_parts_mut((&mut ctx as *mut bpf_intf::morpheus_bind_replay_ctx).cast::<u8>(), size_of_val(&ctx))
+            };
+            let input = ProgramInput { context_in: Some(ctx), ..Default::default() };
+            skel.progs.bind_replay.test_run(input).expect("BPF_PROG_TEST_RUN of bind_replay").return_value
+        };
+        assert_eq!(bound(registered_ns + 1), 0, "a thread started after the registration was taken for the worker of a slot nothing was bound to");
+        assert_eq!(bound(registered_ns - 1), 1, "the thread started before the registration was not taken for its worker");
+        assert_eq!(bound(registered_ns + 2), 0, "a thread started after the registration took the bound worker's slot");
+        assert_eq!(bound(registered_ns - 1), 1, "the bound thread lost its slot to a later holder of its tid");
+    }
+}

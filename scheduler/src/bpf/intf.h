@@ -60,6 +60,17 @@ struct morpheus_gate_replay_ctx {
 };
 
 /*
+ * Context of the bind_replay program (BPF_PROG_TEST_RUN, the scheduler's tests): a run of thread `tid`,
+ * started at `start_ns`, begins on no CPU (worker_running); the program returns 1 if agent slot `slot`
+ * is then bound to that thread, else 0.
+ */
+struct morpheus_bind_replay_ctx {
+	morpheus_u64 start_ns;
+	morpheus_u32 tid;
+	morpheus_u32 slot;
+};
+
+/*
  * Context of the escalation_replay program: the slot and time to decide for, the runtime, whether to
  * start a fresh episode (a new scenario); the program fills in the verdict, the state machine's step
  * (enum morpheus_escalation_step) and the episode after it (escalated = open, steps).

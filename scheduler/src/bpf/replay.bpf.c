@@ -65,3 +65,19 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 	ctx->steps = w->esc.steps;
 	return 0;
 }
+
+/*
+ * Who the worker layer takes for a worker (the scheduler's tests, src/trace.rs): the live path's start
+ * of a run (worker_running) for thread ctx->tid started at ctx->start_ns, on no CPU, against the
+ * worker_slots entry and region the test wrote. Returns 1 if agent slot ctx->slot is then bound to that
+ * thread, else 0. Run with BPF_PROG_TEST_RUN, never attached.
+ */
+SEC("syscall")
+int bind_replay(struct morpheus_bind_replay_ctx *ctx)
+{
+	struct worker_ctx *w;
+
+	worker_running(ctx->tid, ctx->tid, ctx->start_ns, -1);
+	w = worker_ctx_of(ctx->slot);
+	return w && w->tid == ctx->tid && w->start_ns == ctx->start_ns;
+}
