@@ -32,7 +32,12 @@ reserved_why="the VM run passes the scheduler binaries itself"
 parse_vm_args "$@"
 plots=${own_values[--plots]-$root/scheduler/compare/plots}
 json=${own_values[--json]-}
-vm_opts=(--qemu "${own_values[--qemu]-host}" --tcg-threads "${own_values[--tcg-threads]-single}")
+qemu_from=${own_values[--qemu]-host}
+tcg_threads=${own_values[--tcg-threads]-single}
+# Checked before the builds: scheduler/vm/run-vm.sh refuses a bad value too, but only at boot.
+[[ "$qemu_from" == host || "$qemu_from" == trixie ]] || die "--qemu must be host or trixie, got '$qemu_from'"
+[[ "$tcg_threads" == single || "$tcg_threads" == multi ]] || die "--tcg-threads must be single or multi, got '$tcg_threads'"
+vm_opts=(--qemu "$qemu_from" --tcg-threads "$tcg_threads")
 need_bpf_clang
 peers="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/scx-peers"
 peer_bins=()
@@ -66,15 +71,15 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/morpheus-compare-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 printf 'COMPARE_ARGS="%s"\nCOMPARE_DEBUG="%s"\n' "${guest_args[*]}" "${COMPARE_DEBUG:+1}" >"$work/compare.env"
 default_log morpheus-compare-vm
-if [[ "${own_values[--tcg-threads]-single}" == multi ]]; then
+if [[ "$tcg_threads" == multi ]]; then
 	# The guard of multi-threaded TCG (scheduler/vm/README.md): live code patching must survive on this
 	# qemu before any figure from it counts.
-	echo "$PROG: multi-threaded TCG: scheduler/vm/selftest-static-keys.sh first, as its guard" >&2
+	echo "$PROG: multi-threaded TCG: scheduler/vm/selftest-static-keys.sh first, as its guard (console: $log.static-keys)" >&2
 	"$root/scheduler/vm/run-guest.sh" "${kernel_args[@]}" --init-script "$root/scheduler/vm/selftest-static-keys.sh" \
-		"${vm_opts[@]}" --timeout 600 --log "$work/static-keys.log" --quiet &&
-		grep -q 'selftest-static-keys: .* flips survived' "$work/static-keys.log" || {
-		tr -d '\r' <"$work/static-keys.log" | tail -n 30 >&2
-		die "selftest-static-keys.sh did not survive on ${vm_opts[*]} (its console's end above); use --tcg-threads single"
+		"${vm_opts[@]}" --timeout 600 --log "$log.static-keys" --quiet &&
+		grep -q 'selftest-static-keys: .* flips survived' "$log.static-keys" || {
+		tr -d '\r' <"$log.static-keys" | tail -n 30 >&2
+		die "selftest-static-keys.sh did not survive on ${vm_opts[*]} (its console's end above, all of it in $log.static-keys); use --tcg-threads single"
 	}
 fi
 code=0

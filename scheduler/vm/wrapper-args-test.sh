@@ -136,6 +136,14 @@ expect "compare/run-vm.sh: a reserved compare argument" 2 \
 	bash "$root/scheduler/compare/run-vm.sh" --plots /tmp -- --scx-bpfland=/x
 expect "compare/run-vm.sh: --json without a file" 2 "compare-vm: error: --json needs a file" "" \
 	bash "$root/scheduler/compare/run-vm.sh" --json
+# compare/run-vm.sh's VM options are checked before anything is built (scheduler/vm/run-vm.sh would
+# refuse a bad one only at boot, after the release builds).
+expect "compare/run-vm.sh: --qemu without a value" 2 "compare-vm: error: --qemu needs host or trixie" "" \
+	bash "$root/scheduler/compare/run-vm.sh" --qemu
+expect "compare/run-vm.sh: an unknown --qemu" 2 "compare-vm: error: --qemu must be host or trixie, got 'qemu10'" "" \
+	bash "$root/scheduler/compare/run-vm.sh" --qemu qemu10 --tcg-threads multi
+expect "compare/run-vm.sh: an unknown --tcg-threads" 2 "compare-vm: error: --tcg-threads must be single or multi, got 'many'" "" \
+	bash "$root/scheduler/compare/run-vm.sh" --qemu trixie --tcg-threads many
 expect "pybench-vm.sh: compare's --plots is not its option" 2 \
 	"pybench-vm: error: unknown argument '--plots' (benchmark arguments go after --)" "" \
 	bash "$root/scheduler/e2e/pybench-vm.sh" --plots /tmp
