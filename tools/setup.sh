@@ -226,24 +226,33 @@ ARM64_PYTHON_DEBS=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib
   libssl3 libbz2-1.0 libcrypt1 libffi8 liblzma5 libncursesw6 libtinfo6 libuuid1)
 ARM64_PIP_VERSION=23.2.1
 
-arm64_python_root() { printf '%s/arm64/python3.11-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
-
-setup_arm64_python() {
-  local dest apt tmp deb
-  dest="$(arm64_python_root)"
-  [[ -x "$dest/usr/bin/python3.11" && -f "$dest/pip-$ARM64_PIP_VERSION.whl" ]] && return
-  log "apt: fetching Debian's python3.11 for arm64 into $dest"
-  apt="$(dirname "$dest")/apt"
+# arm64_debs_into TMP DEB...: Debian's arm64 packages DEB..., downloaded with an apt state of their own
+# under the cache's arm64/ (nothing is installed on the host; no multiarch), each extracted into
+# TMP/root. Removes TMP and stops with the step that failed.
+arm64_debs_into() {
+  local tmp=$1 apt deb
+  shift
+  apt="${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}/arm64/apt"
   mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
   touch "$apt/status"
   local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
     -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
-  tmp="$(mktemp -d)"
   apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
-  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_PYTHON_DEBS[@]}" >/dev/null) ||
-    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_PYTHON_DEBS[*]} failed"; }
+  (cd "$tmp" && apt-get "${opts[@]}" download "$@" >/dev/null) ||
+    { rm -rf "$tmp"; die "apt-get download (arm64) of $* failed"; }
   mkdir -p "$tmp/root"
   for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+}
+
+arm64_python_root() { printf '%s/arm64/python3.11-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
+
+setup_arm64_python() {
+  local dest tmp
+  dest="$(arm64_python_root)"
+  [[ -x "$dest/usr/bin/python3.11" && -f "$dest/pip-$ARM64_PIP_VERSION.whl" ]] && return
+  log "apt: fetching Debian's python3.11 for arm64 into $dest"
+  tmp="$(mktemp -d)"
+  arm64_debs_into "$tmp" "${ARM64_PYTHON_DEBS[@]}"
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp/root" "pip==$ARM64_PIP_VERSION" ||
     { rm -rf "$tmp"; die "pip download pip==$ARM64_PIP_VERSION failed"; }
   mv "$tmp/root"/pip-"$ARM64_PIP_VERSION"-*.whl "$tmp/root/pip-$ARM64_PIP_VERSION.whl"
@@ -263,21 +272,12 @@ ARM64_SCX_DEBS=(libelf1 libelf-dev zlib1g zlib1g-dev libzstd1)
 arm64_scx_root() { printf '%s/arm64/scx-libs-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
 
 setup_arm64_scx_libs() {
-  local dest apt tmp deb
+  local dest tmp
   dest="$(arm64_scx_root)"
   [[ -e "$dest/usr/lib/aarch64-linux-gnu/libelf.so" && -e "$dest/usr/lib/aarch64-linux-gnu/libz.so" ]] && return
   log "apt: fetching Debian's libelf and zlib for arm64 into $dest"
-  apt="$(dirname "$dest")/apt"
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
-  touch "$apt/status"
-  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
-    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
   tmp="$(mktemp -d)"
-  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
-  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_SCX_DEBS[@]}" >/dev/null) ||
-    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_SCX_DEBS[*]} failed"; }
-  mkdir -p "$tmp/root"
-  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  arm64_debs_into "$tmp" "${ARM64_SCX_DEBS[@]}"
   # zlib1g-dev's libz.so points at /lib/aarch64-linux-gnu/libz.so.1.2.13 (absolute): point it into the root.
   local link
   for link in "$tmp/root/usr/lib/aarch64-linux-gnu"/*.so; do
@@ -296,21 +296,12 @@ ARM64_VM_TOOLS_DEBS=(util-linux libcap-ng0)
 arm64_vm_tools_root() { printf '%s/arm64/vm-tools-root' "${MORPHEUS_CACHE:-${HOME:-/root}/.cache/morpheus}"; }
 
 setup_arm64_vm_tools() {
-  local dest apt tmp deb
+  local dest tmp
   dest="$(arm64_vm_tools_root)"
   [[ -x "$dest/usr/bin/setpriv" ]] && return
   log "apt: fetching Debian's util-linux (setpriv) for arm64 into $dest"
-  apt="$(dirname "$dest")/apt"
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
-  touch "$apt/status"
-  local -a opts=(-q -o APT::Sandbox::User=root -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$apt/lists"
-    -o "Dir::State::Status=$apt/status" -o "Dir::Cache=$apt/cache")
   tmp="$(mktemp -d)"
-  apt-get "${opts[@]}" update >/dev/null || { rm -rf "$tmp"; die "apt-get update (arm64, private lists in $apt) failed"; }
-  (cd "$tmp" && apt-get "${opts[@]}" download "${ARM64_VM_TOOLS_DEBS[@]}" >/dev/null) ||
-    { rm -rf "$tmp"; die "apt-get download (arm64) of ${ARM64_VM_TOOLS_DEBS[*]} failed"; }
-  mkdir -p "$tmp/root"
-  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root" || { rm -rf "$tmp"; die "dpkg-deb -x $deb failed"; }; done
+  arm64_debs_into "$tmp" "${ARM64_VM_TOOLS_DEBS[@]}"
   [[ -x "$tmp/root/usr/bin/setpriv" ]] || { rm -rf "$tmp"; die "the arm64 util-linux root lacks usr/bin/setpriv"; }
   place_in_cache "$tmp/root" "$dest" "$tmp"
 }
