@@ -7,6 +7,9 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -17,7 +20,11 @@ import java.util.Map;
  * worker.rs, one platform thread per role, each registered through the agent by the dev.morpheus jar on the
  * backend {@code -Dmorpheus.backend} names (ffm on JDK 25, jni on JDK 17).
  *
- * <pre>java -Dmorpheus.backend=ffm|jni -cp morpheus.jar:. WorkerJava --seconds S ROLE...</pre>
+ * <pre>java -Dmorpheus.backend=ffm|jni -cp morpheus.jar:. WorkerJava [--ready FILE] (--seconds S | --until FILE) ROLE...</pre>
+ *
+ * {@code --ready FILE}: each role, once registered, writes {@code pid=P tid=T} (its process and thread) to FILE.
+ * {@code --until FILE}: the roles run until FILE exists, or its directory is gone (the test that owned it has
+ * ended without making it), instead of for a time: the test decides when (as worker.rs).
  *
  * The SDK's API does not expose the SCB, so its counters are read by {@code morpheus-e2e-worker --scb-of PID
  * SLOT} from this process's own mapping of the region, while the worker is still registered (and the critical
@@ -60,7 +67,16 @@ public final class WorkerJava {
         return fields;
     }
 
-    private static String runRole(String role, double seconds) throws Exception {
+    /** How long the roles run: {@code seconds}, or until {@code until} exists (or its directory is gone). */
+    private record Span(double seconds, Path until) {
+        Span {
+            if (until != null && until.toAbsolutePath().getParent() == null) {
+                throw new IllegalArgumentException("--until " + until + ": no directory to make it in");
+            }
+        }
+    }
+
+    private static String runRole(String role, Span span, Path ready) throws Exception {
         // The critical role opens its section before it registers (the depth is the thread's), so the SCB
         // says in_critical from the moment the worker is RUNNING, whatever registration costs under TCG.
         boolean critical = role.equals("critical");
@@ -75,10 +91,18 @@ public final class WorkerJava {
             }
             int slot = worker.slot().getAsInt();
             Map<String, String> start = scbOf(slot);
-            long deadline = System.nanoTime() + (long) (seconds * 1e9);
+            if (ready != null) {
+                // This thread's own tid, from the kernel; whole or not at all: written aside, then renamed.
+                String tid = Files.readSymbolicLink(Path.of("/proc/thread-self")).getFileName().toString();
+                Path tmp = Path.of(ready + ".tmp");
+                Files.writeString(tmp, "pid=" + ProcessHandle.current().pid() + " tid=" + tid + "\n");
+                Files.move(tmp, ready, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+            }
+            long deadline = System.nanoTime() + (long) (span.seconds() * 1e9);
+            Path untilDir = span.until() == null ? null : span.until().toAbsolutePath().getParent();
             long yields = 0;
             long sink = 0;
-            while (System.nanoTime() < deadline) {
+            while (span.until() == null ? System.nanoTime() < deadline : !Files.exists(span.until()) && Files.isDirectory(untilDir)) {
                 sink += burn(20_000, sink);
                 if (role.equals("cooperative") && worker.checkpoint()) {
                     yields++;
@@ -102,16 +126,35 @@ public final class WorkerJava {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 3 || !args[0].equals("--seconds")) {
-            System.err.println("usage: WorkerJava --seconds S ROLE...");
+        String usage = "usage: WorkerJava [--ready FILE] (--seconds S | --until FILE) ROLE...";
+        Double seconds = null;
+        Path until = null;
+        Path ready = null;
+        int first = 0;
+        for (; first + 1 < args.length && args[first].startsWith("--"); first += 2) {
+            switch (args[first]) {
+                case "--seconds" -> {
+                    seconds = Double.parseDouble(args[first + 1]);
+                    if (!(seconds > 0 && seconds <= 3600)) {
+                        System.err.println("--seconds " + args[first + 1] + ": expected a number in (0, 3600]");
+                        System.exit(2);
+                    }
+                }
+                case "--until" -> until = Path.of(args[first + 1]);
+                case "--ready" -> ready = Path.of(args[first + 1]);
+                default -> {
+                    System.err.println("unknown option '" + args[first] + "'; " + usage);
+                    System.exit(2);
+                }
+            }
+        }
+        if (first >= args.length || (seconds == null) == (until == null)) {
+            System.err.println(usage);
             System.exit(2);
         }
-        double seconds = Double.parseDouble(args[1]);
-        if (!(seconds > 0 && seconds <= 3600)) {
-            System.err.println("--seconds " + args[1] + ": expected a number in (0, 3600]");
-            System.exit(2);
-        }
-        List<String> roles = List.of(args).subList(2, args.length);
+        Span span = new Span(seconds == null ? 0 : seconds, until);
+        Path readyFile = ready;
+        List<String> roles = List.of(args).subList(first, args.length);
         for (String role : roles) {
             if (!ROLES.contains(role)) {
                 System.err.println("unknown role '" + role + "' (" + String.join(", ", ROLES) + ")");
@@ -125,7 +168,7 @@ public final class WorkerJava {
             String role = roles.get(i);
             Thread thread = new Thread(() -> {
                 try {
-                    reports[index] = runRole(role, seconds);
+                    reports[index] = runRole(role, span, readyFile);
                 } catch (Exception e) {
                     reports[index] = "role=" + role + " sdk=java error=" + e;
                 }

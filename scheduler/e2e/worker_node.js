@@ -3,7 +3,11 @@
 // process runs its JavaScript on one thread), registered through the agent by the packaged
 // @morpheus-sched/node, printing the same report line as worker.rs, worker_c.c and worker_py.py.
 //
-//     node worker_node.js --seconds S ROLE      (cooperative, spin, critical, unescapable)
+//     node worker_node.js [--ready FILE] (--seconds S | --until FILE) ROLE      (cooperative, spin, critical, unescapable)
+//
+// --ready FILE: once registered, the worker writes `pid=P tid=T` (its process and thread) to FILE.
+// --until FILE: it runs until FILE exists, or its directory is gone (the test that owned it has ended
+// without making it), instead of for a time: the test decides when (as worker.rs).
 //
 // The SDK's API does not expose the SCB, so its counters are read by `morpheus-e2e-worker --scb-of
 // PID SLOT` from this process's own mapping of the region, while the worker is still registered (and
@@ -11,17 +15,25 @@
 // yield point: it yields to the event loop, then acknowledges.
 'use strict';
 const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
 const morpheus = require('@morpheus-sched/node');
 
 const ROLES = ['cooperative', 'spin', 'critical', 'unescapable'];
 
 function parseArgs(argv) {
-  const usage = 'usage: node worker_node.js --seconds S ROLE';
-  if (argv.length !== 3 || argv[0] !== '--seconds') throw new Error(usage);
-  const seconds = Number(argv[1]);
-  if (!(seconds > 0 && seconds <= 3600)) throw new Error(`--seconds ${argv[1]}: expected a number in (0, 3600]`);
-  if (!ROLES.includes(argv[2])) throw new Error(`unknown role '${argv[2]}' (${ROLES.join(', ')})`);
-  return { seconds, role: argv[2] };
+  const usage = 'usage: node worker_node.js [--ready FILE] (--seconds S | --until FILE) ROLE';
+  const options = {};
+  let i = 0;
+  for (; i + 1 < argv.length && argv[i].startsWith('--'); i += 2) {
+    if (!['--seconds', '--until', '--ready'].includes(argv[i])) throw new Error(`unknown option '${argv[i]}'; ${usage}`);
+    options[argv[i].slice(2)] = argv[i + 1];
+  }
+  if (i !== argv.length - 1 || (options.seconds === undefined) === (options.until === undefined)) throw new Error(usage);
+  const seconds = Number(options.seconds);
+  if (options.seconds !== undefined && !(seconds > 0 && seconds <= 3600)) throw new Error(`--seconds ${options.seconds}: expected a number in (0, 3600]`);
+  if (!ROLES.includes(argv[i])) throw new Error(`unknown role '${argv[i]}' (${ROLES.join(', ')})`);
+  return { seconds, until: options.until, ready: options.ready, role: argv[i] };
 }
 
 // Work the optimiser cannot remove.
@@ -37,7 +49,7 @@ function scbOf(slot) {
 }
 
 async function main() {
-  const { seconds, role } = parseArgs(process.argv.slice(2));
+  const { seconds, until, ready, role } = parseArgs(process.argv.slice(2));
   // The critical role opens its section before it registers (the depth is the thread's), so the SCB
   // says in_critical from the moment the worker is RUNNING, whatever registration costs under TCG.
   if (role === 'critical') morpheus.criticalEnter();
@@ -48,9 +60,17 @@ async function main() {
     return 1;
   }
   const start = scbOf(worker.slot);
+  if (ready !== undefined) {
+    // The JavaScript thread's own tid, from the kernel; whole or not at all: written aside, then renamed.
+    const tid = fs.readlinkSync('/proc/thread-self').split('/').pop();
+    fs.writeFileSync(`${ready}.tmp`, `pid=${process.pid} tid=${tid}\n`);
+    fs.renameSync(`${ready}.tmp`, ready);
+  }
   const deadline = performance.now() + seconds * 1000;
+  const untilDir = until === undefined ? undefined : path.dirname(until);
+  const running = until === undefined ? () => performance.now() < deadline : () => !fs.existsSync(until) && fs.existsSync(untilDir);
   let yields = 0;
-  while (performance.now() < deadline) {
+  while (running()) {
     burn(20000);
     if (role === 'cooperative' && (await morpheus.checkpoint())) yields += 1;
   }

@@ -3,7 +3,11 @@
 would make threads of one process take turns), registered through the agent by the `morpheus` wheel,
 printing the same report line as worker.rs and worker_c.c.
 
-    python3 worker_py.py --seconds S ROLE      (cooperative, spin, critical, unescapable)
+    python3 worker_py.py [--ready FILE] (--seconds S | --until FILE) ROLE      (cooperative, spin, critical, unescapable)
+
+--ready FILE: once registered, the worker writes `pid=P tid=T` (its process and thread) to FILE.
+--until FILE: it runs until FILE exists, or its directory is gone (the test that owned it has ended
+without making it), instead of for a time: the test decides when (as worker.rs).
 
 The SCB counters are read from the region the SDK attached to: the SDK's own mapping of the agent's
 memfd (found in /proc/self/maps), a pinned BPF map opened with BPF_OBJ_GET, or a file, mapped
@@ -18,6 +22,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 import time
 
 import morpheus
@@ -88,7 +93,10 @@ def burn(iterations: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, required=True)
+    span = parser.add_mutually_exclusive_group(required=True)
+    span.add_argument("--seconds", type=float)
+    span.add_argument("--until")
+    parser.add_argument("--ready")
     parser.add_argument("role", choices=["cooperative", "spin", "critical", "unescapable"])
     args = parser.parse_args()
     # The critical role opens its section before it registers: the depth is the thread's, so the SCB
@@ -102,10 +110,24 @@ def main() -> int:
         print(f"role={args.role} sdk=python error=registered but detached ({worker.detach_reason})")
         return 1
     scb = ScbView(map_region(worker.region), worker.slot)
+    if args.ready:
+        # Whole or not at all: written aside, then renamed.
+        with open(f"{args.ready}.tmp", "w") as ready:
+            ready.write(f"pid={os.getpid()} tid={threading.get_native_id()}\n")
+        os.rename(f"{args.ready}.tmp", args.ready)
     seq0 = scb[abi.Scb.PREEMPT_SEQ]
-    deadline = time.monotonic() + args.seconds
+    if args.until:
+        until_dir = os.path.dirname(args.until) or "."
+
+        def running() -> bool:
+            return not os.path.exists(args.until) and os.path.isdir(until_dir)
+    else:
+        deadline = time.monotonic() + args.seconds
+
+        def running() -> bool:
+            return time.monotonic() < deadline
     yields = 0
-    while time.monotonic() < deadline:
+    while running():
         burn(2000)
         if args.role == "cooperative" and morpheus.checkpoint():
             yields += 1
