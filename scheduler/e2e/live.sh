@@ -86,8 +86,45 @@ live() { # live SDK ROW DESCRIPTION COMMAND...
 	shift 3
 	if "$@"; then ok "$l_sdk: $l_desc"; echo "e2e-live: $l_sdk $l_row pass"; else bad "$l_sdk: $l_desc"; echo "e2e-live: $l_sdk $l_row fail"; fi
 }
-run_rust() { morpheus-e2e-worker --seconds "$WORKER_SECONDS" "$@"; }
-run_c() { morpheus-e2e-worker-c --seconds "$WORKER_SECONDS" "$@"; }
+# sdk_worker RUN SDK ARGS...: SDK's own worker (rust c python node java-ffm java-jni) with ARGS (its
+# options, then its roles: Python and Node take one role), the command run by RUN (`command`: as the
+# caller; trust-guest.sh runs user A's worker through setpriv). Fails, saying so, where the SDK's
+# runtime is missing.
+sdk_worker() {
+	sw_run=$1
+	sw_sdk=$2
+	shift 2
+	case $sw_sdk in
+	rust) $sw_run morpheus-e2e-worker "$@" ;;
+	c) $sw_run morpheus-e2e-worker-c "$@" ;;
+	python)
+		[ -n "${PY_BIN:-}" ] || { echo "no Python interpreter (PY_BIN is empty)"; return 1; }
+		$sw_run env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH="$E2E_DIR/py" PYTHONDONTWRITEBYTECODE=1 \
+			"$PY_BIN" "$E2E_DIR/py/worker_py.py" "$@"
+		;;
+	node)
+		[ -n "${NODE_BIN:-}" ] || { echo "no node (NODE_BIN is empty)"; return 1; }
+		$sw_run env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" "$E2E_DIR/node/worker_node.js" "$@"
+		;;
+	java-ffm | java-jni) # one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
+		sw_backend=${sw_sdk#java-}
+		if [ "$sw_backend" = ffm ]; then sw_java=${JAVA25:-}; else sw_java=${JAVA17:-}; fi
+		[ -n "$sw_java" ] || { echo "no JDK for Java's $sw_backend backend"; return 1; }
+		sw_flags=""
+		[ "$sw_backend" = ffm ] && sw_flags=--enable-native-access=ALL-UNNAMED
+		# shellcheck disable=SC2086
+		$sw_run env LD_LIBRARY_PATH="$HOST_LIBS" "$sw_java" -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData $sw_flags \
+			-Dmorpheus.backend="$sw_backend" -Djava.util.logging.ConsoleHandler.level=WARNING \
+			-cp "$E2E_DIR/java/morpheus.jar:$E2E_DIR/java" WorkerJava "$@"
+		;;
+	*)
+		echo "unknown SDK '$sw_sdk' (rust c python node java-ffm java-jni)"
+		return 1
+		;;
+	esac
+}
+run_rust() { sdk_worker command rust --seconds "$WORKER_SECONDS" "$@"; }
+run_c() { sdk_worker command c --seconds "$WORKER_SECONDS" "$@"; }
 # per_role TAG COMMAND ROLE...: COMMAND ROLE in one process per role, all at once; prints each one's
 # output in role order and fails if any failed.
 per_role() {
@@ -111,11 +148,8 @@ per_role() {
 	done
 	return $pr_rc
 }
-python_role() {
-	env PYTHONHOME="$PY_HOME" LD_LIBRARY_PATH="$PY_LIBS" PYTHONPATH="$E2E_DIR/py" PYTHONDONTWRITEBYTECODE=1 \
-		"$PY_BIN" "$E2E_DIR/py/worker_py.py" --seconds "$WORKER_SECONDS" "$1"
-}
-node_role() { env LD_LIBRARY_PATH="$HOST_LIBS" "$NODE_BIN" "$E2E_DIR/node/worker_node.js" --seconds "$WORKER_SECONDS" "$1"; }
+python_role() { sdk_worker command python --seconds "$WORKER_SECONDS" "$1"; }
+node_role() { sdk_worker command node --seconds "$WORKER_SECONDS" "$1"; }
 run_python() { # one process per role (threads of one interpreter would take turns on the GIL)
 	[ -n "${PY_BIN:-}" ] || { echo "no Python interpreter (PY_BIN is empty)"; return 1; }
 	per_role py python_role "$@"
@@ -124,20 +158,8 @@ run_node() { # one process per role (a Node process runs its JavaScript on one t
 	[ -n "${NODE_BIN:-}" ] || { echo "no node (NODE_BIN is empty)"; return 1; }
 	per_role node node_role "$@"
 }
-run_java() { # run_java JAVA BACKEND ROLE...: one JVM, one platform thread per role (C1 only, serial GC: fewer threads and less JIT work under TCG)
-	j_bin=$1
-	j_backend=$2
-	shift 2
-	[ -n "$j_bin" ] || { echo "no JDK for Java's $j_backend backend"; return 1; }
-	j_flags=""
-	[ "$j_backend" = ffm ] && j_flags=--enable-native-access=ALL-UNNAMED
-	# shellcheck disable=SC2086
-	env LD_LIBRARY_PATH="$HOST_LIBS" "$j_bin" -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData $j_flags \
-		-Dmorpheus.backend="$j_backend" -Djava.util.logging.ConsoleHandler.level=WARNING \
-		-cp "$E2E_DIR/java/morpheus.jar:$E2E_DIR/java" WorkerJava --seconds "$WORKER_SECONDS" "$@"
-}
-run_java_ffm() { run_java "${JAVA25:-}" ffm "$@"; }
-run_java_jni() { run_java "${JAVA17:-}" jni "$@"; }
+run_java_ffm() { sdk_worker command java-ffm --seconds "$WORKER_SECONDS" "$@"; }
+run_java_jni() { sdk_worker command java-jni --seconds "$WORKER_SECONDS" "$@"; }
 live_sdks() { # live_sdks SDK...: both phases for each SDK (rust c python node java-ffm java-jni)
 	for sdk in "$@"; do
 		runner=run_$(echo "$sdk" | tr - _)
