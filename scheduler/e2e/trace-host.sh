@@ -11,7 +11,8 @@
 #      preempt_seq, a cooperative worker acknowledges, nobody is escalated in observer mode, an escapable
 #      spinner is escalated in enforced mode, a critical-section worker and an escapable=0 one never are;
 #   3. the trust phase (e2e/trust-guest.sh): root-only pins, the effect journal across SIGKILL where the
-#      host has cgroup v2's cpu, a forged header, per-uid region maps attacked by another unprivileged user.
+#      host has cgroup v2's cpu, a forged header, per-uid region maps attacked by another unprivileged user
+#      (the Rust attacker, uid 1002) with each SDK's own escapable=0 worker as the victim (uid 1001).
 # The checks run in a mount namespace of their own with a private bpffs on /sys/fs/bpf, a private /tmp
 # and a private /run/morpheus, so they meet no other run's pins, files or socket; the cgroup they cap is
 # named after this run. Every verdict is a count or a state (e2e/live.sh). Exit 0 only if every check
@@ -63,7 +64,7 @@ mkdir -p /run/morpheus && mount -t tmpfs -o mode=0755 tmpfs /run/morpheus || exi
 # checkout (the working directory may lie under /tmp, and a version manager's shim reads it).
 PY_BIN=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))') && [ -x "$PY_BIN" ] || { echo "trace-host: no Python interpreter found (python3 on PATH)" >&2; exit 1; }
 PY_HOME=$(python3 -c 'import sys; print(sys.base_prefix)') || exit 1
-PY_LIBS=""
+case $PY_BIN in "$PY_HOME"/*) ;; *) echo "trace-host: the interpreter $PY_BIN is not under its home $PY_HOME" >&2; exit 1 ;; esac
 NODE_BIN=$(command -v node) || { echo "trace-host: no node on PATH" >&2; exit 1; }
 # The private /tmp is filled before it is moved over the real one: the checkout, its target directory
 # or both may lie under /tmp, and are hidden from then on. It holds the binaries (the workers of the
@@ -75,6 +76,14 @@ for b in scx_morpheus morpheus-e2e-worker morpheus; do install -m 0755 "$MORPHEU
 install -m 0755 "$MORPHEUS_TRACE_HOST_WORK/sdk/morpheus-e2e-worker-c" "$stage/bin/" || exit 1
 cp -r "$MORPHEUS_TRACE_HOST_WORK/sdk/py" "$MORPHEUS_TRACE_HOST_WORK/sdk/node" "$MORPHEUS_TRACE_HOST_WORK/sdk/java" \
 	"$MORPHEUS_TRACE_HOST_WORK/gate-cases.jsonl" "$stage/e2e/" || exit 1
+chmod -R a+rX "$stage/e2e" || exit 1
+# The interpreter's home, read-only at a path every user reaches (the trust phase runs the SDK workers as
+# other users, and a home under a private directory such as /root's is out of their reach): the
+# interpreter runs from there, its libpython found through LD_LIBRARY_PATH ahead of its RUNPATH.
+mkdir -m 0755 "$stage/python" && mount --bind "$PY_HOME" "$stage/python" && mount -o remount,bind,ro "$stage/python" || exit 1
+PY_BIN=/tmp/python/${PY_BIN#"$PY_HOME"/}
+PY_HOME=/tmp/python
+PY_LIBS=$PY_HOME/lib
 install -m 0644 "$root/scheduler/e2e/trust-guest.sh" "$root/scheduler/e2e/live.sh" "$stage/" || exit 1
 . "$MORPHEUS_TRACE_HOST_WORK/sdk/jdks.env" || exit 1
 mount --move "$stage" /tmp || exit 1
@@ -88,6 +97,11 @@ E2E_DIR=/tmp/e2e
 . /tmp/live.sh || exit 1
 SETPRIV=$(command -v setpriv)
 TRUST_CGROUP=/sys/fs/cgroup/e2e-trust-trace-$$
+# The SDKs whose workers run the live phases and are the trust domains' victim (user A): all of them.
+# MORPHEUS_TRACE_HOST_SDKS narrows the list when debugging one SDK (set and empty: no live phases, and
+# the trust phase's victim is the Rust worker, its default).
+SDKS=${MORPHEUS_TRACE_HOST_SDKS-rust c python node java-ffm java-jni}
+TRUST_SDKS=$SDKS
 
 echo "e2e: tracing backend on the host: kernel $(uname -r), $(nproc) CPUs"
 
@@ -103,8 +117,7 @@ check "the tracing backend's gate answered every conformance case ($(wc -l </tmp
 echo "e2e: phase time: gate replay ${SECONDS} s"
 phase_start=$SECONDS
 # --- every SDK's own workers, live -------------------------------------------------------------
-# MORPHEUS_TRACE_HOST_SDKS narrows the list when debugging one SDK (set and empty: none).
-live_sdks ${MORPHEUS_TRACE_HOST_SDKS-rust c python node java-ffm java-jni}
+live_sdks $SDKS
 
 echo "e2e: phase time: every SDK's live phases $((SECONDS - phase_start)) s"
 phase_start=$SECONDS

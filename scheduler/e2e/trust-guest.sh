@@ -87,6 +87,9 @@ fi
 # SCB could make it so), every kick names B's registered thread (never a tid written in an SCB), and B,
 # registered with escapable = 0, is escalated because of what it wrote in its own SCB (the scheduler
 # reads B's SCB in B's map). A runs until the test tells it to stop, so it outlives B's whole attack.
+# A's worker is each SDK's own in TRUST_SDKS (e2e/live.sh's sdk_worker; the caller sets it where every
+# SDK's worker is built, e2e/trace-host.sh), the Rust one alone by default (the VMs); each reports its
+# escalations in its own output. B is always the Rust attacker, one agent run per SDK.
 DOMAINS_GROUP=2000
 UID_A=1001
 UID_B=1002
@@ -96,14 +99,20 @@ as_user() { # as_user UID COMMAND...: unprivileged, in the socket group only (ut
 	shift
 	"${SETPRIV:-/usr/local/bin/setpriv}" --reuid "$u" --regid "$u" --groups "$DOMAINS_GROUP" -- "$@"
 }
-if start_agent /tmp/trust-domains.log --mode enforced --policy kick --socket-group "$DOMAINS_GROUP" -v; then
+as_user_a() { as_user "$UID_A" "$@"; }
+trust_domains() { # trust_domains SDK: the phase with SDK's worker as user A
+	sdk=$1
+	if ! start_agent "/tmp/trust-domains-$sdk.log" --mode enforced --policy kick --socket-group "$DOMAINS_GROUP" -v; then
+		bad "$sdk: scx_morpheus (trust: domains) did not start"
+		return
+	fi
 	rm -f /tmp/domains-a.ready /tmp/domains-a.stop
-	as_user "$UID_A" morpheus-e2e-worker --ready /tmp/domains-a.ready --until /tmp/domains-a.stop unescapable \
-		>/tmp/domains-a.out 2>&1 &
+	sdk_worker as_user_a "$sdk" --ready /tmp/domains-a.ready --until /tmp/domains-a.stop unescapable \
+		>"/tmp/domains-a-$sdk.out" 2>&1 &
 	a_pid=$!
 	i=0
 	while [ ! -f /tmp/domains-a.ready ] && kill -0 "$a_pid" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-	check "user A registered its worker ($(cat /tmp/domains-a.ready 2>/dev/null))" test -f /tmp/domains-a.ready
+	check "$sdk: user A registered its worker ($(cat /tmp/domains-a.ready 2>/dev/null))" test -f /tmp/domains-a.ready
 	a_proc=$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' /tmp/domains-a.ready 2>/dev/null)
 	a_tid=$(sed -n 's/.*tid=\([0-9]*\).*/\1/p' /tmp/domains-a.ready 2>/dev/null)
 	sh -c 'while :; do :; done' &
@@ -112,7 +121,7 @@ if start_agent /tmp/trust-domains.log --mode enforced --policy kick --socket-gro
 	# listed; once B's last worker is gone its domain is freed and its pin removed (§10).
 	rm -f /tmp/domains-b.ready /tmp/domains-b.stop
 	as_user "$UID_B" morpheus-e2e-worker --ready /tmp/domains-b.ready --attack "${a_proc:-0}:${a_tid:-0}:$root_pid:$agent_pid" \
-		--until /tmp/domains-b.stop unescapable >/tmp/domains-b.out 2>&1 &
+		--until /tmp/domains-b.stop unescapable >"/tmp/domains-b-$sdk.out" 2>&1 &
 	b_pid=$!
 	i=0
 	while [ ! -f /tmp/domains-b.ready ] && kill -0 "$b_pid" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
@@ -123,44 +132,47 @@ if start_agent /tmp/trust-domains.log --mode enforced --policy kick --socket-gro
 	b_rc=$?
 	i=0
 	while [ -e "/sys/fs/bpf/morpheus/region-uid$UID_B" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-	check "user B's domain was freed with its last worker (pins now: $(ls /sys/fs/bpf/morpheus | tr '\n' ' '))" \
+	check "$sdk: user B's domain was freed with its last worker (pins now: $(ls /sys/fs/bpf/morpheus | tr '\n' ' '))" \
 		test ! -e "/sys/fs/bpf/morpheus/region-uid$UID_B"
 	touch /tmp/domains-a.stop
 	wait "$a_pid"
 	a_rc=$?
 	kill "$root_pid"
 	wait "$root_pid" 2>/dev/null
-	cat /tmp/domains-a.out /tmp/domains-b.out
+	cat "/tmp/domains-a-$sdk.out" "/tmp/domains-b-$sdk.out"
 	# The BPF gate's own view (the agent's stats): A's worker is judged NOT_ESCAPABLE from its own SCB
 	# (B's too, until its forgery, so this count supports the check on A's escalations, not replaces it).
 	not_escapable=$(agent_stat /gate_verdicts/not_escapable)
-	stop_agent /tmp/trust-domains.log
-	echo "e2e: trust domains: pins: $pins"
-	echo "e2e: trust domains: B: $(grep '^role=' /tmp/domains-b.out | cut -d' ' -f2,3,10,16-)"
-	check "user A's worker ran and unregistered (exit $a_rc)" test "$a_rc" -eq 0
-	check "user B's attack ran (exit $b_rc)" test "$b_rc" -eq 0
-	check "uids $UID_A and $UID_B each got a region map of their own (pins: $pins)" \
+	stop_agent "/tmp/trust-domains-$sdk.log"
+	echo "e2e: trust domains ($sdk): pins: $pins"
+	echo "e2e: trust domains ($sdk): B: $(grep '^role=' "/tmp/domains-b-$sdk.out" | cut -d' ' -f2,3,10,16-)"
+	check "$sdk: user A's worker ran and unregistered (exit $a_rc)" test "$a_rc" -eq 0
+	check "$sdk: user B's attack ran (exit $b_rc)" test "$b_rc" -eq 0
+	check "$sdk: uids $UID_A and $UID_B each got a region map of their own (pins: $pins)" \
 		sh -c "echo '$pins' | grep -qw region-uid$UID_A && echo '$pins' | grep -qw region-uid$UID_B"
-	b() { field unescapable "$1" /tmp/domains-b.out; }
-	check "B's region holds no SCB but its own (foreign_slots=$(b foreign_slots) of scb_count=$(b scb_count))" \
+	b() { field unescapable "$1" "/tmp/domains-b-$sdk.out"; }
+	check "$sdk: B's region holds no SCB but its own (foreign_slots=$(b foreign_slots) of scb_count=$(b scb_count))" \
 		test "$(b foreign_slots)" = 0
-	check "B cannot open the root's pinned region (pin=$(b pin)) nor list the pin directory (pin_dir=$(b pin_dir))" \
+	check "$sdk: B cannot open the root's pinned region (pin=$(b pin)) nor list the pin directory (pin_dir=$(b pin_dir))" \
 		test "$(b pin)" = denied -a "$(b pin_dir)" = denied
-	check "B opens no BPF map by id (map_ids_opened=$(b map_ids_opened), map_id_1=$(b map_id_1))" \
+	check "$sdk: B opens no BPF map by id (map_ids_opened=$(b map_ids_opened), map_id_1=$(b map_id_1))" \
 		test "$(b map_ids_opened)" = 0 -a "$(b map_id_1)" = denied
-	check "B cannot reach the agent's or A's descriptors and mappings (agent_fds=$(b agent_fds) victim_fds=$(b victim_fds) victim_map_files=$(b victim_map_files))" \
+	check "$sdk: B cannot reach the agent's or A's descriptors and mappings (agent_fds=$(b agent_fds) victim_fds=$(b victim_fds) victim_map_files=$(b victim_map_files))" \
 		test "$(b agent_fds)" = denied -a "$(b victim_fds)" = denied -a "$(b victim_map_files)" = denied
-	check "B forged every other slot of its region (forged_slots=$(b forged_slots))" test "$(b forged_slots)" -gt 0
-	check "user A's escapable=0 worker was never escalated (escalations=$(field unescapable escalations /tmp/domains-a.out))" \
-		test "$(field unescapable escalations /tmp/domains-a.out)" = 0
+	check "$sdk: B forged every other slot of its region (forged_slots=$(b forged_slots))" test "$(b forged_slots)" -gt 0
+	a_esc=$(field unescapable escalations "/tmp/domains-a-$sdk.out")
+	check "$sdk: user A's escapable=0 worker was never escalated (escalations=$a_esc)" test "$a_esc" = 0
 	b_tid=$(b tid)
-	check "B's own worker was escalated for what B wrote in its own SCB (escalations=$(b escalations))" test "$(b escalations)" -gt 0
-	kicked=$(sed -n 's/.*: kick: slot [0-9]* (tid \([0-9]*\)).*/\1/p' /tmp/trust-domains.log | sort -u | tr '\n' ' ')
-	check "every kick named B's registered thread $b_tid, none A's $a_tid or root's $root_pid (kicked tids: $kicked)" \
+	check "$sdk: B's own worker was escalated for what B wrote in its own SCB (escalations=$(b escalations))" test "$(b escalations)" -gt 0
+	kicked=$(sed -n 's/.*: kick: slot [0-9]* (tid \([0-9]*\)).*/\1/p' "/tmp/trust-domains-$sdk.log" | sort -u | tr '\n' ' ')
+	check "$sdk: every kick named B's registered thread $b_tid, none A's $a_tid or root's $root_pid (kicked tids: $kicked)" \
 		test "$kicked" = "$b_tid "
-	check "the BPF gate judged A by its own SCB (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
-	check "every region pin was removed at exit ($(ls /sys/fs/bpf/morpheus 2>/dev/null | tr '\n' ' '))" \
+	check "$sdk: the BPF gate judged A by its own SCB (NOT_ESCAPABLE=$not_escapable)" test "${not_escapable:-0}" -gt 0
+	check "$sdk: every region pin was removed at exit ($(ls /sys/fs/bpf/morpheus 2>/dev/null | tr '\n' ' '))" \
 		test -z "$(ls /sys/fs/bpf/morpheus 2>/dev/null)"
-else
-	bad "scx_morpheus (trust: domains) did not start"
-fi
+}
+for sdk in ${TRUST_SDKS:-rust}; do
+	domains_start=$SECONDS
+	trust_domains "$sdk"
+	echo "e2e: phase time: trust domains with A on $sdk $((SECONDS - domains_start)) s"
+done
