@@ -20,7 +20,8 @@ struct morpheus_options {
    */
   uint32_t size;
   /*
-   A slot to register directly (no agent: tests and harnesses), or -1 to use the agent.
+   A slot to register directly (no agent: tests and harnesses), or -1 to use the agent. A slot with
+   a `socket_path` is refused with -MORPHEUS_E_INVALID_ARGUMENT naming both (nothing is written).
    */
   int32_t direct_slot;
   /*
@@ -92,7 +93,9 @@ int32_t morpheus_worker_layout_check(uint32_t program_layout_version);
 /*
  Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
  (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
- Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
+ Returns 0, or a negated `MORPHEUS_E_*`: `INVALID_ARGUMENT` for options that break the SDK's option
+ rules (a `direct_slot` with a `socket_path`, a priority out of range; nothing is written),
+ `ALREADY_REGISTERED` if the thread holds a worker.
  The handle belongs to the calling thread; release it with `morpheus_worker_unregister()` (a
  thread that exits without doing so releases it on exit).
  */

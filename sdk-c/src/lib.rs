@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! libmorpheus: the C face of the Morpheus runtime SDK.
 //!
-//! Every function here is a thin wrapper over the Rust crate `morpheus`. `include/morpheus.h` is
+//! Every function here is a thin wrapper over the Rust crate `morpheus`: the option rules and the
+//! thread's worker are the binding kit's (`morpheus::kit::options`, `morpheus::kit::thread`), as they
+//! are for every other binding, and this library translates C types to the kit's and its results back;
+//! `morpheus::raw` gives the per-thread struct the inline fast paths read. `include/morpheus.h` is
 //! generated from this file (and the `RawWorker` struct of `morpheus`) by cbindgen; the fast paths
 //! (checkpoint, critical enter/exit) are `static inline` in `include/morpheus_inline.h` and call into
 //! this library only on their slow paths.
@@ -20,14 +23,14 @@ use std::{
 };
 
 use morpheus::{
-    raw::{
-        check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, register_current_thread,
-        RawWorker,
+    kit::{
+        options::{Options, RegionChoice},
+        thread,
     },
+    raw::{check_generation_raw, checkpoint_slow, critical_enter_raw, critical_exit_raw, current_raw, RawWorker},
     region::discover,
-    unregister_current_thread, with_current_worker, Config, Discovered, Error, Region, RuntimeKind, YieldReason,
+    Discovered, Error, ErrorCode, Region, RuntimeKind, YieldReason,
 };
-use morpheus_abi::escapable_default;
 
 /// Options of `morpheus_worker_register()`. Initialise with `morpheus_options_init()`, then change
 /// what you need.
@@ -37,7 +40,8 @@ pub struct MorpheusOptions {
     /// `sizeof(struct morpheus_options)` of the caller, so the struct can grow (set by
     /// `morpheus_options_init`).
     pub size: u32,
-    /// A slot to register directly (no agent: tests and harnesses), or -1 to use the agent.
+    /// A slot to register directly (no agent: tests and harnesses), or -1 to use the agent. A slot with
+    /// a `socket_path` is refused with -MORPHEUS_E_INVALID_ARGUMENT naming both (nothing is written).
     pub direct_slot: i32,
     /// Region to map; NULL discovers it (MORPHEUS_REGION, pinned map, sim file); "" runs detached.
     pub region_path: *const c_char,
@@ -65,11 +69,14 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn fail(err: Error) -> i32 {
-    let code = err.code().raw() as i32;
-    let text = CString::new(err.to_string().replace('\0', " ")).unwrap_or_default();
+fn fail_with(code: ErrorCode, text: String) -> i32 {
+    let text = CString::new(text.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = text);
-    -code
+    -(code.raw() as i32)
+}
+
+fn fail(err: Error) -> i32 {
+    fail_with(err.code(), err.to_string())
 }
 
 fn status(result: Result<(), Error>) -> i32 {
@@ -79,12 +86,13 @@ fn status(result: Result<(), Error>) -> i32 {
     }
 }
 
-/// Check that `w` is the calling thread's registered worker.
-unsafe fn own(w: *mut RawWorker, operation: &'static str) -> Result<(), Error> {
-    if w.is_null() || w != current_raw() || (*w).inner.is_null() {
-        return Err(Error::NotRegistered { operation });
+/// Check that `w` is the calling thread's state and the thread holds a worker registered here (the
+/// kit's); returns that registration's token.
+fn own(w: *mut RawWorker, operation: &'static str) -> Result<u64, Error> {
+    match thread::current() {
+        Some(token) if !w.is_null() && w == current_raw() => Ok(token),
+        _ => Err(Error::NotRegistered { operation }),
     }
-    Ok(())
 }
 
 /// Check `w` is the calling thread's state, worker or not (what critical sections need, §5.3).
@@ -96,14 +104,8 @@ unsafe fn own_thread(w: *mut RawWorker, operation: &'static str) -> Result<(), E
 }
 
 /// Run `f` on the calling thread's worker after checking `w` is it.
-unsafe fn with_worker<R>(
-    w: *mut RawWorker,
-    operation: &'static str,
-    f: impl FnOnce(&morpheus::Worker) -> R,
-) -> Result<R, Error> {
-    own(w, operation)?;
-    // SAFETY: f never unregisters.
-    with_current_worker(f)
+fn with_worker<R>(w: *mut RawWorker, operation: &'static str, f: impl FnOnce(&morpheus::Worker) -> R) -> Result<R, Error> {
+    thread::with(own(w, operation)?, operation, f)
 }
 
 fn c_path(ptr: *const c_char) -> Option<PathBuf> {
@@ -215,7 +217,9 @@ fn layout_mismatch(program: u32) -> Error {
 
 /// Register the calling thread as a worker and store its handle in `*out`. `opts` may be NULL
 /// (defaults). With no scheduler running, the worker is detached: checkpoints never yield.
-/// Returns 0, or a negated `MORPHEUS_E_*` (`ALREADY_REGISTERED` if the thread holds a worker).
+/// Returns 0, or a negated `MORPHEUS_E_*`: `INVALID_ARGUMENT` for options that break the SDK's option
+/// rules (a `direct_slot` with a `socket_path`, a priority out of range; nothing is written),
+/// `ALREADY_REGISTERED` if the thread holds a worker.
 /// The handle belongs to the calling thread; release it with `morpheus_worker_unregister()` (a
 /// thread that exits without doing so releases it on exit).
 #[no_mangle]
@@ -241,32 +245,32 @@ pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, 
             Ok(kind) => kind,
             Err(_) => {
                 let text = format!("morpheus_options.runtime_kind: expected a MORPHEUS_RUNTIME_KIND_* value, found {raw}");
-                LAST_ERROR.with(|e| *e.borrow_mut() = CString::new(text).unwrap_or_default());
-                return -(morpheus_abi::ErrorCode::InvalidArgument.raw() as i32);
+                return fail_with(ErrorCode::InvalidArgument, text);
             }
         },
     };
-    let mut config = Config::default().runtime_kind(kind).priority(opts.priority);
-    config.escapable = match opts.escapable {
-        0 => Some(false),
-        1 => Some(true),
-        _ => Some(escapable_default(kind)),
+    // C's encodings to the kit's options; the kit's rules decide what they mean together.
+    let region = c_path(opts.region_path);
+    let options = Options {
+        detached: region.as_ref().is_some_and(|path| path.as_os_str().is_empty()),
+        region: region.filter(|path| !path.as_os_str().is_empty()).map(RegionChoice::Path),
+        slot: (opts.direct_slot >= 0).then_some(i64::from(opts.direct_slot)),
+        socket: c_path(opts.socket_path),
+        escapable: match opts.escapable {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        },
+        priority: Some(i64::from(opts.priority)),
     };
-    match c_path(opts.region_path) {
-        Some(path) if path.as_os_str().is_empty() => config = config.detached(),
-        Some(path) => config = config.region_path(path),
-        None => {}
-    }
-    if let Some(socket) = c_path(opts.socket_path) {
-        config = config.agent_socket(socket);
-    }
-    if opts.direct_slot >= 0 {
-        config = config.direct_slot(opts.direct_slot as u32);
-    }
-    match register_current_thread(&config) {
-        Ok(raw) => {
+    let config = match options.config(kind) {
+        Ok(config) => config,
+        Err(err) => return fail_with(err.code(), format!("morpheus_worker_register: {err}")),
+    };
+    match thread::register(&config) {
+        Ok(_) => {
             if !out.is_null() {
-                *out = raw;
+                *out = current_raw();
             }
             0
         }
@@ -277,10 +281,10 @@ pub unsafe extern "C" fn morpheus_worker_register(opts: *const MorpheusOptions, 
 /// Shut the worker down (QUIESCING, DEAD, release the slot). `w` must be the calling thread's.
 #[no_mangle]
 pub unsafe extern "C" fn morpheus_worker_unregister(w: *mut RawWorker) -> i32 {
-    if let Err(err) = own(w, "morpheus_worker_unregister") {
-        return fail(err);
+    match own(w, "morpheus_worker_unregister").and_then(thread::close) {
+        Ok(_) => 0,
+        Err(err) => fail(err),
     }
-    status(unregister_current_thread())
 }
 
 /// The calling thread's fast-path state, never NULL: its worker once registered, and before that the
@@ -295,12 +299,9 @@ pub extern "C" fn morpheus_thread() -> *mut RawWorker {
 /// The calling thread's worker, or NULL if it holds none.
 #[no_mangle]
 pub extern "C" fn morpheus_worker_current() -> *mut RawWorker {
-    let raw = current_raw();
-    // SAFETY: this thread's state.
-    if unsafe { (*raw).inner.is_null() } {
-        std::ptr::null_mut()
-    } else {
-        raw
+    match thread::current() {
+        Some(_) => current_raw(),
+        None => std::ptr::null_mut(),
     }
 }
 

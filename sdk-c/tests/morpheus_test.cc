@@ -497,7 +497,33 @@ TEST_F(MorpheusTest, AnOutOfRangePriorityRefusesRegistration) {
   morpheus_worker *w = nullptr;
   EXPECT_EQ(morpheus_worker_register(&opts, &w), -static_cast<int>(MORPHEUS_E_INVALID_ARGUMENT));
   EXPECT_EQ(w, nullptr);
+  EXPECT_EQ(last_error().rfind("morpheus_worker_register: ", 0), 0u) << last_error();
+  EXPECT_NE(last_error().find("expected priority in -20..=19, found 20"), std::string::npos) << last_error();
   EXPECT_EQ(SIM_LOAD(region.get(), 0, worker_state), MORPHEUS_WORKER_STATE_INIT) << "the slot stays free";
+}
+
+TEST_F(MorpheusTest, ADirectSlotWithASocketIsRefusedNamingBothAndWritesNothing) {
+  // The binding kit's option rule (morpheus::kit::options), the same for every binding: a direct slot
+  // and an agent socket exclude each other; neither is silently dropped.
+  Region region;
+  ASSERT_TRUE(region.ok());
+  const std::vector<char> before = file_bytes(region.path());
+  const std::string socket = unique_path("agent.sock");
+  morpheus_options opts;
+  morpheus_options_init(&opts);
+  opts.region_path = region.path();
+  opts.direct_slot = 0;
+  opts.socket_path = socket.c_str();
+  morpheus_worker *w = nullptr;
+  EXPECT_EQ(morpheus_worker_register(&opts, &w), -static_cast<int>(MORPHEUS_E_INVALID_ARGUMENT));
+  EXPECT_EQ(w, nullptr);
+  EXPECT_NE(last_error().find("give slot or socket, not both"), std::string::npos) << last_error();
+  EXPECT_EQ(morpheus_worker_current(), nullptr);
+  EXPECT_EQ(file_bytes(region.path()), before) << "the refused registration wrote to the region";
+  // Nothing was kept: the thread registers the same slot without the socket.
+  opts.socket_path = nullptr;
+  ASSERT_EQ(morpheus_worker_register(&opts, &w), 0) << last_error();
+  EXPECT_EQ(morpheus_worker_slot(w), 0);
 }
 
 TEST_F(MorpheusTest, EscapableAndPriorityGettersOfADetachedWorkerReportTheConfiguredValues) {

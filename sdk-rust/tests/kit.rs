@@ -49,6 +49,7 @@ fn options_refuse_slot_with_socket() {
     let err = o.config(RuntimeKind::Node).unwrap_err();
     assert!(matches!(err, OptionError::Conflict { first: "slot", second: "socket" }), "{err:?}");
     assert_eq!(err.to_string(), "give slot or socket, not both");
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "a conflict is the caller's argument error");
 }
 
 #[test]
@@ -57,6 +58,7 @@ fn options_refuse_a_slot_outside_u32_naming_the_value() {
     assert_eq!(err.to_string(), "expected a slot index >= 0, got -1");
     let err = Options { slot: Some(1 << 32), ..opts() }.config(RuntimeKind::Python).unwrap_err();
     assert_eq!(err.to_string(), "expected a slot index <= 4294967295, got 4294967296");
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
 }
 
 #[test]
@@ -64,7 +66,7 @@ fn options_refuse_a_priority_out_of_range_with_the_core_error_never_clamping() {
     for bad in [20, -21, i64::MAX] {
         let err = Options { priority: Some(bad), ..opts() }.config(RuntimeKind::Python).unwrap_err();
         let OptionError::Core(core) = &err else { panic!("{err:?}") };
-        assert_eq!(core.code(), ErrorCode::InvalidArgument);
+        assert_eq!((core.code(), err.code()), (ErrorCode::InvalidArgument, ErrorCode::InvalidArgument));
         assert!(err.to_string().contains(&format!("expected priority in -20..=19, found {bad}")), "{err}");
     }
 }

@@ -26,7 +26,7 @@ use jni::{
 use morpheus::{
     kit::{
         self,
-        options::{OptionError, Options, RegionChoice},
+        options::{Options, RegionChoice},
         thread, FastPath,
     },
     Discovered, Error, ErrorCode, Region, RuntimeKind, Worker,
@@ -90,10 +90,7 @@ pub extern "system" fn Java_dev_morpheus_JniNative_register<'caller>(
         };
         let registered = match options.config(RuntimeKind::Java) {
             Ok(config) => thread::register(&config).map_err(fail),
-            Err(err @ (OptionError::Conflict { .. } | OptionError::SlotOutOfRange { .. })) => {
-                Err(fail_with(ErrorCode::InvalidArgument, format!("register: {err}")))
-            }
-            Err(OptionError::Core(err)) => Err(fail_with(err.code(), format!("register: {err}"))),
+            Err(err) => Err(fail_with(err.code(), format!("register: {err}"))),
         };
         Ok(registered.map_or_else(jlong::from, |token| token as jlong))
     })

@@ -14,11 +14,12 @@
 //!
 //! A binding maps [`OptionError::Conflict`] and [`OptionError::SlotOutOfRange`] to its language's
 //! argument error, [`OptionError::Core`] to the exception of the error's ABI code, and prefixes the
-//! message with its call's name.
+//! message with its call's name. A binding that reports ABI codes (libmorpheus, the JNI library) takes
+//! [`OptionError::code`].
 
 use std::{fmt, path::PathBuf, sync::Arc};
 
-use morpheus_abi::RuntimeKind;
+use morpheus_abi::{ErrorCode, RuntimeKind};
 
 use crate::{
     config::{validate_priority, Config},
@@ -83,6 +84,17 @@ impl fmt::Display for OptionError {
 }
 
 impl std::error::Error for OptionError {}
+
+impl OptionError {
+    /// The ABI error code of this error: `INVALID_ARGUMENT` for a conflict or a slot out of range (the
+    /// caller's arguments), the core error's own code for [`OptionError::Core`].
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            OptionError::Conflict { .. } | OptionError::SlotOutOfRange { .. } => ErrorCode::InvalidArgument,
+            OptionError::Core(err) => err.code(),
+        }
+    }
+}
 
 impl Options {
     /// The [`Config`] these options ask for, for a worker of `kind`, or the first rule they break

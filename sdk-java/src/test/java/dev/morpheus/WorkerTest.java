@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.morpheus.abi.Abi;
 import dev.morpheus.abi.ErrorCode;
@@ -206,9 +205,8 @@ class WorkerTest {
 
     @Test
     void aDirectSlotWithASocketIsRefusedNamingBothAndWritesNothing() {
-        // The JNI library takes the binding kit's option rules (morpheus::kit::options); libmorpheus, under
-        // the FFM backend, does not yet (it registers the direct slot and ignores the socket).
-        assumeTrue(Morpheus.backendName().equals("jni"), "the kit's option rules are the JNI library's");
+        // Both backends take the binding kit's option rules (morpheus::kit::options): the JNI library and
+        // libmorpheus, under the FFM backend.
         byte[] before = region.snapshot();
         MorpheusException e = expect(ErrorCode.INVALID_ARGUMENT, () -> Morpheus.register(Options.defaults()
                 .regionPath(region.pathString()).directSlot(0).agentSocket(dir.resolve("agent.sock").toString())));
