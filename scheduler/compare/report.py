@@ -24,9 +24,9 @@ import sys
 from collections import OrderedDict
 
 BASELINE = "eevdf"
-# scx_morpheus's modes (the last: enforced on the former CPU-time base order, the before of a before/after);
-# every other scheduler is a peer it is measured against.
-MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime")
+# scx_morpheus's modes (the last two: enforced on the CPU-time base order and on its slice-lag variant, the
+# before and after of a before/after); every other scheduler is a peer it is measured against.
+MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime", "morpheus_enforced_lag")
 
 
 def load(path):

@@ -1165,6 +1165,7 @@ impl KernelBackend {
         rodata.base_order = match config.base_order {
             crate::backend::BaseOrder::Deadline => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_DEADLINE,
             crate::backend::BaseOrder::Cputime => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_CPUTIME,
+            crate::backend::BaseOrder::Lag => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_LAG,
         };
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;

@@ -2,7 +2,8 @@
 //! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the peers
 //! scx_bpfland, scx_lavd, scx_flash, scx_cosmos and scx_pandemonium with their default options, and
 //! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
-//! base policy's former ordering (`--base-order cputime`), for a before/after in the same run. Each is
+//! base policy's former ordering (`--base-order cputime`) and on its slice-lag variant (`--base-order
+//! lag`), for a before/after in the same run. Each is
 //! started before a round's cells and stopped after them.
 
 use std::path::PathBuf;
@@ -31,6 +32,9 @@ pub enum Sched {
     /// Enforced mode with the base policy ordering by CPU time used alone (scx_morpheus
     /// `--base-order cputime`): the before of the deadline ordering's before/after.
     EnforcedCputime,
+    /// Enforced mode with the CPU-time order's credit bounded by a slice lag (scx_morpheus
+    /// `--base-order lag`): measured against `EnforcedCputime` in the same rounds.
+    EnforcedLag,
 }
 
 impl Sched {
@@ -46,11 +50,12 @@ impl Sched {
             Sched::Observer => "morpheus_observer",
             Sched::Enforced => "morpheus_enforced",
             Sched::EnforcedCputime => "morpheus_enforced_cputime",
+            Sched::EnforcedLag => "morpheus_enforced_lag",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag)
     }
 }
 
@@ -73,7 +78,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag => None,
         }
     }
 }
@@ -146,12 +151,16 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
             let mode = if sched == Sched::Observer { "observer" } else { "enforced" };
-            let order = if sched == Sched::EnforcedCputime { "cputime" } else { "deadline" };
+            let order = match sched {
+                Sched::EnforcedCputime => "cputime",
+                Sched::EnforcedLag => "lag",
+                _ => "deadline",
+            };
             let mut child = Command::new(&bins.morpheus)
                 .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--base-order", order, "--socket"])
                 .arg(&socket)

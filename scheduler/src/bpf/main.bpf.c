@@ -4,8 +4,9 @@
  *
  * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
  * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
- * weight first; or (--base-order deadline) a deadline, the time a task was queued plus the CPU time it
- * used since it last slept, less a credit for waking often. A waking task preempts the task
+ * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag; or
+ * (--base-order deadline) a deadline, the time a task was queued plus the CPU time it used since it
+ * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
  * takes the task directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
  * them to yield; the ops below call it, and carry out what it decides that only a scheduler can do: a
@@ -28,8 +29,8 @@ const volatile u32 nr_online_cpus = 1;
 const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
 
 /*
- * Highest queue key seen starting to run: under CPUTIME the clock a waking task's vtime is clamped
- * against; under DEADLINE (keys are times) the level a lifted or enabled task goes in at.
+ * Highest queue key seen starting to run: under CPUTIME and LAG the clock a waking task's vtime is
+ * clamped against; under DEADLINE (keys are times) the level a lifted or enabled task goes in at.
  */
 u64 vtime_now;
 
@@ -95,7 +96,7 @@ static __always_inline u64 queue_key(struct task_struct *p)
 {
 	struct morpheus_base_task none = {}, *t;
 
-	if (base_order == MORPHEUS_BASE_ORDER_CPUTIME)
+	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE)
 		return queue_vtime(p);
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
@@ -256,7 +257,7 @@ void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 peri
 /*
  * Note the run that starts on this CPU and advance the global clock. Its standing for wake-up
  * preemption is its queue key: under DEADLINE the deadline it has as it starts (also when an idle CPU
- * took it directly, without a key), under CPUTIME its vtime.
+ * took it directly, without a key), under CPUTIME and LAG its vtime.
  */
 static __always_inline void vtime_running(struct task_struct *p)
 {

@@ -230,6 +230,8 @@ __hidden u64 morpheus_host_check(u64 due);
 extern const volatile u64 task_slice_ns;
 /* Highest dsq_vtime seen starting to run: the clock a waking task's vtime is clamped against. */
 extern u64 vtime_now;
+/* enum morpheus_base_order (morpheus_policy.h): set by the agent before load (main.bpf.c). */
+extern const volatile u32 base_order;
 
 static __always_inline u64 base_slice(void)
 {
@@ -237,14 +239,15 @@ static __always_inline u64 base_slice(void)
 }
 
 /*
- * p's vtime for queueing: a task that slept long keeps at most one slice of credit, so sleepers run
- * soon after waking without being able to monopolise a CPU afterwards.
+ * p's vtime for queueing: a task that slept long keeps at most the credit base_order allows below
+ * vtime_now (morpheus_base_vtime_credit: one slice, or the slice lag under LAG), so sleepers run soon
+ * after waking without being able to monopolise a CPU afterwards.
  */
 static __always_inline u64 queue_vtime(struct task_struct *p)
 {
-	u64 vtime = p->scx.dsq_vtime, floor = READ_ONCE(vtime_now) - base_slice();
+	u64 credit = morpheus_base_vtime_credit(base_order, base_slice(), p->scx.weight);
 
-	return time_before(vtime, floor) ? floor : vtime;
+	return morpheus_base_vtime_key(p->scx.dsq_vtime, READ_ONCE(vtime_now), credit);
 }
 
 /* cpu.max re-enforcement (cpumax.bpf.c), called from the ops in main.bpf.c. */

@@ -390,7 +390,7 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  * The base policy: how the sched_ext ops (src/bpf/main.bpf.c) order every runnable task of the
  * machine in their shared queue, worker or not. Chosen at load (scx_morpheus --base-order).
  *
- *   DEADLINE (default): a task's key is a deadline, the time it was queued, plus the CPU time it has
+ *   DEADLINE: a task's key is a deadline, the time it was queued, plus the CPU time it has
  *     used since it last slept (its weight-scaled "exec runtime", capped at MORPHEUS_BASE_EXEC_CAP_SLICES
  *     base slices), minus a credit for waking often (up to 1/MORPHEUS_BASE_CREDIT_DIV of a slice, in
  *     proportion to its wake-up rate up to MORPHEUS_BASE_RATE_FULL per second). Tasks that sleep before
@@ -400,11 +400,51 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *   CPUTIME: the former order, the task that used the least CPU for its weight first (a waking task
  *     credited at most one slice): a worker that has run more waits behind the others even when it has
  *     waited longer. Kept for the before/after of the comparison (scheduler/BENCHMARKS.md).
+ *   LAG: CPUTIME's weighted virtual time, but a task enters the queue at most a lag of
+ *     1/MORPHEUS_BASE_LAG_DIV of a base slice (of CPU time, so lag * 100 / weight of vtime) behind the
+ *     highest key started (vtime_now), instead of a whole slice: whatever CPU a task used less than the
+ *     others before, it goes ahead of tasks queued after it by at most that lag, so tasks that keep
+ *     waking and sleeping run nearly in the order they became runnable (as EEVDF's lag clamp and
+ *     scx_bpfland's slice lag bound a sleeper's credit), and a task that has run long without sleeping
+ *     still falls behind them by what it used.
+ * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
+ * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
 enum morpheus_base_order {
 	MORPHEUS_BASE_ORDER_DEADLINE = 0,
 	MORPHEUS_BASE_ORDER_CPUTIME = 1,
+	MORPHEUS_BASE_ORDER_LAG = 2,
 };
+
+/* LAG order: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
+#define MORPHEUS_BASE_LAG_DIV 8
+
+/*
+ * The credit, in vtime (CPU time * 100 / weight), that a task of `weight` (100 = nice 0, 0 taken as
+ * 100) keeps below vtime_now when it is queued: a whole slice under CPUTIME (and for a task cpu.max
+ * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG. Never 0 for
+ * a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, morpheus_u64 slice_ns, morpheus_u64 weight)
+{
+	morpheus_u64 lag;
+
+	if (order != MORPHEUS_BASE_ORDER_LAG)
+		return slice_ns;
+	lag = slice_ns / MORPHEUS_BASE_LAG_DIV * 100 / (weight ? weight : 100);
+	return lag ? lag : (slice_ns ? 1 : 0);
+}
+
+/*
+ * A task's key in the vtime-ordered queue: its vtime, raised to vtime_now less `credit` if it is
+ * further behind (the times wrap: compared as a signed difference, as the kernel's time_before()).
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_key(morpheus_u64 vtime, morpheus_u64 vtime_now, morpheus_u64 credit)
+{
+	morpheus_u64 floor = vtime_now - credit;
+
+	return (long long)(vtime - floor) < 0 ? floor : vtime;
+}
 
 /* Cap on the exec runtime a deadline carries, in base slices: the most a task is pushed back. */
 #define MORPHEUS_BASE_EXEC_CAP_SLICES 1

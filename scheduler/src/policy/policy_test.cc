@@ -587,4 +587,65 @@ TEST(BaseDeadline, NoUnderflowNearTimeZero)
 	EXPECT_EQ(morpheus_base_deadline(&t, 1, kBaseSlice), 0u);
 }
 
+// The vtime orders (CPUTIME and LAG): a task is keyed by its vtime, raised to vtime_now less a credit.
+TEST(BaseVtime, CreditIsASliceUnderCputimeAndTheSliceLagUnderLag)
+{
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_CPUTIME, kBaseSlice, 100), kBaseSlice);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_CPUTIME, kBaseSlice, 10000), kBaseSlice);
+	// DEADLINE keys by deadline; only a task cpu.max held goes back by vtime, with CPUTIME's credit.
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_DEADLINE, kBaseSlice, 100), kBaseSlice);
+	const morpheus_u64 lag = kBaseSlice / MORPHEUS_BASE_LAG_DIV;
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 100), lag);
+	EXPECT_LT(lag, kBaseSlice);
+	// The same CPU time of credit for every weight: a heavier task's vtime moves slower.
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 200), lag / 2);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 50), lag * 2);
+	// Weight 0 counts as 100; a tiny slice still leaves a credit of 1, a zero slice none.
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 0), lag);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, 1, 10000), 1u);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, 0, 100), 0u);
+}
+
+TEST(BaseVtime, KeyIsTheVtimeRaisedToTheFloor)
+{
+	const morpheus_u64 now = 10 * kSecond, credit = 2500 * 1000;
+	EXPECT_EQ(morpheus_base_vtime_key(now - credit - 1, now, credit), now - credit);
+	EXPECT_EQ(morpheus_base_vtime_key(0, now, credit), now - credit);
+	EXPECT_EQ(morpheus_base_vtime_key(now - credit, now, credit), now - credit);
+	EXPECT_EQ(morpheus_base_vtime_key(now - 1, now, credit), now - 1);
+	EXPECT_EQ(morpheus_base_vtime_key(now + 5000, now, credit), now + 5000);
+	// The clocks wrap: compared as a signed difference, as the kernel's time_before().
+	const morpheus_u64 wrap = 1000;
+	EXPECT_EQ(morpheus_base_vtime_key(~0ULL - 10, wrap, credit), ~0ULL - 10);
+	EXPECT_EQ(morpheus_base_vtime_key(wrap - 5, wrap, 10), wrap - 5);
+	EXPECT_EQ(morpheus_base_vtime_key(~0ULL - 20, 5, 10), ~0ULL - 4);
+	EXPECT_EQ(morpheus_base_vtime_key(~0ULL, 5, 10), ~0ULL);
+}
+
+TEST(BaseVtime, UnderLagATaskThatRanMoreWaitsBehindALaterWakerByAtMostTheLag)
+{
+	// Two tasks of the same weight; A used 15 ms less CPU than B before both slept. B wakes first,
+	// A 1 ms of vtime later (vtime_now moved on by then). Under CPUTIME A keeps its 15 ms lead and goes
+	// ahead of B, who waited longer; under LAG both are raised to their floors and B, queued first,
+	// goes first.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	const morpheus_u64 vtime_a = now - 20 * ms, vtime_b = now - 5 * ms;
+	for (morpheus_u32 order : {MORPHEUS_BASE_ORDER_CPUTIME, MORPHEUS_BASE_ORDER_LAG}) {
+		const morpheus_u64 credit = morpheus_base_vtime_credit(order, kBaseSlice, 100);
+		const morpheus_u64 key_b = morpheus_base_vtime_key(vtime_b, now, credit);
+		const morpheus_u64 key_a = morpheus_base_vtime_key(vtime_a, now + 1 * ms, credit);
+		if (order == MORPHEUS_BASE_ORDER_CPUTIME)
+			EXPECT_LT(key_a, key_b);
+		else
+			EXPECT_LT(key_b, key_a);
+	}
+	// Under LAG, a task queued once vtime_now has moved on by more than the lag never goes ahead of
+	// one queued before with no more vtime than vtime_now then, however little CPU it used before
+	// (under CPUTIME it may, up to a slice later).
+	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 100);
+	const morpheus_u64 first = morpheus_base_vtime_key(now, now, lag);
+	EXPECT_GT(morpheus_base_vtime_key(0, now + lag + 1, lag), first);
+	EXPECT_LT(morpheus_base_vtime_key(0, now + lag + 1, kBaseSlice), first);
+}
+
 } // namespace
