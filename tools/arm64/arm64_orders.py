@@ -68,13 +68,18 @@ class Binary:
         if "file format elf64-littleaarch64" not in out:
             sys.exit(f"arm64_orders: {path} is not an arm64 ELF object")
         self.path = path
-        self.names: dict[int, str] = {}
-        self.code: dict[int, list[str]] = {}
-        current = None
+        # Keyed by (section, address): in a relocatable object every section starts at 0.
+        self.names: dict[tuple[str, int], str] = {}
+        self.code: dict[tuple[str, int], list[str]] = {}
+        current, section = None, ""
         for line in out.splitlines():
+            m = re.match(r"^Disassembly of section (\S+):$", line)
+            if m:
+                section = m.group(1)
+                continue
             m = re.match(r"^([0-9a-f]+) <(.*)>:$", line)
             if m:
-                current = int(m.group(1), 16)
+                current = (section, int(m.group(1), 16))
                 self.names[current] = m.group(2)
                 self.code[current] = []
                 continue
@@ -82,7 +87,7 @@ class Binary:
             if m and current is not None:
                 self.code[current].append(re.sub(r"\s+", " ", m.group(1).split("//")[0].strip()))
 
-    def find(self, pattern: str) -> int:
+    def find(self, pattern: str) -> tuple[str, int]:
         """The address of the one function whose name matches `pattern` (a Rust path, its hash suffix
         dropped); LookupError when none or several do."""
         found = [a for a, n in self.names.items() if re.fullmatch(pattern + r"(::h[0-9a-f]{16})?", n)]
@@ -108,10 +113,10 @@ class Binary:
             seen.append(address)
             for insn in self.code[address]:
                 m = re.match(r"^(?:bl|b) ([0-9a-f]+) <", insn)
-                target = int(m.group(1), 16) if m else None
+                target = (address[0], int(m.group(1), 16)) if m else None
                 if follow and target in self.code and re.fullmatch(follow, self.names[target]):
                     todo.append(target)
-        return [(f"{self.names[a]}@{a:x}", self.code[a]) for a in seen]
+        return [(f"{self.names[a]}@{a[1]:x}", self.code[a]) for a in seen]
 
 
 def find(binary: Binary, pattern: str) -> list[str]:
