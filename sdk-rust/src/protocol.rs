@@ -6,41 +6,8 @@
 //! mapped region) and on `loom` atomics (`tests/loom.rs`, built with `RUSTFLAGS="--cfg loom"`), which
 //! explores every interleaving and weak-memory outcome the C11 model allows. The production build
 //! never sees loom.
-//!
-//! `RUSTFLAGS="--cfg morpheus_relaxed_orders"` builds the negative control of the arm64 order tests
-//! (tools/arm64/arm64_orders.py): the four fast-path accesses below ([`load_request`],
-//! [`critical_enter`], [`critical_exit`], [`acknowledge`]) with relaxed orders and no fence, a broken
-//! protocol those tests must reject. It is never a product build: only they set it, in their own
-//! target directory.
 
-use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed, Release};
-
-/// The orders of the fast-path accesses: the spec's (§5.1, §5.3), or all relaxed in the arm64 order
-/// tests' negative control (`--cfg morpheus_relaxed_orders`, see the module's documentation).
-#[cfg(not(morpheus_relaxed_orders))]
-mod fast_orders {
-    use super::*;
-    /// The checkpoint's load of `preempt_seq` ([`load_request`](super::load_request)).
-    pub const REQUEST: Ordering = Acquire;
-    /// The fence after the outermost enter's store ([`critical_enter`](super::critical_enter)).
-    pub const ENTER_FENCE: Option<Ordering> = Some(Ordering::SeqCst);
-    /// The outermost exit's store ([`critical_exit`](super::critical_exit)).
-    pub const EXIT: Ordering = Release;
-    /// The acknowledgement's first load, and its CAS on success and on failure ([`acknowledge`](super::acknowledge)).
-    pub const ACK_LOAD: Ordering = Acquire;
-    pub const ACK_SUCCESS: Ordering = AcqRel;
-    pub const ACK_FAILURE: Ordering = Acquire;
-}
-#[cfg(morpheus_relaxed_orders)]
-mod fast_orders {
-    use super::*;
-    pub const REQUEST: Ordering = Relaxed;
-    pub const ENTER_FENCE: Option<Ordering> = None;
-    pub const EXIT: Ordering = Relaxed;
-    pub const ACK_LOAD: Ordering = Relaxed;
-    pub const ACK_SUCCESS: Ordering = Relaxed;
-    pub const ACK_FAILURE: Ordering = Relaxed;
-}
+use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use morpheus_abi::WorkerState;
 
@@ -103,7 +70,7 @@ impl_atomic!(loom::sync::atomic::AtomicU64, u64, loom::sync::atomic::fence);
 /// a checkpoint that sees a new request sees that request's fields.
 #[inline(always)]
 pub fn load_request<A: Atomic<Value = u64>>(preempt_seq: &A) -> u64 {
-    preempt_seq.load(fast_orders::REQUEST)
+    preempt_seq.load(Acquire)
 }
 
 /// Outermost critical enter (§5.3): `in_critical := 1` (relaxed), then a seq_cst fence.
@@ -115,16 +82,14 @@ pub fn load_request<A: Atomic<Value = u64>>(preempt_seq: &A) -> u64 {
 #[inline(always)]
 pub fn critical_enter<A: Atomic<Value = u32>>(in_critical: &A) {
     in_critical.store(1, Relaxed);
-    if let Some(order) = fast_orders::ENTER_FENCE {
-        A::fence(order);
-    }
+    A::fence(SeqCst);
 }
 
 /// Outermost critical exit (§5.3): `in_critical := 0` with release, so the section's accesses happen
 /// before a scheduler that acquire-loads 0.
 #[inline(always)]
 pub fn critical_exit<A: Atomic<Value = u32>>(in_critical: &A) {
-    in_critical.store(0, fast_orders::EXIT);
+    in_critical.store(0, Release);
 }
 
 /// The acknowledging CAS (§5.1): raise `last_ack_seq` to `seq`, never lower it. The first load is an
@@ -136,9 +101,9 @@ pub fn critical_exit<A: Atomic<Value = u32>>(in_critical: &A) {
 /// cache below the SCB (review B, "cached_ack := seq").
 #[inline]
 pub fn acknowledge<A: Atomic<Value = u64>>(last_ack_seq: &A, seq: u64) -> u64 {
-    let mut current = last_ack_seq.load(fast_orders::ACK_LOAD);
+    let mut current = last_ack_seq.load(Acquire);
     while current < seq {
-        match last_ack_seq.compare_exchange(current, seq, fast_orders::ACK_SUCCESS, fast_orders::ACK_FAILURE) {
+        match last_ack_seq.compare_exchange(current, seq, AcqRel, Acquire) {
             Ok(_) => return seq,
             Err(now) => current = now,
         }

@@ -30,10 +30,10 @@ an error. The Java and JS sides' own inline checks of the fast-path word are JIT
 files: not checked here.
 
 The negative controls show that each check can fail: the C wrappers compiled with relaxed orders
-(ORDERS_NEGATIVE_CONTROL), and the Rust libraries built with `--cfg morpheus_relaxed_orders`
-(tools/arm64/orders-control.sh), where only protocol.rs's four fast-path accesses are relaxed and the
-fence is gone: that the checked functions then hold no instruction of the class checked shows that the
-instructions found in the real build come from those accesses.
+(ORDERS_NEGATIVE_CONTROL), and the Rust libraries built from a copy of their crates in which only
+sdk-rust/src/protocol.rs's four fast-path accesses are relaxed and the enter's fence is gone
+(tools/arm64/orders-control.sh): that the checked functions then hold no instruction of the class
+checked shows that the instructions found in the real build come from those accesses.
 
     arm64_orders.py inline OBJECT   the C wrappers' object
     arm64_orders.py lib LIBRARY     libmorpheus.so for arm64
