@@ -16,6 +16,6 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
 cd "$root"
 cargo build --release --quiet --target aarch64-unknown-linux-gnu -p morpheus-c -p morpheus-jni
-relaxed="$(tools/arm64/orders-control.sh)"
 python3 tools/arm64/arm64_orders.py jni "${CARGO_TARGET_DIR:-$root/target}/aarch64-unknown-linux-gnu/release/libmorpheus_jni.so"
+relaxed="$(tools/arm64/orders-control.sh)"
 python3 tools/arm64/arm64_orders.py jni "$relaxed/libmorpheus_jni.so" --expect-reject

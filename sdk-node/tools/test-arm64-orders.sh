@@ -16,6 +16,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
 "$here/tools/build.sh" --target aarch64-unknown-linux-gnu
-relaxed="$("$root/tools/arm64/orders-control.sh")"
 python3 "$root/tools/arm64/arm64_orders.py" node "$here/native/morpheus.linux-arm64-gnu.node"
+relaxed="$("$root/tools/arm64/orders-control.sh")"
 python3 "$root/tools/arm64/arm64_orders.py" node "$relaxed/libmorpheus_node.so" --expect-reject
