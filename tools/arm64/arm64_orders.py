@@ -53,7 +53,7 @@ OBJDUMP = os.environ.get("AARCH64_OBJDUMP", "aarch64-linux-gnu-objdump")
 
 
 class Binary:
-    """One arm64 ELF file's functions by address (a name can repeat: every instance of a generic such as
+    """One arm64 ELF file's functions by section and address (a name can repeat: every instance of a generic such as
     `LocalKey<T>::with` demangles to the same name), each a list of "mnemonic operands" with branch
     targets as `ADDRESS <symbol>`."""
 
@@ -102,8 +102,9 @@ class Binary:
     def scope(self, pattern: str, follow: str | None = None) -> list[tuple[str, list[str]]]:
         """The function named `pattern` and, transitively, every function it calls or tail-calls
         (`bl`/`b` to a function's first instruction) whose name matches `follow`: where a compiler put
-        the inlined body of a fast path that a binding reaches through a closure (napi-rs's callbacks
-        run the body in `LocalKey<T>::with`). Each function stays separate, its instructions in order."""
+        the inlined body of a fast path that a binding reaches through a closure (a binding's
+        thread-local state, whose closure runs in `LocalKey<T>::with`). Each function stays separate,
+        its instructions in order."""
         entry = self.find(pattern)
         seen, todo = [], [entry]
         while todo:
@@ -117,11 +118,6 @@ class Binary:
                 if follow and target in self.code and re.fullmatch(follow, self.names[target]):
                     todo.append(target)
         return [(f"{self.names[a]}@{a[1]:x}", self.code[a]) for a in seen]
-
-
-def find(binary: Binary, pattern: str) -> list[str]:
-    """The instructions of the one function whose name matches `pattern`."""
-    return binary.code[binary.find(pattern)]
 
 
 ACQUIRE_LOAD_64 = re.compile(r"^(ldar|ldapr) x\d+, \[")
