@@ -17,6 +17,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 dir="${CARGO_TARGET_DIR:-$root/target}/arm64-orders-relaxed"
 mkdir -p "$dir/tree"
+dir="$(cd "$dir" && pwd)" # absolute: cargo runs in the copy
 exec 9>"$dir/.lock"
 flock 9
 python3 - "$root" "$dir/tree" <<'EOF'
