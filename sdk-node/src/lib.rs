@@ -356,23 +356,23 @@ const MODE_QUIET: i32 = 4;
 /// once), element `i` the `i`-th value above: JS reads it by constant index, and neither side
 /// allocates an array per call.
 #[napi]
-pub fn fast_state(out: Int32ArraySlice) -> Result<(), Code> {
-    write_fast_state(out, "fastState")
+pub fn fast_state(mut out: Int32ArraySlice) -> Result<(), Code> {
+    fast_state_out(&mut out, "fastState")?.copy_from_slice(&fast_state_now());
+    Ok(())
 }
 
 /// How many elements [`fast_state`] writes.
 const FAST_STATE_LEN: usize = 7;
 
-/// [`fast_state_now`] into JS's array; INVALID_ARGUMENT, nothing written, when it is too short.
-fn write_fast_state(mut out: Int32ArraySlice, operation: &str) -> Result<(), Code> {
+/// The elements of JS's array that receive the fast state; INVALID_ARGUMENT naming `operation` and the
+/// length when it is too short (checked before the call does anything, so nothing is done then).
+fn fast_state_out<'a>(out: &'a mut Int32ArraySlice, operation: &str) -> Result<&'a mut [i32], Code> {
     // SAFETY: the typed array's elements, which nothing else reads or writes during this call (JS
     // runs on this thread only, and no JS runs during it).
     let out = unsafe { out.as_mut() };
-    let Some(out) = out.get_mut(..FAST_STATE_LEN) else {
-        return Err(invalid(format!("{operation}(out): expected an Int32Array of at least {FAST_STATE_LEN} elements, got {}", out.len())));
-    };
-    out.copy_from_slice(&fast_state_now());
-    Ok(())
+    let len = out.len();
+    out.get_mut(..FAST_STATE_LEN)
+        .ok_or_else(|| invalid(format!("{operation}(out): expected an Int32Array of at least {FAST_STATE_LEN} elements, got {len}")))
 }
 
 fn fast_state_now() -> [i32; FAST_STATE_LEN] {
@@ -709,10 +709,12 @@ pub fn checkpoint_yield() -> u32 {
 /// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Then
 /// writes the fast state as [`fast_state`] does into `out`, which the acknowledgement changed (one
 /// native call per acknowledgement, not two). Whether a decided yield was pending on this thread.
+/// An `out` too short is refused before anything is acknowledged (the decided yield stays kept).
 #[napi]
-pub fn checkpoint_acknowledge(out: Int32ArraySlice) -> Result<bool, Code> {
+pub fn checkpoint_acknowledge(mut out: Int32ArraySlice) -> Result<bool, Code> {
+    let out = fast_state_out(&mut out, "checkpointAcknowledge")?;
     let pending = acknowledge_yield();
-    write_fast_state(out, "checkpointAcknowledge")?;
+    out.copy_from_slice(&fast_state_now());
     Ok(pending)
 }
 
