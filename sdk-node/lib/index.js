@@ -14,6 +14,9 @@ const { Scb, PRIORITY_MIN, PRIORITY_MAX } = require('@morpheus/abi');
 const native = require('./native.js');
 const { MorpheusError, errors, fromNative } = require('./errors.js');
 const { EventEmitter } = require('node:events');
+// Node's global `performance` is a lazy accessor of the global object (a getter call per read); the
+// module's own object is the same one, read once.
+const { performance } = require('node:perf_hooks');
 
 // ------------------------------------------------------------------------------------------------
 // The fast path's state (this thread's)
@@ -42,6 +45,17 @@ const ZEROES = sequenceWords(new ArrayBuffer(Scb.size));
 // native.checkpointSync() outcomes (sdk-node/src/lib.rs).
 const NATIVE_NO_YIELD = 0;
 const NATIVE_YIELDED = 2;
+// What native.fastState() and native.checkpointAcknowledge() write (sdk-node/src/lib.rs), read by
+// these constant indexes: [ack_low, ack_high, kind, registration, notices, until_low, until_high].
+// One array per thread, allocated once: no array is made or destructured per slow path.
+const state = new Int32Array(7);
+const STATE_ACK_LOW = 0;
+const STATE_ACK_HIGH = 1;
+const STATE_KIND = 2;
+const STATE_REGISTRATION = 3;
+const STATE_NOTICES = 4;
+const STATE_UNTIL_LOW = 5;
+const STATE_UNTIL_HIGH = 6;
 // fastState() kinds (sdk-node/src/lib.rs).
 const KIND_VIEW = 0;
 const KIND_ALWAYS_SLOW = 1;
@@ -156,15 +170,28 @@ function dropView() {
  * may have registered the worker again (a new scheduler instance, §6.1), or lost it: the view follows.
  */
 function refresh() {
-  let [low, high, kind, registration, notices, untilLow, untilHigh] = native.fastState();
+  native.fastState(state);
+  follow();
+}
+
+/** refresh() once `state` holds the fast state (a native call wrote it). */
+function follow() {
+  let kind = state[STATE_KIND];
+  const registration = state[STATE_REGISTRATION];
   if ((kind === KIND_VIEW || kind === KIND_ALWAYS_SLOW || kind === KIND_MODE_QUIET) && registration !== viewRegistration) {
     // Attached, and the view is of an earlier registration or was never taken (the worker started
     // detached): take the current registration's, then re-read what to compare it with.
     const buffer = native.scbView(native.currentToken());
     view = buffer === null ? null : sequenceWords(buffer);
     viewRegistration = registration;
-    [low, high, kind, registration, notices, untilLow, untilHigh] = native.fastState();
+    native.fastState(state);
+    kind = state[STATE_KIND];
   }
+  const low = state[STATE_ACK_LOW];
+  const high = state[STATE_ACK_HIGH];
+  const notices = state[STATE_NOTICES];
+  const untilLow = state[STATE_UNTIL_LOW];
+  const untilHigh = state[STATE_UNTIL_HIGH];
   quietUntil = 0;
   if (kind === KIND_VIEW && view !== null) {
     compareWith(view, low, high);
@@ -429,9 +456,10 @@ let passing = false;
 function acknowledgePending() {
   if (!unacknowledged) return;
   unacknowledged = false;
-  // 1: acknowledged; 0: the scheduler restarted meanwhile (nothing to acknowledge, §6).
-  native.checkpointAcknowledge();
-  refresh();
+  // Acknowledges (true; false: the scheduler restarted meanwhile, nothing to acknowledge, §6) and
+  // writes the fast state the acknowledgement changed: one native call.
+  native.checkpointAcknowledge(state);
+  follow();
 }
 
 /** This task is the request's yielder: to the back of the FIFO; resumes (true) at its turn. */

@@ -351,12 +351,31 @@ const MODE_QUIET: i32 = 4;
 /// scheduler or not, are what the core reports (the same state its own fast path follows). Called at
 /// registration and after every slow path, so it makes no system call: a pending wake-up registers
 /// the worker again in the core's slow path (§6.1), which the wake view sends the next check to.
+///
+/// Written into `out` (an `Int32Array` of at least [`FAST_STATE_LEN`] elements, JS's own, allocated
+/// once), element `i` the `i`-th value above: JS reads it by constant index, and neither side
+/// allocates an array per call.
 #[napi]
-pub fn fast_state() -> Vec<i32> {
-    fast_state_now().to_vec()
+pub fn fast_state(mut out: Int32ArraySlice) -> Result<(), Code> {
+    fast_state_out(&mut out, "fastState")?.copy_from_slice(&fast_state_now());
+    Ok(())
 }
 
-fn fast_state_now() -> [i32; 7] {
+/// How many elements [`fast_state`] writes.
+const FAST_STATE_LEN: usize = 7;
+
+/// The elements of JS's array that receive the fast state; INVALID_ARGUMENT naming `operation` and the
+/// length when it is too short (checked before the call does anything, so nothing is done then).
+fn fast_state_out<'a>(out: &'a mut Int32ArraySlice, operation: &str) -> Result<&'a mut [i32], Code> {
+    // SAFETY: the typed array's elements, which nothing else reads or writes during this call (JS
+    // runs on this thread only, and no JS runs during it).
+    let out = unsafe { out.as_mut() };
+    let len = out.len();
+    out.get_mut(..FAST_STATE_LEN)
+        .ok_or_else(|| invalid(format!("{operation}(out): expected an Int32Array of at least {FAST_STATE_LEN} elements, got {len}")))
+}
+
+fn fast_state_now() -> [i32; FAST_STATE_LEN] {
     let state = HELD.with(|held| match &*held.borrow() {
         None => [0, 0, ZEROES, 0, 0, 0],
         Some(h) => {
@@ -495,7 +514,7 @@ pub fn checkpoint_sync() -> u32 {
 
 /// The three-way answer of the synchronous checks: YIELDED, or whether the fast state moved since
 /// `before` (so JS re-reads it only then).
-fn outcome(yielded: bool, before: [i32; 7]) -> u32 {
+fn outcome(yielded: bool, before: [i32; FAST_STATE_LEN]) -> u32 {
     if yielded {
         YIELDED
     } else if fast_state_now() != before {
@@ -671,7 +690,7 @@ const YIELDING_NOW: u32 = 2;
 /// decided yield from being dropped unwritten if it did not).
 #[napi]
 pub fn checkpoint_yield() -> u32 {
-    checkpoint_acknowledge();
+    acknowledge_yield();
     let before = fast_state_now();
     let mut future = morpheus::checkpoint();
     // The JS side does the waking (setImmediate), so a no-op waker suffices.
@@ -687,10 +706,20 @@ pub fn checkpoint_yield() -> u32 {
 
 /// Second half, after the task yielded to the event loop: polls the kept future again, which
 /// finishes it (the core's future is ready at its second poll) and acknowledges, unless the worker
-/// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Whether a
-/// decided yield was pending on this thread.
+/// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Then
+/// writes the fast state as [`fast_state`] does into `out`, which the acknowledgement changed (one
+/// native call per acknowledgement, not two). Whether a decided yield was pending on this thread.
+/// An `out` too short is refused before anything is acknowledged (the decided yield stays kept).
 #[napi]
-pub fn checkpoint_acknowledge() -> bool {
+pub fn checkpoint_acknowledge(mut out: Int32ArraySlice) -> Result<bool, Code> {
+    let out = fast_state_out(&mut out, "checkpointAcknowledge")?;
+    let pending = acknowledge_yield();
+    out.copy_from_slice(&fast_state_now());
+    Ok(pending)
+}
+
+/// Finishes the yield [`checkpoint_yield`] kept on this thread, if any (see [`checkpoint_acknowledge`]).
+fn acknowledge_yield() -> bool {
     let Some(mut future) = YIELDING.with(|y| y.borrow_mut().take()) else { return false };
     let mut cx = Context::from_waker(Waker::noop());
     // The core's future is ready at its second poll; the answer (it yielded) is known already.

@@ -270,6 +270,32 @@ test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still
   assert.equal(await morpheus.checkpoint(), false);
 });
 
+test('the addon\'s fast state goes into JS\'s Int32Array; one too short is refused by name, before anything is acknowledged', () => {
+  const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
+  register();
+  const state = new Int32Array(7);
+  native.fastState(state);
+  // [ack_low, ack_high, kind, registration, notices, until_low, until_high]: attached, nothing acknowledged.
+  assert.equal(state[0], 0);
+  assert.equal(state[2], 0, 'kind: the SCB view (DETERMINISTIC)');
+  const short = new Int32Array(6).fill(-1);
+  const refused = (operation) => (e) => e.code === 'INVALID_ARGUMENT' && e.message === `${operation}(out): expected an Int32Array of at least 7 elements, got 6`;
+  assert.throws(() => native.fastState(short), refused('fastState'));
+  region.bump(SLOT);
+  assert.equal(native.checkpointYield(), 2, 'the core decided to yield (kept until the acknowledgement)');
+  const before = region.bytes();
+  assert.throws(() => native.checkpointAcknowledge(short), refused('checkpointAcknowledge'));
+  assert.deepEqual(short, new Int32Array(6).fill(-1), 'nothing written into the short array');
+  assert.deepEqual(region.bytes(), before, 'nothing acknowledged');
+  assert.equal(native.checkpointAcknowledge(state), true, 'the kept yield is acknowledged now');
+  assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
+  assert.equal(state[0], 1, 'and the fast state written with it: the new acknowledged sequence');
+  const again = new Int32Array(8);
+  native.fastState(again);
+  assert.deepEqual(again.subarray(0, 7), state, 'the same as fastState() reads');
+  assert.equal(native.checkpointAcknowledge(state), false, 'nothing left to acknowledge');
+});
+
 /** Count the calls of the addon's checkpoint slow paths from now on (the object lib/index.js calls). */
 function countNativeCheckpoints() {
   const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
