@@ -159,6 +159,16 @@ pub fn verdict_count(tally: &mut VerdictTally, may_act: bool, runtime_ns: u64, s
     unsafe { raw::morpheus_ffi_verdict_count(tally, may_act as core::ffi::c_int, runtime_ns, slice_ns, preempt_seq, verdict) != 0 }
 }
 
+impl HintDecision {
+    /// Every hint decision, in the order of the enum (index = value).
+    pub const ALL: [HintDecision; 4] = [
+        HintDecision::MORPHEUS_HINT_NONE,
+        HintDecision::MORPHEUS_HINT_EMIT,
+        HintDecision::MORPHEUS_HINT_RATE_LIMITED,
+        HintDecision::MORPHEUS_HINT_PENDING,
+    ];
+}
+
 impl GateVerdict {
     /// Every verdict, in the order of the enum (index = value).
     pub const ALL: [GateVerdict; GATE_VERDICTS] = [
