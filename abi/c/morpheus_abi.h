@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ morpheus_s64;
 #endif
 
 #define MORPHEUS_ABI_MAJOR 1u
-#define MORPHEUS_ABI_MINOR 4u
+#define MORPHEUS_ABI_MINOR 5u
 
 /* First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 #define MORPHEUS_REGION_MAGIC 0x5355454850524f4dULL
@@ -268,7 +268,7 @@ struct morpheus_scb {
 	morpheus_u32 tid; /* @28 atomic, scheduler: relaxed, written while CLAIMED, published by the release store of REGISTERED. Kernel thread id the slot is assigned to (0 when free). */
 	morpheus_u32 pid; /* @32 atomic, scheduler: relaxed, written while CLAIMED, published by the release store of REGISTERED. Process id (thread group id) owning the slot (0 when free). */
 	morpheus_u32 kernel_pressure_level; /* @36 atomic, scheduler: relaxed (advisory). pressure_level as the scheduler sees it for this worker's CPU. */
-	morpheus_u32 hints_dropped; /* @40 atomic, scheduler: relaxed; a runtime that sees it grow enters DEFENSIVE mode. Hints for this worker that were rate limited or did not fit the ring buffer. */
+	morpheus_u32 hints_dropped; /* @40 atomic, scheduler: relaxed; a runtime that sees it grow enters DEFENSIVE mode. Hints for this worker that were lost: rate limited with no request pending (preempt_seq = last_ack_seq; SCB.md 5.2), or did not fit the ring buffer. */
 	morpheus_u32 escalations; /* @44 atomic, scheduler: relaxed. Escalations applied to this worker. */
 	morpheus_u32 escalated; /* @48 atomic, scheduler: relaxed. 1 exactly while an escalation episode is open (SCB.md 5.6), whatever its action; else 0. */
 	morpheus_u8 _reserved0[12]; /* @52 plain. Zero. */

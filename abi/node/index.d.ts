@@ -9,7 +9,7 @@ export interface FieldLayout {
 }
 
 export declare const ABI_MAJOR: 1;
-export declare const ABI_MINOR: 4;
+export declare const ABI_MINOR: 5;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 export declare const REGION_MAGIC: bigint;

@@ -4,7 +4,7 @@
 'use strict';
 
 exports.ABI_MAJOR = 1;
-exports.ABI_MINOR = 4;
+exports.ABI_MINOR = 5;
 
 /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
 exports.REGION_MAGIC = 0x5355454850524f4dn;

@@ -33,6 +33,7 @@ AGENT_OPS = {
     "tasks": {"count", "checkpoints"},
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
+    "hint": {"slot", "runtime_ns", "now_ns"},
 }
 # Ops an SDK may lack (CONFORMANCE.md §2.2, the hello's `ops`): a cell whose scenario uses one the agent
 # does not declare is n/a, with the reason given here.
@@ -41,7 +42,7 @@ OPTIONAL_OPS = {
     "tasks": "the SDK drives no event loop of several tasks (SCB.md §5.7 binds event-loop SDKs only)",
 }
 # Gate-target ops and their integer arguments that may be written as expressions.
-GATE_OPS = ("gate", "escalate")
+GATE_OPS = ("gate", "escalate", "hint")
 EXPR_ARGS = ("runtime_ns", "now_ns")
 EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch", "stores",
                "fill", "reclaimed", "at_store", "untouched"}

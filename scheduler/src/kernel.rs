@@ -352,24 +352,25 @@ pub fn replay_gate(cases: &[GateCase], out: &mut dyn Write) -> Result<usize> {
     let mut skel = scx_ops_open!(builder, &mut open_object, morpheus_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
     let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
     let regions = MapHandle::try_from(&skel.maps.regions).context("regions map handle")?;
-    replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, cases, out)
+    replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, &skel.progs.hint_replay, cases, out)
 }
 
 /// The replay itself, for either backend's object once loaded (the sched_ext program, or the tracing
 /// backend's: both link the same src/bpf/replay.bpf.c and worker layer): a region map is made for the
 /// replay domain in `regions` as for any trust domain, and for each case it gets the case's region image
-/// and `gate` (or `escalation`) runs once. Writes one answer line per case to `out`; a case whose layout
+/// and `gate` (or `escalation`, or `hint`) runs once. Writes one answer line per case to `out`; a case whose layout
 /// the map cannot hold gets an error line instead. Returns how many were refused.
 pub(crate) fn replay_cases(
     regions: MapHandle,
     gate: &libbpf_rs::ProgramMut<'_>,
     escalation: &libbpf_rs::ProgramMut<'_>,
+    hint: &libbpf_rs::ProgramMut<'_>,
     cases: &[GateCase],
     out: &mut dyn Write,
 ) -> Result<usize> {
     // The replay programs' verifier complexity, beside the ops' (scheduler/veristat/; names are
     // truncated to 15 characters by the kernel).
-    for name in ["gate_replay", "escalation_repl"] {
+    for name in ["gate_replay", "escalation_repl", "hint_replay"] {
         if let Some(info) = libbpf_rs::query::ProgInfoIter::default()
             .filter(|info| info.name.to_string_lossy() == name)
             .max_by_key(|info| info.id)
@@ -430,6 +431,15 @@ pub(crate) fn replay_cases(
                 let step = replay::step_from_raw(ctx.step)
                     .ok_or_else(|| anyhow!("case {}: escalation_replay gave step {}", case.name, ctx.step))?;
                 writeln!(out, "{}", replay::escalation_answer_line(case, verdict, step, ctx.escalated != 0, ctx.steps))?;
+            }
+            replay::CaseOp::Hint { now_ns } => {
+                let mut ctx = bpf_intf::morpheus_hint_replay_ctx { runtime_ns: case.runtime_ns, now_ns, slot: case.slot, _pad: 0 };
+                let retval = run_syscall_prog(hint, &mut ctx)
+                    .with_context(|| format!("case {}: BPF_PROG_TEST_RUN of hint_replay failed", case.name))?;
+                let decision = replay::hint_from_retval(retval).ok_or_else(|| {
+                    anyhow!("case {}: hint_replay returned {}, which is no hint decision", case.name, retval as i32)
+                })?;
+                writeln!(out, "{}", replay::hint_answer_line(case, decision))?;
             }
         }
     }

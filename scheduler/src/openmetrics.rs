@@ -91,7 +91,7 @@ pub fn render(m: &Metrics) -> String {
     }
     w.counter("morpheus_ticks", "Backend ticks (sim) or BPF timer runs (kernel)", m.ticks);
     w.counter("morpheus_hints_emitted", "Hints emitted (preempt_seq increments)", m.hints_emitted);
-    w.counter("morpheus_hints_dropped", "Hints rate-limited or lost to a full ring", m.hints_dropped);
+    w.counter("morpheus_hints_dropped", "Hints dropped: rate limited with no request pending, or lost to a full ring", m.hints_dropped);
     w.counter("morpheus_escalations", "Escalations applied", m.escalations);
     w.counters_by(
         "morpheus_escalations_by_policy",

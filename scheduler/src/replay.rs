@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `scx_morpheus --replay-gate CASES`: the conformance cases of the escalation gate and its state
-//! machine (spec/CONFORMANCE.md §2.7, `conformance/harness/cli.py export-gate-cases`), judged by the
-//! BPF program.
+//! machine, and of the hint decision (spec/CONFORMANCE.md §2.7, `conformance/harness/cli.py
+//! export-gate-cases`), judged by the BPF program.
 //!
 //! This module reads and checks the case lines and writes the answer lines; the kernel backend
 //! (`kernel::replay_gate`) puts each case's region image into the BPF region map and runs the
 //! `gate_replay` program (a `gate` case) or `escalation_replay` (an `escalate` case, the episode kept
-//! in the BPF program between the cases of a scenario), which evaluate the same gate and state
-//! machine, with the same loads, as the live scheduler.
+//! in the BPF program between the cases of a scenario), or `hint_replay` (a `hint` case), which evaluate
+//! the same gate, state machine and hint rule, with the same loads, as the live scheduler.
 //! Everything here is independent of BPF so that bad input is refused (and tested) on any kernel.
 
 use std::path::Path;
@@ -15,7 +15,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use morpheus_abi as abi;
 use morpheus_abi::{ErrorCode, RegionHeader};
-use morpheus_policy_ffi::{EscalationStep, GateVerdict};
+use morpheus_policy_ffi::{EscalationStep, GateVerdict, HintDecision};
 
 use crate::region::{HEADER_SIZE, SCB_STRIDE};
 
@@ -27,6 +27,8 @@ pub enum CaseOp {
     /// One step of the escalation state machine at `now_ns`; `reset`: the scenario's first (a fresh
     /// episode).
     Escalate { now_ns: u64, reset: bool },
+    /// The hint decision at `now_ns` (SCB.md §5.2).
+    Hint { now_ns: u64 },
 }
 
 /// One `export-gate-cases` line: the whole region image at a `gate` or `escalate` step of a scenario.
@@ -75,7 +77,8 @@ fn parse_case(line: &str) -> Result<GateCase> {
             };
             CaseOp::Escalate { now_ns, reset }
         }
-        Some(other) => bail!("\"op\" {other:?} is neither \"gate\" nor \"escalate\""),
+        Some("hint") => CaseOp::Hint { now_ns: field("now_ns")?.as_u64().context("\"now_ns\" is not a non-negative integer")? },
+        Some(other) => bail!("\"op\" {other:?} is none of \"gate\", \"escalate\" and \"hint\""),
     };
     Ok(GateCase { name, op, slot, runtime_ns, image })
 }
@@ -179,6 +182,23 @@ pub fn escalation_answer_line(case: &GateCase, verdict: GateVerdict, step: Escal
     .to_string()
 }
 
+/// The decision a hint_replay return value stands for, if it is one.
+pub fn hint_from_retval(retval: u32) -> Option<HintDecision> {
+    HintDecision::ALL.get(retval as usize).copied()
+}
+
+/// The answer to a `hint` case: the decision's enumerator name without its MORPHEUS_HINT_ prefix, and
+/// whether it counts a dropped hint (the policy header's morpheus_hint_dropped).
+pub fn hint_answer_line(case: &GateCase, hint: HintDecision) -> String {
+    let name = format!("{hint:?}");
+    serde_json::json!({
+        "case": case.name,
+        "hint": name.strip_prefix("MORPHEUS_HINT_").unwrap_or(&name),
+        "dropped": morpheus_policy_ffi::hint_dropped(hint),
+    })
+    .to_string()
+}
+
 pub fn refusal_line(case: &GateCase, code: ErrorCode, message: &str) -> String {
     serde_json::json!({"case": case.name, "error": code.name(), "message": message}).to_string()
 }
@@ -262,11 +282,14 @@ mod tests {
             hex(&image(1))
         );
         assert_eq!(parse_case(&esc).unwrap().op, CaseOp::Escalate { now_ns: 77, reset: true });
+        let hint = format!(r#"{{"case": "hint_z#5", "op": "hint", "slot": 0, "runtime_ns": 9, "now_ns": 78, "region_hex": "{}"}}"#, hex(&image(1)));
+        assert_eq!(parse_case(&hint).unwrap().op, CaseOp::Hint { now_ns: 78 });
 
         for (bad, why) in [
             (r#"{"case": "a", "op": "escalate", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "no \"now_ns\""),
             (r#"{"case": "a", "op": "escalate", "slot": 0, "runtime_ns": 1, "now_ns": 1, "reset": 1, "region_hex": ""}"#, "\"reset\""),
-            (r#"{"case": "a", "op": "kick", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "neither"),
+            (r#"{"case": "a", "op": "hint", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "no \"now_ns\""),
+            (r#"{"case": "a", "op": "kick", "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "none of"),
             (r#"{"case": "a", "op": 3, "slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "\"op\" is not a string"),
             ("not json", "not JSON"),
             (r#"{"slot": 0, "runtime_ns": 1, "region_hex": ""}"#, "no \"case\""),
@@ -306,5 +329,13 @@ mod tests {
         );
         assert_eq!(step_from_raw(2), Some(EscalationStep::MORPHEUS_STEP_THROTTLE));
         assert_eq!(step_from_raw(EscalationStep::ALL.len() as u32), None);
+
+        let v: serde_json::Value = serde_json::from_str(&hint_answer_line(&c, HintDecision::MORPHEUS_HINT_PENDING)).unwrap();
+        assert_eq!(v, serde_json::json!({"case": "x#1", "hint": "PENDING", "dropped": false}));
+        let v: serde_json::Value = serde_json::from_str(&hint_answer_line(&c, HintDecision::MORPHEUS_HINT_RATE_LIMITED)).unwrap();
+        assert_eq!(v, serde_json::json!({"case": "x#1", "hint": "RATE_LIMITED", "dropped": true}));
+        assert_eq!(hint_from_retval(3), Some(HintDecision::MORPHEUS_HINT_PENDING));
+        assert_eq!(hint_from_retval(HintDecision::ALL.len() as u32), None);
+        assert_eq!(hint_from_retval(u32::MAX), None);
     }
 }

@@ -578,7 +578,9 @@ impl SimBackend {
         let since_yield = worker.since_yield_ns;
         scb.budget_remaining_ns().store(slice_ns.saturating_sub(since_yield), Ordering::Relaxed);
 
-        let hint = policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns);
+        // `ack` was loaded with acquire above; preempt_seq only the scheduler writes (relaxed).
+        let seq = scb.preempt_seq().load(Ordering::Relaxed);
+        let hint = policy::hint_decide(state, since_yield, slice_ns, now_ns, scb.last_hint_ns().load(Ordering::Relaxed), self.config.hint_min_interval_ns, seq, ack);
         match hint {
             HintDecision::MORPHEUS_HINT_EMIT => {
                 // The hint's fields first, the signal last (release): SCB.md §5.2.
@@ -594,11 +596,12 @@ impl SimBackend {
                 }
                 log::trace!("slot {slot}: hint to tid {tid}, preempt_seq {seq}, {} µs since its last yield", since_yield / 1000);
             }
-            HintDecision::MORPHEUS_HINT_RATE_LIMITED => {
+            hint if policy::hint_dropped(hint) => {
                 scb.hints_dropped().fetch_add(1, Ordering::Relaxed);
                 self.counters.hints_dropped += 1;
             }
-            HintDecision::MORPHEUS_HINT_NONE => {}
+            // Within the slice; or rate limited with the request still pending: it has been asked.
+            _ => {}
         }
         // Not in the tick that made the request; an open episode is looked at for its lifts.
         let open = self.workers[slot as usize].as_ref().is_some_and(|w| w.episode.state.open != 0);

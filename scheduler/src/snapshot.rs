@@ -50,7 +50,7 @@ pub struct Metrics {
     pub ticks: u64,
     #[stat(desc = "Hints emitted (preempt_seq increments)")]
     pub hints_emitted: u64,
-    #[stat(desc = "Hints rate-limited or lost to a full ring")]
+    #[stat(desc = "Hints dropped: rate limited with no request pending, or lost to a full ring")]
     pub hints_dropped: u64,
     #[stat(desc = "Escalations applied (every policy; gate_verdicts.escalate counts the gate's verdicts)")]
     pub escalations: u64,

@@ -22,7 +22,7 @@ pub struct Counters {
     pub ticks: u64,
     /// Hints emitted (preempt_seq increments).
     pub hints_emitted: u64,
-    /// Hints rate-limited or lost to a full ring.
+    /// Hints dropped: rate limited with no request pending, or lost to a full ring.
     pub hints_dropped: u64,
     /// Gate verdicts by verdict (index = morpheus_gate_verdict), counted by the policy header's rule
     /// (`morpheus_verdict_count`) in every backend: past the slice, once per pending request and verdict,

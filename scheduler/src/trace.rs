@@ -288,7 +288,7 @@ pub fn replay_gate(cases: &[crate::replay::GateCase], out: &mut dyn std::io::Wri
     let skel = BpfSkelBuilder::default().open(&mut open_object).context("cannot open the tracing backend's BPF object")?;
     let skel = skel.load().context("the kernel refused the tracing backend's BPF programs (they need BPF with BTF)")?;
     let regions = MapHandle::try_from(&skel.maps.regions).context("regions map handle")?;
-    kernel::replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, cases, out)
+    kernel::replay_cases(regions, &skel.progs.gate_replay, &skel.progs.escalation_replay, &skel.progs.hint_replay, cases, out)
 }
 
 /// Logs how many instructions the verifier processed per program (scheduler/veristat/).

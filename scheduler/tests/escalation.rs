@@ -172,6 +172,7 @@ impl Agent {
                 preempt_seq: u64_at(addr_of_mut!((*scb).preempt_seq)),
                 last_ack_seq: u64_at(addr_of_mut!((*scb).last_ack_seq)),
                 yield_count: u64_at(addr_of_mut!((*scb).yield_count)),
+                hints_dropped: u32_at(addr_of_mut!((*scb).hints_dropped)),
                 escalations: u32_at(addr_of_mut!((*scb).escalations)),
                 escalated: u32_at(addr_of_mut!((*scb).escalated)),
                 escapable: u32_at(addr_of_mut!((*scb).escapable)),
@@ -207,6 +208,7 @@ struct ScbView {
     preempt_seq: u64,
     last_ack_seq: u64,
     yield_count: u64,
+    hints_dropped: u32,
     escalations: u32,
     escalated: u32,
     escapable: u32,
@@ -622,6 +624,39 @@ fn verdict_counted_once_per_request(backend: Backend) {
     // Read after the count: every request counted so far is in it.
     let requests = agent.scb(worker.slot).preempt_seq;
     assert!(counted <= requests, "{counted} verdicts \"mode\" counted for {requests} requests");
+    worker.exit();
+    agent.stop();
+}
+
+/// A rate-limited decision while the worker's request is pending loses no hint (spec/SCB.md §5.2, 1.5;
+/// `morpheus_hint_decide`): a worker spinning past its slice with its one request unacknowledged is
+/// decided for again at every tick (sim) or check (trace) within the longest hint interval, and
+/// `hints_dropped` stays 0, so its SDK never goes DEFENSIVE. Under 1.4 every such decision counted a
+/// dropped hint. The verdict depends on no timing: with nothing ever acknowledged, no decision after
+/// the first hint has "nothing pending", however many there are.
+#[test]
+fn a_worker_with_its_request_pending_loses_no_hint() {
+    pending_request_drops_no_hint(Backend::Sim);
+}
+
+#[test]
+#[ignore = "needs root and a kernel with BPF and BTF: run by //scheduler:trace_live_test"]
+fn trace_a_worker_with_its_request_pending_loses_no_hint() {
+    pending_request_drops_no_hint(Backend::Trace);
+}
+
+fn pending_request_drops_no_hint(backend: Backend) {
+    let agent = Agent::start_on(backend, &["--mode", "observer", "--policy", "kick", "--hint-interval-us", "10000000"]);
+    let worker = Spinner::start(&agent, Kind::Escapable);
+    agent.wait("the first hint to the spinning worker", || (agent.scb(worker.slot).preempt_seq > 0).then_some(()));
+    // Decisions past the slice, within the interval, the request pending: the spinner never acknowledges.
+    agent.ticks(20);
+    agent.wait("the worker well past its slice", || (worker.cpu_ns() > WELL_PAST_GRACE_NS).then_some(()));
+    agent.ticks(5);
+    let scb = agent.scb(worker.slot);
+    assert!(scb.preempt_seq > scb.last_ack_seq, "the request is not pending: {scb:?}");
+    assert_eq!(scb.hints_dropped, 0, "hints counted as dropped while the request was pending: {scb:?}");
+    assert_eq!(agent.stats().hints_dropped, 0, "the agent counted dropped hints: {scb:?}");
     worker.exit();
     agent.stop();
 }

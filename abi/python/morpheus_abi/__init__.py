@@ -9,7 +9,7 @@ import struct
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
-ABI_MINOR = 4
+ABI_MINOR = 5
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 /// ABI major version this crate was generated for.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version this crate was generated for.
-pub const ABI_MINOR: u16 = 4;
+pub const ABI_MINOR: u16 = 5;
 
 /// First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian.
 pub const REGION_MAGIC: u64 = 0x5355454850524f4d;

@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 /*
- * Policy conformance agent: the scheduler side of spec/SCB.md §5.6 (the escalation gate and its state
- * machine).
+ * Policy conformance agent: the scheduler side of spec/SCB.md §5.2 (the hint decision) and §5.6 (the
+ * escalation gate and its state machine).
  *
  * It speaks the agent protocol of spec/CONFORMANCE.md (target "gate"): `attach` maps the harness's
  * region read-only; `gate` takes the configuration the header image states
  * (morpheus_gate_config_of_header), loads one SCB with morpheus_gate_load() and judges them with
  * morpheus_gate(); `escalate` does the same and runs the escalation state machine on the slot's episode
- * (kept here, one per slot, for the life of the process), all from the shared policy header, the code
- * compiled into both the BPF program and the simulation backend. Names are the enumerators' names
- * without their MORPHEUS_GATE_ / MORPHEUS_STEP_ prefix, produced by the preprocessor from the header.
+ * (kept here, one per slot, for the life of the process); `hint` decides the slot's hint with
+ * morpheus_hint_decide_scb() under the slice and hint interval the header image states; all from the
+ * shared policy header, the code compiled into both the BPF program and the simulation backend. Names
+ * are the enumerators' names without their MORPHEUS_GATE_ / MORPHEUS_STEP_ / MORPHEUS_HINT_ prefix,
+ * produced by the preprocessor from the header.
+ *
+ * MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tests (never set otherwise):
+ *   hint_pending_dropped  the hint decision is taken as if no request were pending (the SCB copy it
+ *                         judges has last_ack_seq = preempt_seq): the 1.4 reading, in which a rate-limited
+ *                         decision with a request pending is a dropped hint (SCB.md §5.2, 1.5: nothing).
  *
  * (The policy header is GPL-2.0-only; a binary built from this file is therefore GPL-2.0-only.)
  */
@@ -48,6 +55,17 @@ static const char *const step_names[MORPHEUS_NR_STEPS] = {
 	STEP(LIFT_REVOKED),
 	STEP(LIFT_EXPIRED),
 };
+
+#define HINT(name) [MORPHEUS_HINT_##name] = #name
+static const char *const hint_names[] = {
+	HINT(NONE),
+	HINT(EMIT),
+	HINT(RATE_LIMITED),
+	HINT(PENDING),
+};
+
+/* The rule MORPHEUS_CONFORMANCE_BREAK names, or "" (see the file's comment). */
+static const char *break_mode = "";
 
 static unsigned char *region;
 static size_t region_len;
@@ -166,6 +184,58 @@ static void escalate(long long id, const char *line)
 	print_escalation(prefix, slot, v, step);
 }
 
+/*
+ * The hint decision for `slot` of a region image at `now_ns` (SCB.md §5.2), under the slice and hint
+ * interval its header states (a live scheduler uses its own configuration). Returns -1 for a slot
+ * outside the region.
+ */
+static int hint_step(const unsigned char *image, size_t len, unsigned long long slot, unsigned long long runtime_ns,
+		     unsigned long long now_ns, enum morpheus_hint_decision *out)
+{
+	const struct morpheus_region_header *h = (const void *)image;
+	if (len < sizeof(*h) || slot >= h->scb_count ||
+	    h->header_size + (slot + 1) * (unsigned long long)h->scb_stride > len)
+		return -1;
+	const struct morpheus_scb *scb = (const void *)(image + h->header_size + slot * h->scb_stride);
+	struct morpheus_scb copy;
+	if (!strcmp(break_mode, "hint_pending_dropped")) {
+		memcpy(&copy, scb, sizeof(copy));
+		copy.last_ack_seq = copy.preempt_seq;
+		scb = &copy;
+	}
+	*out = morpheus_hint_decide_scb(scb, runtime_ns, MORPHEUS_LOAD_RELAXED(&h->slice_ns), now_ns,
+					MORPHEUS_LOAD_RELAXED(&h->hint_min_interval_ns));
+	return 0;
+}
+
+static void print_hint(const char *prefix, enum morpheus_hint_decision d)
+{
+	printf("%s\"hint\":\"%s\",\"dropped\":%s}\n", prefix,
+	       (unsigned)d < sizeof(hint_names) / sizeof(hint_names[0]) && hint_names[d] ? hint_names[d] : "UNKNOWN",
+	       morpheus_hint_dropped(d) ? "true" : "false");
+}
+
+static void hint(long long id, const char *line)
+{
+	unsigned long long slot, runtime_ns, now_ns;
+	enum morpheus_hint_decision d;
+	char prefix[64];
+	if (!region) {
+		reply_error(id, "DETACHED", "hint before attach");
+		return;
+	}
+	if (json_u64(line, "slot", &slot) || json_u64(line, "runtime_ns", &runtime_ns) || json_u64(line, "now_ns", &now_ns)) {
+		reply_error(id, "BAD_REQUEST", "hint needs integer slot, runtime_ns and now_ns");
+		return;
+	}
+	if (hint_step(region, region_len, slot, runtime_ns, now_ns, &d)) {
+		reply_error(id, "SLOT_OUT_OF_RANGE", "slot outside the region");
+		return;
+	}
+	snprintf(prefix, sizeof(prefix), "{\"id\":%lld,\"ok\":true,", id);
+	print_hint(prefix, d);
+}
+
 static const char *verdict_name(enum morpheus_gate_verdict v)
 {
 	return (unsigned)v < MORPHEUS_GATE_NR_VERDICTS && verdict_names[v] ? verdict_names[v] : "UNKNOWN";
@@ -220,6 +290,20 @@ static int replay(void)
 			fprintf(stderr, "policy agent: malformed case line (op)\n");
 			return 2;
 		}
+		if (!strcmp(op, "hint")) {
+			enum morpheus_hint_decision d;
+			if (json_u64(line, "now_ns", &now_ns)) {
+				fprintf(stderr, "policy agent: malformed hint case line\n");
+				return 2;
+			}
+			if (hint_step(image, len, slot, runtime_ns, now_ns, &d)) {
+				printf("{\"case\":\"%s\",\"error\":\"SLOT_OUT_OF_RANGE\"}\n", scenario_case);
+				continue;
+			}
+			snprintf(prefix, sizeof(prefix), "{\"case\":\"%s\",", scenario_case);
+			print_hint(prefix, d);
+			continue;
+		}
 		if (!strcmp(op, "escalate")) {
 			/* Cases of one scenario come in order; reset marks a scenario's first. */
 			if (json_u64(line, "now_ns", &now_ns) || (json_value(line, "reset") && json_bool(line, "reset", &reset))) {
@@ -254,6 +338,8 @@ int main(int argc, char **argv)
 	char *line = NULL;
 	size_t cap = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (getenv("MORPHEUS_CONFORMANCE_BREAK"))
+		break_mode = getenv("MORPHEUS_CONFORMANCE_BREAK");
 	if (argc > 1 && !strcmp(argv[1], "--replay"))
 		return replay();
 	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"policy\",\"runtime_kind\":\"UNKNOWN\","
@@ -273,8 +359,10 @@ int main(int argc, char **argv)
 			gate(id, line);
 		} else if (!strcmp(op, "escalate")) {
 			escalate(id, line);
+		} else if (!strcmp(op, "hint")) {
+			hint(id, line);
 		} else {
-			reply_error(id, "UNSUPPORTED", "the policy agent knows attach, gate and escalate");
+			reply_error(id, "UNSUPPORTED", "the policy agent knows attach, gate, escalate and hint");
 		}
 	}
 	free(line);

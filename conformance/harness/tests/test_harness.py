@@ -164,6 +164,24 @@ class RefusalOrderTest(unittest.TestCase):
                       red["register_refusal_order_already_registered_before_slot"].message)
 
 
+class HintPendingTest(unittest.TestCase):
+    """SCB.md §5.2 (1.5): a rate-limited hint decision with the worker's request pending counts nothing.
+    The policy agent that takes every rate-limited decision for a dropped hint (the 1.4 reading) turns
+    exactly that scenario red; the real one passes it."""
+
+    def test_pending_request_counted_as_dropped_fails(self):
+        import dataclasses
+        spec = cli.load_agents()["sim-policy"]
+        self.assertIsNone(cli.build_agent(spec))
+        broken = dataclasses.replace(spec, name="broken", env={**spec.env, "MORPHEUS_CONFORMANCE_BREAK": "hint_pending_dropped"})
+        results, scenarios, _ = run([spec, broken], None)
+        self.assertIn("hint_rate_limited_request_pending", {s.name for s in scenarios})
+        red = {(r.agent, r.row): r for r in results if r.status == "fail"}
+        self.assertEqual(set(red), {("broken", "hint_rate_limited_request_pending")})
+        self.assertIn("reply hint = 'RATE_LIMITED', expected 'PENDING'",
+                      red[("broken", "hint_rate_limited_request_pending")].message)
+
+
 class StoreTracingTest(unittest.TestCase):
     """expect.stores sees every store, equal values included, whatever the timing (hardware watchpoints):
     a registrar that never stores REGISTERED, and a fast path that re-stores an unchanged value, each turn
@@ -515,6 +533,14 @@ class GateCasesTest(unittest.TestCase):
         red = {row for row, c in gatecases.import_answers(cases, tampered, "kernel")["rows"].items()
                if c["status"] == "fail"}
         self.assertEqual(red, {"gate_repeat_hybrid_kick_then_throttle"})
+        # A backend that counts a rate-limited decision with a request pending as a dropped hint (the
+        # 1.4 reading of SCB.md §5.2) turns exactly that row red.
+        tampered = [line.replace('"hint":"PENDING","dropped":false', '"hint":"RATE_LIMITED","dropped":true')
+                    for line in out]
+        self.assertNotEqual(tampered, out)
+        red = {row for row, c in gatecases.import_answers(cases, tampered, "kernel")["rows"].items()
+               if c["status"] == "fail"}
+        self.assertEqual(red, {"hint_rate_limited_request_pending"})
         # Answered without the episode kept between cases (every case replayed on its own), the
         # state-machine rows fail: the replay of a scenario depends on its order.
         alone = []

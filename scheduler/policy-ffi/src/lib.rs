@@ -101,7 +101,9 @@ impl EscalationStep {
     }
 }
 
-/// Whether a worker that ran `runtime_ns` since its last yield point gets a hint now.
+/// Whether a worker that ran `runtime_ns` since its last yield point gets a hint now; a rate-limited one
+/// is a dropped hint only with no request pending (`preempt_seq` = `last_ack_seq`; SCB.md §5.2, 1.5).
+#[allow(clippy::too_many_arguments)]
 pub fn hint_decide(
     worker_state: u32,
     runtime_ns: u64,
@@ -109,9 +111,17 @@ pub fn hint_decide(
     now_ns: u64,
     last_hint_ns: u64,
     min_interval_ns: u64,
+    preempt_seq: u64,
+    last_ack_seq: u64,
 ) -> HintDecision {
     // SAFETY: pure function of its arguments.
-    unsafe { raw::morpheus_ffi_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns) }
+    unsafe { raw::morpheus_ffi_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns, preempt_seq, last_ack_seq) }
+}
+
+/// Whether a hint decision counts a dropped hint (increments `hints_dropped`).
+pub fn hint_dropped(hint: HintDecision) -> bool {
+    // SAFETY: pure function of its argument.
+    unsafe { raw::morpheus_ffi_hint_dropped(hint) != 0 }
 }
 
 /// Whether this decision runs the escalation gate for a worker, given its episode and the hint the
@@ -147,6 +157,16 @@ pub fn yield_point(seen_ack_seq: u64, last_ack_seq: u64, worker_state: u32, slep
 pub fn verdict_count(tally: &mut VerdictTally, may_act: bool, runtime_ns: u64, slice_ns: u64, preempt_seq: u64, verdict: GateVerdict) -> bool {
     // SAFETY: writes only `tally`, which the reference makes exclusive.
     unsafe { raw::morpheus_ffi_verdict_count(tally, may_act as core::ffi::c_int, runtime_ns, slice_ns, preempt_seq, verdict) != 0 }
+}
+
+impl HintDecision {
+    /// Every hint decision, in the order of the enum (index = value).
+    pub const ALL: [HintDecision; 4] = [
+        HintDecision::MORPHEUS_HINT_NONE,
+        HintDecision::MORPHEUS_HINT_EMIT,
+        HintDecision::MORPHEUS_HINT_RATE_LIMITED,
+        HintDecision::MORPHEUS_HINT_PENDING,
+    ];
 }
 
 impl GateVerdict {

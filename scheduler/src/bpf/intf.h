@@ -60,6 +60,18 @@ struct morpheus_gate_replay_ctx {
 };
 
 /*
+ * Context of the hint_replay program (BPF_PROG_TEST_RUN, `--replay-gate` `hint` cases): the slot, its
+ * runtime and the time to decide for; the program returns the hint decision (enum
+ * morpheus_hint_decision) or a negative errno.
+ */
+struct morpheus_hint_replay_ctx {
+	morpheus_u64 runtime_ns;
+	morpheus_u64 now_ns;
+	morpheus_u32 slot;
+	morpheus_u32 _pad;
+};
+
+/*
  * Context of the bind_replay program (BPF_PROG_TEST_RUN, the scheduler's tests): a run of thread `tid`,
  * started at `start_ns`, begins on no CPU (worker_running); the program returns 1 if agent slot `slot`
  * is then bound to that thread, else 0.
@@ -137,7 +149,7 @@ struct morpheus_detection {
 /* Indices into the BPF program's `counters` array (.bss), read by the agent. */
 enum morpheus_counter {
 	MORPHEUS_CNT_HINTS_EMITTED = 0,   /* preempt_seq increments with a hint record published */
-	MORPHEUS_CNT_HINTS_RATE_LIMITED,  /* overruns inside hint_min_interval_ns (hints_dropped++) */
+	MORPHEUS_CNT_HINTS_RATE_LIMITED,  /* overruns inside hint_min_interval_ns with no request pending (hints_dropped++) */
 	MORPHEUS_CNT_HINTS_RING_FULL,     /* preempt_seq bumped but the hint ring was full (hints_dropped++) */
 	MORPHEUS_CNT_ESCALATIONS,         /* escalation actions taken (all policies) */
 	MORPHEUS_CNT_KICKS,               /* SCX_KICK_PREEMPT of a worker's CPU */

@@ -67,6 +67,27 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 }
 
 /*
+ * Conformance replay of the hint decision (`scx_morpheus --replay-gate`, `hint` cases; SCB.md §5.2):
+ * the policy header's rule, which the worker layer's check_worker takes, on the SCB of ctx->slot at
+ * time ctx->now_ns, under the slice and hint interval the image's header states. Nothing is stored.
+ * Returns the decision, or a negative errno.
+ */
+SEC("syscall")
+int hint_replay(struct morpheus_hint_replay_ctx *ctx)
+{
+	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+	struct morpheus_scb *scb;
+
+	if (!r)
+		return -ENOENT;
+	scb = scb_of(r, ctx->slot);
+	if (!scb)
+		return -ERANGE;
+	return morpheus_hint_decide_scb(scb, ctx->runtime_ns, MORPHEUS_LOAD_RELAXED(&r->hdr.slice_ns), ctx->now_ns,
+					MORPHEUS_LOAD_RELAXED(&r->hdr.hint_min_interval_ns));
+}
+
+/*
  * Who the worker layer takes for a worker (the scheduler's tests, src/trace.rs): the live path's start
  * of a run (worker_running) for thread ctx->tid started at ctx->start_ns, on no CPU, against the
  * worker_slots entry and region the test wrote. Returns 1 if agent slot ctx->slot is then bound to that

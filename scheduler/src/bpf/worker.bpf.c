@@ -509,10 +509,12 @@ static void check_worker(u32 slot, struct worker_ctx *w, s32 cpu, u64 now)
 	WRITE_ONCE(scb->kernel_pressure_level, READ_ONCE(pressure_level));
 
 	last_hint = READ_ONCE(scb->last_hint_ns);
-	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint, cfg_hint_min_interval_ns);
+	/* A rate-limited decision with the request still pending drops nothing (SCB.md §5.2, 1.5). */
+	hint = morpheus_hint_decide(state, runtime, slice, now, last_hint, cfg_hint_min_interval_ns,
+				    READ_ONCE(scb->preempt_seq), ack);
 	if (hint == MORPHEUS_HINT_EMIT) {
 		emit_hint(scb, slot, tid, now, last_hint, runtime, slice, ack);
-	} else if (hint == MORPHEUS_HINT_RATE_LIMITED) {
+	} else if (morpheus_hint_dropped(hint)) {
 		__sync_fetch_and_add(&scb->hints_dropped, 1);
 		count(MORPHEUS_CNT_HINTS_RATE_LIMITED);
 	}

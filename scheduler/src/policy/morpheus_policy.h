@@ -82,22 +82,56 @@ MORPHEUS_POLICY_FN enum morpheus_gate_verdict morpheus_gate(const struct morpheu
 	return MORPHEUS_GATE_ESCALATE;
 }
 
-/* What to do about a worker that ran `runtime_ns` since its last yield point. */
+/*
+ * What to do about a worker that ran `runtime_ns` since its last yield point (SCB.md §5.2): nothing
+ * while it is within its slice or not RUNNING; past it, a hint unless one was sent within
+ * `min_interval_ns`. A hint so rate limited is a dropped hint (the worker goes DEFENSIVE, §5.4) only
+ * when nothing is pending: while the worker's request is unacknowledged (`preempt_seq` differs from
+ * `last_ack_seq`) it has already been asked, the hint it would get coalesces into the one it has (§5.1:
+ * one yield per observation), so nothing is lost and nothing is counted (1.5; 1.4 counted it).
+ */
 enum morpheus_hint_decision {
 	MORPHEUS_HINT_NONE = 0,     /* within its slice, or not RUNNING */
 	MORPHEUS_HINT_EMIT,         /* bump preempt_seq and publish a hint */
-	MORPHEUS_HINT_RATE_LIMITED, /* would hint, but the last one is too recent: count a dropped hint */
+	MORPHEUS_HINT_RATE_LIMITED, /* would hint, but the last one is too recent and nothing is pending: count a dropped hint */
+	MORPHEUS_HINT_PENDING,      /* would hint, the last one is too recent, its request still unacknowledged: count nothing */
 };
 
 MORPHEUS_POLICY_FN enum morpheus_hint_decision
 morpheus_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns, morpheus_u64 slice_ns,
-		     morpheus_u64 now_ns, morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns)
+		     morpheus_u64 now_ns, morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns,
+		     morpheus_u64 preempt_seq, morpheus_u64 last_ack_seq)
 {
 	if (worker_state != MORPHEUS_WORKER_STATE_RUNNING || runtime_ns <= slice_ns)
 		return MORPHEUS_HINT_NONE;
 	if (last_hint_ns && now_ns - last_hint_ns < min_interval_ns)
-		return MORPHEUS_HINT_RATE_LIMITED;
+		return preempt_seq != last_ack_seq ? MORPHEUS_HINT_PENDING : MORPHEUS_HINT_RATE_LIMITED;
 	return MORPHEUS_HINT_EMIT;
+}
+
+/* Whether a hint decision counts a dropped hint (increments scb.hints_dropped). */
+MORPHEUS_POLICY_FN int morpheus_hint_dropped(enum morpheus_hint_decision hint)
+{
+	return hint == MORPHEUS_HINT_RATE_LIMITED;
+}
+
+/*
+ * The hint decision on an SCB as it is now, for the conformance replays (a live backend loads these
+ * fields itself, where it also applies the yield-point rule): worker_state and last_ack_seq
+ * load-acquire (pairing with the runtime's release store and CAS), preempt_seq and last_hint_ns
+ * relaxed (only the scheduler writes them). `runtime_ns` is the scheduler's own measurement; slice and
+ * interval are the caller's configuration.
+ */
+MORPHEUS_POLICY_FN enum morpheus_hint_decision
+morpheus_hint_decide_scb(const struct morpheus_scb *scb, morpheus_u64 runtime_ns, morpheus_u64 slice_ns,
+			 morpheus_u64 now_ns, morpheus_u64 min_interval_ns)
+{
+	morpheus_u32 state = MORPHEUS_LOAD_ACQUIRE(&scb->worker_state);
+	morpheus_u64 ack = MORPHEUS_LOAD_ACQUIRE(&scb->last_ack_seq);
+	morpheus_u64 seq = MORPHEUS_LOAD_RELAXED(&scb->preempt_seq);
+
+	return morpheus_hint_decide(state, runtime_ns, slice_ns, now_ns, MORPHEUS_LOAD_RELAXED(&scb->last_hint_ns),
+				    min_interval_ns, seq, ack);
 }
 
 /*

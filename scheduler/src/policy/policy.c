@@ -12,9 +12,16 @@ enum morpheus_gate_verdict morpheus_ffi_gate(const struct morpheus_gate_input *i
 
 enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns,
 						     morpheus_u64 slice_ns, morpheus_u64 now_ns,
-						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns)
+						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns,
+						     morpheus_u64 preempt_seq, morpheus_u64 last_ack_seq)
 {
-	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns);
+	return morpheus_hint_decide(worker_state, runtime_ns, slice_ns, now_ns, last_hint_ns, min_interval_ns,
+				    preempt_seq, last_ack_seq);
+}
+
+int morpheus_ffi_hint_dropped(enum morpheus_hint_decision hint)
+{
+	return morpheus_hint_dropped(hint);
 }
 
 int morpheus_ffi_gate_due(int episode_open, enum morpheus_hint_decision hint, morpheus_u64 runtime_ns,

@@ -8,7 +8,9 @@
 enum morpheus_gate_verdict morpheus_ffi_gate(const struct morpheus_gate_input *in);
 enum morpheus_hint_decision morpheus_ffi_hint_decide(morpheus_u32 worker_state, morpheus_u64 runtime_ns,
 						     morpheus_u64 slice_ns, morpheus_u64 now_ns,
-						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns);
+						     morpheus_u64 last_hint_ns, morpheus_u64 min_interval_ns,
+						     morpheus_u64 preempt_seq, morpheus_u64 last_ack_seq);
+int morpheus_ffi_hint_dropped(enum morpheus_hint_decision hint);
 int morpheus_ffi_gate_due(int episode_open, enum morpheus_hint_decision hint, morpheus_u64 runtime_ns,
 			  morpheus_u64 slice_ns);
 void morpheus_ffi_gate_load(const struct morpheus_gate_config *cfg, const struct morpheus_scb *scb,

@@ -379,6 +379,7 @@ struct HintCase {
 	const char *name;
 	morpheus_u32 state;
 	morpheus_u64 runtime, slice, now, last_hint, interval;
+	morpheus_u64 preempt_seq, last_ack_seq; /* equal: nothing pending */
 	morpheus_hint_decision expected;
 };
 
@@ -387,22 +388,56 @@ TEST(Hint, Decisions)
 	const morpheus_u32 R = MORPHEUS_WORKER_STATE_RUNNING;
 	const morpheus_u64 I = MORPHEUS_DEFAULT_HINT_MIN_INTERVAL_NS;
 	const std::vector<HintCase> cases = {
-		{"within_slice", R, kSlice, kSlice, 10 * I, 0, I, MORPHEUS_HINT_NONE},
-		{"over_slice_first_hint", R, kSlice + 1, kSlice, 10 * I, 0, I, MORPHEUS_HINT_EMIT},
-		{"not_running_registered", MORPHEUS_WORKER_STATE_REGISTERED, kMax, kSlice, 10 * I, 0, I, MORPHEUS_HINT_NONE},
-		{"not_running_quiescing", MORPHEUS_WORKER_STATE_QUIESCING, kMax, kSlice, 10 * I, 0, I, MORPHEUS_HINT_NONE},
-		{"not_running_init", MORPHEUS_WORKER_STATE_INIT, kMax, kSlice, 10 * I, 0, I, MORPHEUS_HINT_NONE},
-		{"rate_limited", R, kSlice + 1, kSlice, 10 * I, 10 * I - I + 1, I, MORPHEUS_HINT_RATE_LIMITED},
-		{"interval_exactly_elapsed", R, kSlice + 1, kSlice, 10 * I, 9 * I, I, MORPHEUS_HINT_EMIT},
-		{"zero_interval", R, kSlice + 1, kSlice, 10 * I, 10 * I, 0, MORPHEUS_HINT_EMIT},
-		{"huge_interval", R, kSlice + 1, kSlice, kMax, 1, kMax, MORPHEUS_HINT_RATE_LIMITED},
-		{"huge_runtime", R, kMax, kSlice, 10 * I, 0, I, MORPHEUS_HINT_EMIT},
-		{"slice_max", R, kMax, kMax, 10 * I, 0, I, MORPHEUS_HINT_NONE},
+		{"within_slice", R, kSlice, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_NONE},
+		{"over_slice_first_hint", R, kSlice + 1, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_EMIT},
+		{"not_running_registered", MORPHEUS_WORKER_STATE_REGISTERED, kMax, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_NONE},
+		{"not_running_quiescing", MORPHEUS_WORKER_STATE_QUIESCING, kMax, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_NONE},
+		{"not_running_init", MORPHEUS_WORKER_STATE_INIT, kMax, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_NONE},
+		{"rate_limited", R, kSlice + 1, kSlice, 10 * I, 10 * I - I + 1, I, 3, 3, MORPHEUS_HINT_RATE_LIMITED},
+		{"interval_exactly_elapsed", R, kSlice + 1, kSlice, 10 * I, 9 * I, I, 3, 3, MORPHEUS_HINT_EMIT},
+		{"zero_interval", R, kSlice + 1, kSlice, 10 * I, 10 * I, 0, 3, 3, MORPHEUS_HINT_EMIT},
+		{"huge_interval", R, kSlice + 1, kSlice, kMax, 1, kMax, 3, 3, MORPHEUS_HINT_RATE_LIMITED},
+		{"huge_runtime", R, kMax, kSlice, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_EMIT},
+		{"slice_max", R, kMax, kMax, 10 * I, 0, I, 3, 3, MORPHEUS_HINT_NONE},
+		/* 1.5: rate limited while the request is unacknowledged: it has been asked, nothing is dropped. */
+		{"rate_limited_request_pending", R, kSlice + 1, kSlice, 10 * I, 10 * I - I + 1, I, 3, 2, MORPHEUS_HINT_PENDING},
+		{"rate_limited_many_pending", R, kMax, kSlice, 10 * I, 10 * I - 1, I, 9, 2, MORPHEUS_HINT_PENDING},
+		{"rate_limited_pending_wrapped", R, kSlice + 1, kSlice, 10 * I, 10 * I - 1, I, 0, kMax, MORPHEUS_HINT_PENDING},
+		/* Pending changes nothing else: past the interval the worker is hinted again, within its slice or
+		 * not RUNNING it is not. */
+		{"pending_interval_elapsed", R, kSlice + 1, kSlice, 10 * I, 9 * I, I, 3, 2, MORPHEUS_HINT_EMIT},
+		{"pending_within_slice", R, kSlice, kSlice, 10 * I, 10 * I - 1, I, 3, 2, MORPHEUS_HINT_NONE},
+		{"pending_not_running", MORPHEUS_WORKER_STATE_QUIESCING, kMax, kSlice, 10 * I, 10 * I - 1, I, 3, 2, MORPHEUS_HINT_NONE},
 	};
 	for (const HintCase &c : cases) {
-		EXPECT_EQ(morpheus_hint_decide(c.state, c.runtime, c.slice, c.now, c.last_hint, c.interval), c.expected)
+		EXPECT_EQ(morpheus_hint_decide(c.state, c.runtime, c.slice, c.now, c.last_hint, c.interval, c.preempt_seq,
+					       c.last_ack_seq),
+			  c.expected)
 			<< c.name;
 	}
+}
+
+TEST(Hint, OnlyARateLimitedDecisionWithNothingPendingIsADroppedHint)
+{
+	EXPECT_TRUE(morpheus_hint_dropped(MORPHEUS_HINT_RATE_LIMITED));
+	EXPECT_FALSE(morpheus_hint_dropped(MORPHEUS_HINT_PENDING));
+	EXPECT_FALSE(morpheus_hint_dropped(MORPHEUS_HINT_EMIT));
+	EXPECT_FALSE(morpheus_hint_dropped(MORPHEUS_HINT_NONE));
+}
+
+TEST(Hint, DecideOnAnScbLoadsTheRequestState)
+{
+	const morpheus_u64 I = MORPHEUS_DEFAULT_HINT_MIN_INTERVAL_NS;
+	struct morpheus_scb scb = {};
+	scb.worker_state = MORPHEUS_WORKER_STATE_RUNNING;
+	scb.last_hint_ns = 10 * I - 1;
+	scb.preempt_seq = 3;
+	scb.last_ack_seq = 2;
+	EXPECT_EQ(morpheus_hint_decide_scb(&scb, kSlice + 1, kSlice, 10 * I, I), MORPHEUS_HINT_PENDING);
+	scb.last_ack_seq = 3;
+	EXPECT_EQ(morpheus_hint_decide_scb(&scb, kSlice + 1, kSlice, 10 * I, I), MORPHEUS_HINT_RATE_LIMITED);
+	scb.last_hint_ns = 9 * I;
+	EXPECT_EQ(morpheus_hint_decide_scb(&scb, kSlice + 1, kSlice, 10 * I, I), MORPHEUS_HINT_EMIT);
 }
 
 TEST(GateDue, NeverInTheDecisionThatMadeTheRequest)
@@ -412,6 +447,8 @@ TEST(GateDue, NeverInTheDecisionThatMadeTheRequest)
 	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_EMIT, kSlice + 2 * G, kSlice));
 	/* The next decision, the request still pending (its hint rate-limited or not due): judged. */
 	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_RATE_LIMITED, kSlice + 2 * G, kSlice));
+	/* A rate-limited decision that counts nothing (1.5) is judged all the same: the gate is its own rule. */
+	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_PENDING, kSlice + 2 * G, kSlice));
 	EXPECT_TRUE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice + 2 * G, kSlice));
 	/* Within its slice, no episode: nothing to judge. */
 	EXPECT_FALSE(morpheus_gate_due(0, MORPHEUS_HINT_NONE, kSlice, kSlice));

@@ -7,7 +7,7 @@ public final class Abi {
     private Abi() {}
 
     public static final int ABI_MAJOR = 1;
-    public static final int ABI_MINOR = 4;
+    public static final int ABI_MINOR = 5;
 
     /** First 8 bytes of every region: the ASCII bytes "MORPHEUS" when stored little-endian. */
     public static final long REGION_MAGIC = 0x5355454850524f4dL;

@@ -65,7 +65,7 @@ public final class ScbLayout {
     public static final VarHandle KERNEL_PRESSURE_LEVEL =
             LAYOUT.varHandle(PathElement.groupElement("kernel_pressure_level"));
 
-    /** Hints for this worker that were rate limited or did not fit the ring buffer. (atomic; relaxed; a runtime that sees it grow enters DEFENSIVE mode) */
+    /** Hints for this worker that were lost: rate limited with no request pending (preempt_seq = last_ack_seq; SCB.md 5.2), or did not fit the ring buffer. (atomic; relaxed; a runtime that sees it grow enters DEFENSIVE mode) */
     public static final VarHandle HINTS_DROPPED =
             LAYOUT.varHandle(PathElement.groupElement("hints_dropped"));
 

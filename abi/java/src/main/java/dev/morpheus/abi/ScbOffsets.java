@@ -22,7 +22,7 @@ public final class ScbOffsets {
     public static final long PID = 32;
     /** pressure_level as the scheduler sees it for this worker's CPU. */
     public static final long KERNEL_PRESSURE_LEVEL = 36;
-    /** Hints for this worker that were rate limited or did not fit the ring buffer. */
+    /** Hints for this worker that were lost: rate limited with no request pending (preempt_seq = last_ack_seq; SCB.md 5.2), or did not fit the ring buffer. */
     public static final long HINTS_DROPPED = 40;
     /** Escalations applied to this worker. */
     public static final long ESCALATIONS = 44;
