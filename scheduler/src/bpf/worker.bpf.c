@@ -171,6 +171,18 @@ struct {
 	__type(value, struct bound_thread);
 } bound_threads SEC(".maps");
 
+/*
+ * Store `val` (slot + 1, or 0) as CPU `cpu`'s entry of cpu_worker: a lookup the verifier inlines for an
+ * array and a store, where bpf_map_update_elem would be a helper call on every switch of a worker.
+ */
+static __always_inline void cpu_worker_set(u32 cpu, u32 val)
+{
+	u32 *cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
+
+	if (cur)
+		WRITE_ONCE(*cur, val);
+}
+
 struct check_timer {
 	struct bpf_timer timer;
 };
@@ -799,11 +811,8 @@ __hidden bool worker_running(u32 tid, u32 pid, u64 start_ns, s32 cpu)
 	}
 	w->run_start_ns = now;
 	w->cpu = cpu;
-	if (cpu >= 0 && cpu < MORPHEUS_BPF_MAX_CPUS) {
-		u32 cpu_key = cpu, val = slot + 1;
-
-		bpf_map_update_elem(&cpu_worker, &cpu_key, &val, BPF_ANY);
-	}
+	if (cpu >= 0 && cpu < MORPHEUS_BPF_MAX_CPUS)
+		cpu_worker_set(cpu, slot + 1);
 	/* After the cpu_worker store, ordered before the load of the timer's plan (timer_bring_forward). */
 	full_barrier();
 	timer = bpf_map_lookup_elem(&check_timer, &zero);
@@ -825,7 +834,7 @@ __hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable
 	struct morpheus_worker_slot *ws;
 	struct morpheus_scb *scb;
 	struct worker_ctx *w;
-	u32 slot, zero = 0;
+	u32 slot;
 	s32 cpu;
 	u64 now;
 
@@ -849,11 +858,8 @@ __hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable
 
 	now = bpf_ktime_get_ns();
 	cpu = w->cpu;
-	if (cpu < MORPHEUS_BPF_MAX_CPUS) {
-		u32 cpu_key = cpu;
-
-		bpf_map_update_elem(&cpu_worker, &cpu_key, &zero, BPF_ANY);
-	}
+	if (cpu < MORPHEUS_BPF_MAX_CPUS)
+		cpu_worker_set(cpu, 0);
 	if (now > w->run_start_ns)
 		w->runtime_ns += now - w->run_start_ns;
 	w->cpu = -1;
