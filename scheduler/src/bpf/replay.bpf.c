@@ -7,6 +7,23 @@
 #include "morpheus.bpf.h"
 
 /*
+ * The replay domain's region map and the SCB of `slot` in it, which the agent has filled with a
+ * scenario's region image: 0, or -ENOENT without the map, -ERANGE for a slot it cannot hold.
+ */
+static __always_inline int replay_scb(u32 slot, struct morpheus_region **rp, struct morpheus_scb **scbp)
+{
+	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+
+	if (!r)
+		return -ENOENT;
+	*scbp = scb_of(r, slot);
+	if (!*scbp)
+		return -ERANGE;
+	*rp = r;
+	return 0;
+}
+
+/*
  * Conformance replay (spec/CONFORMANCE.md §2.7; `scx_morpheus --replay-gate`): the gate on the SCB of
  * ctx->slot in the replay domain's region map, which the agent has filled with a scenario's region image, under the
  * configuration that image's header states. Run with BPF_PROG_TEST_RUN, never attached. Returns the
@@ -17,14 +34,12 @@ int gate_replay(struct morpheus_gate_replay_ctx *ctx)
 {
 	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
-	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+	struct morpheus_region *r;
 	struct morpheus_scb *scb;
+	int err = replay_scb(ctx->slot, &r, &scb);
 
-	if (!r)
-		return -ENOENT;
-	scb = scb_of(r, ctx->slot);
-	if (!scb)
-		return -ERANGE;
+	if (err)
+		return err;
 	morpheus_gate_config_of_header(&r->hdr, &cfg);
 	return morpheus_gate_decide(&cfg, scb, ctx->runtime_ns, &in);
 }
@@ -41,18 +56,18 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 {
 	struct morpheus_gate_config cfg;
 	struct morpheus_gate_input in = {};
-	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
 	enum morpheus_gate_verdict verdict;
 	enum morpheus_escalation_step step;
+	struct morpheus_region *r;
 	struct morpheus_scb *scb;
 	struct worker_ctx *w;
 	u32 slot = ctx->slot;
+	int err = replay_scb(slot, &r, &scb);
 
-	if (!r)
-		return -ENOENT;
-	scb = scb_of(r, slot);
+	if (err)
+		return err;
 	w = worker_ctx_of(slot);
-	if (!scb || !w)
+	if (!w)
 		return -ERANGE;
 	if (ctx->reset)
 		__builtin_memset(&w->esc, 0, sizeof(w->esc));
@@ -75,14 +90,12 @@ int escalation_replay(struct morpheus_escalation_replay_ctx *ctx)
 SEC("syscall")
 int hint_replay(struct morpheus_hint_replay_ctx *ctx)
 {
-	struct morpheus_region *r = worker_region(MORPHEUS_REPLAY_DOMAIN);
+	struct morpheus_region *r;
 	struct morpheus_scb *scb;
+	int err = replay_scb(ctx->slot, &r, &scb);
 
-	if (!r)
-		return -ENOENT;
-	scb = scb_of(r, ctx->slot);
-	if (!scb)
-		return -ERANGE;
+	if (err)
+		return err;
 	return morpheus_hint_decide_scb(scb, ctx->runtime_ns, MORPHEUS_LOAD_RELAXED(&r->hdr.slice_ns), ctx->now_ns,
 					MORPHEUS_LOAD_RELAXED(&r->hdr.hint_min_interval_ns));
 }
