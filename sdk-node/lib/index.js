@@ -10,7 +10,7 @@
 // State is per JavaScript thread: the event loop's thread and each worker_threads thread load their
 // own copy of this module and register on their own (the addon keeps one worker per OS thread).
 'use strict';
-const { Scb, PRIORITY_MIN, PRIORITY_MAX } = require('@morpheus/abi');
+const { Scb } = require('@morpheus/abi');
 const native = require('./native.js');
 const { MorpheusError, errors, fromNative } = require('./errors.js');
 const { EventEmitter } = require('node:events');
@@ -717,60 +717,32 @@ function invalidOption(name, value) {
   );
 }
 
-function checkPriority(where, value) {
-  if (!Number.isInteger(value) || value < PRIORITY_MIN || value > PRIORITY_MAX) {
-    throw MorpheusError.of(
-      'INVALID_ARGUMENT',
-      `${where}: priority must be an integer from ${PRIORITY_MIN} (most important) to ${PRIORITY_MAX}, got ${String(value)}`,
-    );
-  }
-}
-
-/** Turn `initWorker` options into the addon's, refusing anything malformed by name. */
+/**
+ * Turn `initWorker` options into the addon's, refusing by name an unknown option or a value of the
+ * wrong JS type. Their conflicts and ranges are the Rust binding kit's, checked by the addon.
+ */
 function nativeOptions(options) {
   if (options === null || typeof options !== 'object') {
     throw MorpheusError.of('INVALID_ARGUMENT', `initWorker(options): expected an object, got ${options === null ? 'null' : typeof options}`);
   }
-  for (const key of Object.keys(options)) {
+  const out = {};
+  let regionObject = null;
+  for (const [key, value] of Object.entries(options)) {
     if (!Object.hasOwn(OPTION_TYPES, key)) {
       throw MorpheusError.of('INVALID_ARGUMENT', `initWorker(options): unknown option ${key} (known: ${Object.keys(OPTION_TYPES).join(', ')})`);
     }
-  }
-  const { region, detached, slot, socket, escapable, priority } = options;
-  const out = {};
-  let regionObject = null;
-  if (region !== undefined) {
-    if (region instanceof native.Region) regionObject = region;
-    else if (typeof region === 'string') out.regionPath = region;
-    else throw invalidOption('region', region);
-  }
-  if (detached !== undefined) {
-    if (typeof detached !== 'boolean') throw invalidOption('detached', detached);
-    if (detached && region !== undefined) {
-      throw MorpheusError.of('INVALID_ARGUMENT', 'initWorker(options): give region or detached: true, not both');
-    }
-    out.detached = detached;
-  }
-  if (slot !== undefined) {
-    if (!Number.isSafeInteger(slot) || slot < 0) throw invalidOption('slot', slot);
-    out.slot = slot;
-  }
-  if (socket !== undefined) {
-    if (typeof socket !== 'string') throw invalidOption('socket', socket);
-    if (slot !== undefined) {
-      throw MorpheusError.of('INVALID_ARGUMENT', 'initWorker(options): give slot (direct registration) or socket (through the agent), not both');
-    }
-    out.socket = socket;
-  }
-  if (escapable !== undefined) {
-    if (typeof escapable !== 'boolean') throw invalidOption('escapable', escapable);
-    out.escapable = escapable;
-  }
-  if (priority !== undefined) {
-    checkPriority('initWorker(options)', priority);
-    out.priority = priority;
+    if (value === undefined) continue;
+    if (key === 'region' && value instanceof native.Region) regionObject = value;
+    else if (!hasType(OPTION_TYPES[key], value)) throw invalidOption(key, value);
+    else out[key === 'region' ? 'regionPath' : key] = value;
   }
   return [out, regionObject];
+}
+
+/** Whether `value` is of an OPTION_TYPES type (a Region is told apart by the caller). */
+function hasType(type, value) {
+  if (type === 'integer') return Number.isSafeInteger(value);
+  return typeof value === type.split(' ')[0];
 }
 
 const dispose = Symbol.dispose ?? Symbol.for('nodejs.dispose');
@@ -869,7 +841,9 @@ class Worker {
   }
 
   setPriority(value) {
-    checkPriority('setPriority(value)', value);
+    if (!Number.isSafeInteger(value)) {
+      throw MorpheusError.of('INVALID_ARGUMENT', `setPriority(value): expected an integer, got ${typeof value} ${String(value)}`);
+    }
     this.#call(native.workerSetPriority, value);
   }
 

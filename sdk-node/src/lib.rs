@@ -31,7 +31,8 @@ use std::{
 };
 
 use morpheus::{
-    Config, CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, YieldReason,
+    kit::options::{Options, RegionChoice},
+    CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, YieldReason,
 };
 use morpheus_abi::CACHE_LINE_SIZE;
 use napi::{bindgen_prelude::*, Env};
@@ -249,7 +250,9 @@ pub fn attach(path: Option<String>) -> Result<Option<Region>, Code> {
 // ------------------------------------------------------------------------------------------------
 // Registration
 
-/// Registration options, already checked for type by the JS wrapper.
+/// Registration options as JS gave them, already checked for type by the JS wrapper (an unknown name,
+/// a value of the wrong JS type); their conflicts and ranges are the binding kit's
+/// ([`kit::options::Options::config`]), checked here before anything is mapped or written.
 #[napi(object)]
 pub struct RegisterOptions {
     /// Region file or pinned map; `""` forces detached mode. Absent: discovery.
@@ -263,47 +266,41 @@ pub struct RegisterOptions {
     /// Whether the scheduler may escalate the worker (default: the ABI's default for Node, false).
     pub escapable: Option<bool>,
     /// Advisory priority, PRIORITY_MIN..PRIORITY_MAX.
-    pub priority: Option<i32>,
+    pub priority: Option<i64>,
 }
 
 /// Register the calling thread (written into the registration, so the SCB is right before RUNNING).
-/// Returns the token of the new worker. `region` (an attached [`Region`]) wins over `region_path`.
+/// Returns the token of the new worker. `region` is an attached [`Region`] given as `region`, instead
+/// of `region_path`. A rule of [`kit::options`] the options break (region and detached, slot and
+/// socket, the slot's or the priority's range) throws its error, prefixed `initWorker(options)`,
+/// before anything is mapped or written.
 #[napi]
 pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<u32, Code> {
-    let mut config = Config::default().runtime_kind(RuntimeKind::Node);
-    if options.detached == Some(true) {
-        config = config.detached();
-    } else if let Some(region) = region {
-        config = config.region(region.inner.clone());
-    } else if let Some(path) = options.region_path {
-        config = if path.is_empty() { config.detached() } else { config.region_path(path) };
-    }
-    if let Some(slot) = options.slot {
-        let slot = u32::try_from(slot)
-            .map_err(|_| invalid(format!("register: slot must be an integer from 0 to {}, got {slot}", u32::MAX)))?;
-        config = config.direct_slot(slot);
-    } else if let Some(socket) = options.socket {
-        config = config.agent_socket(socket);
-    }
-    if let Some(escapable) = options.escapable {
-        config = config.escapable(escapable);
-    }
-    if let Some(priority) = options.priority {
-        check_priority("register", priority)?;
-        config = config.priority(priority);
-    }
+    let detached = options.detached == Some(true);
+    let empty = options.region_path.as_deref() == Some("");
+    // `region: ''` means detached; given with `detached: true` it is still the region option, so the
+    // kit reports the pair.
+    let region = match (region, options.region_path) {
+        (Some(region), _) => Some(RegionChoice::Region(region.inner.clone())),
+        (None, Some(_)) if empty && !detached => None,
+        (None, Some(path)) => Some(RegionChoice::Path(PathBuf::from(path))),
+        (None, None) => None,
+    };
+    let options = Options {
+        detached: detached || empty,
+        region,
+        slot: options.slot,
+        socket: options.socket.map(PathBuf::from),
+        escapable: options.escapable,
+        priority: options.priority,
+    };
+    let config = options.config(RuntimeKind::Node).map_err(|err| {
+        napi::Error::new(Code(err.code().name()), format!("initWorker(options): {err}"))
+    })?;
     let worker = config.register().map_err(to_js)?;
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
     HELD.with(|held| *held.borrow_mut() = Some(Held { token, worker, view_live: false }));
     Ok(token)
-}
-
-fn check_priority(operation: &str, priority: i32) -> Result<(), Code> {
-    let (min, max) = (morpheus_abi::PRIORITY_MIN, morpheus_abi::PRIORITY_MAX);
-    if !(min..=max).contains(&priority) {
-        return Err(invalid(format!("{operation}: priority must be from {min} (most important) to {max}, got {priority}")));
-    }
-    Ok(())
 }
 
 /// Shut the worker with this token down and free its slot. False if it was already released.
@@ -816,10 +813,11 @@ pub fn worker_priority(token: u32) -> Result<i32, Code> {
     with_held(token, "priority", |h| Ok(h.worker.priority()))
 }
 
-/// Set the advisory priority (PRIORITY_MIN..PRIORITY_MAX, else `INVALID_ARGUMENT`, nothing written).
+/// Set the advisory priority (the core's range, PRIORITY_MIN..PRIORITY_MAX, else `INVALID_ARGUMENT`,
+/// nothing written; checked before the worker is looked up).
 #[napi]
-pub fn worker_set_priority(token: u32, value: i32) -> Result<(), Code> {
-    check_priority("setPriority", value)?;
+pub fn worker_set_priority(token: u32, value: i64) -> Result<(), Code> {
+    let value = morpheus::validate_priority(value).map_err(|e| napi::Error::new(Code(e.code().name()), format!("setPriority: {e}")))?;
     with_held(token, "setPriority", |h| match h.worker.set_priority(value) {
         Err(Error::Detached { .. }) => Ok(()),
         other => other.map_err(to_js),

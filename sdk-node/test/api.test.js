@@ -120,11 +120,12 @@ test('malformed options are refused by name before anything is registered', () =
   const bad = [
     [null, /expected an object/],
     [{ slott: 1 }, /unknown option slott/],
-    [{ slot: -1 }, /slot must be a integer/],
+    [{ slot: -1 }, /slot index >= 0, got -1/],
     [{ slot: 1.5 }, /slot must be a integer/],
     [{ escapable: 'yes' }, /escapable must be a boolean/],
-    [{ priority: abi.PRIORITY_MAX + 1 }, /priority must be an integer from -20/],
-    [{ priority: abi.PRIORITY_MIN - 1 }, /priority must be an integer from -20/],
+    [{ priority: abi.PRIORITY_MAX + 1 }, /priority in -20\.\.=19, found 20/],
+    [{ priority: abi.PRIORITY_MIN - 1 }, /priority in -20\.\.=19, found -21/],
+    [{ priority: 0.5 }, /priority must be a integer/],
     [{ region: 42 }, /region must be a string or Region/],
     [{ region: '/x', detached: true }, /not both/],
     [{ slot: 0, socket: '/x' }, /not both/],
@@ -136,6 +137,32 @@ test('malformed options are refused by name before anything is registered', () =
   assert.throws(() => morpheus.checkpointEvery(0), errors.InvalidArgumentError);
   assert.throws(() => morpheus.critical('not a function'), errors.InvalidArgumentError);
   assert.throws(() => morpheus.setPriority(1), errors.NotRegisteredError);
+});
+
+test('conflicting options and out-of-range values are refused by the addon (the kit), the region untouched', () => {
+  const region = new TestRegion();
+  try {
+    const before = region.bytes();
+    const mapped = morpheus.attach(region.path);
+    const bad = [
+      [{ region: region.path, detached: true }, /initWorker\(options\): give region or detached, not both/],
+      [{ region: mapped, detached: true }, /give region or detached, not both/],
+      [{ region: '', detached: true }, /give region or detached, not both/],
+      [{ region: region.path, slot: 0, socket: '/nonexistent/morpheus/agent.sock' }, /initWorker\(options\): give slot or socket, not both/],
+      [{ region: region.path, slot: 2 ** 32 }, /slot index <= 4294967295/],
+      [{ region: region.path, slot: 0, priority: abi.PRIORITY_MAX + 1 }, /priority in -20\.\.=19/],
+    ];
+    for (const [options, message] of bad) {
+      assert.throws(() => morpheus.initWorker(options), (e) => e instanceof errors.InvalidArgumentError && e.code === 'INVALID_ARGUMENT' && message.test(e.message), String(message));
+      assert.equal(morpheus.currentWorker(), null);
+      assert.deepEqual(region.bytes(), before);
+    }
+    // The same region and slot register once the conflict is gone: the refusals above were the rules'.
+    register({ region: region.path, slot: 0 });
+    assert.notDeepEqual(region.bytes(), before);
+  } finally {
+    region.close();
+  }
 });
 
 test('unbalanced critical sections: an exit without an enter fails and changes nothing', () => {
