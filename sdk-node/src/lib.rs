@@ -14,25 +14,27 @@
 //!   around the JS event loop's yield ([`checkpoint_yield`] polls the core's `Checkpoint` future once
 //!   and keeps it on the thread; [`checkpoint_acknowledge`] polls it again after the task yielded,
 //!   which acknowledges: one native call each, no object allocated);
-//! * workers held per OS thread (the event-loop thread and each `worker_threads` thread register on
-//!   their own), released when the thread's Node environment is torn down;
+//! * workers held per OS thread by the binding kit (`morpheus::kit::thread`: the event-loop thread and
+//!   each `worker_threads` thread register on their own), released when the thread's Node environment
+//!   is torn down; the registration options' conflicts and ranges are the kit's too
+//!   (`morpheus::kit::options`);
 //! * errors thrown with `code` = the ABI `error_code` name (the JS side turns them into classes).
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     future::Future,
     path::PathBuf,
     pin::Pin,
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    },
+    sync::Arc,
     task::{Context, Poll, Waker},
 };
 
 use morpheus::{
-    kit::options::{Options, RegionChoice},
-    CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, YieldReason,
+    kit::{
+        options::{Options, RegionChoice},
+        thread,
+    },
+    CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, Worker, YieldReason,
 };
 use morpheus_abi::CACHE_LINE_SIZE;
 use napi::{bindgen_prelude::*, Env};
@@ -72,17 +74,13 @@ fn not_registered(operation: &str) -> napi::Error<Code> {
 // ------------------------------------------------------------------------------------------------
 // Per-thread state
 
-/// The worker this thread registered, with the token its JS handle carries.
-struct Held {
-    token: u32,
-    worker: morpheus::Worker,
-    /// Whether [`scb_view`] handed out a live view of the mapped slot (false when the runtime copied
-    /// the bytes instead: then every check goes to the native side).
-    view_live: bool,
-}
+// The worker this thread registered is the binding kit's (`kit::thread`), named by the token its JS
+// handle carries (a JS number: tokens count registrations of the process, far below 2^53).
 
 thread_local! {
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// Whether [`scb_view`] handed out a live view of the mapped slot of this thread's registration
+    /// (false when the runtime copied the bytes instead: then every check goes to the native side).
+    static VIEW_LIVE: Cell<bool> = const { Cell::new(false) };
     /// Open critical sections of this thread, innermost last. The core counts the depth per thread;
     /// these guards are how JS holds them (exit = drop the innermost).
     static CRITICAL: RefCell<Vec<CriticalSection<'static>>> = const { RefCell::new(Vec::new()) };
@@ -127,35 +125,27 @@ fn notices_pending() -> bool {
     NOTICES.with(|queue| !queue.borrow().is_empty())
 }
 
-/// Tokens tell a stale JS handle (its worker shut down, the thread registered again) from the live one.
-static NEXT_TOKEN: AtomicU32 = AtomicU32::new(1);
-
-fn with_held<T>(token: u32, operation: &str, f: impl FnOnce(&Held) -> Fallible<T>) -> Fallible<T> {
-    HELD.with(|held| match &*held.borrow() {
-        Some(h) if h.token == token => f(h),
-        _ => Err(not_registered(operation)),
-    })
+/// Run `f` with the worker of registration `token` if it is this thread's live one (the kit's tokens
+/// tell a stale JS handle, its worker shut down or the thread registered again, from the live one).
+fn with_held<T>(token: i64, operation: &'static str, f: impl FnOnce(&Worker) -> Fallible<T>) -> Fallible<T> {
+    let token = u64::try_from(token).map_err(|_| not_registered(operation))?;
+    thread::with(token, operation, f).unwrap_or_else(|_| Err(not_registered(operation)))
 }
 
 /// Shut the thread's worker down, if any. Called by `Worker.close()`, and by the environment's
 /// cleanup hook when the event loop's thread or a `worker_threads` thread ends.
-fn release(token: Option<u32>) -> Result<bool, Code> {
-    let held = HELD.with(|held| {
-        let mut held = held.borrow_mut();
-        match (&*held, token) {
-            (Some(h), Some(t)) if h.token != t => None,
-            (Some(_), _) => held.take(),
-            (None, _) => None,
-        }
-    });
-    match held {
+fn release(token: Option<i64>) -> Result<bool, Code> {
+    let closed = match token.map(u64::try_from) {
+        Some(Ok(token)) => thread::close(token),
+        Some(Err(_)) => Ok(false),
+        None => thread::close_current(),
+    };
+    match closed {
         // A worker lost to a scheduler restart shuts down without error, writing nothing (spec/SCB.md
         // §6); the core reports the restart it finds at shutdown after having written nothing.
-        Some(h) => match h.worker.shutdown() {
-            Ok(()) | Err(Error::GenerationChanged { .. }) => Ok(true),
-            Err(e) => Err(to_js(e)),
-        },
-        None => Ok(false),
+        Ok(released) => Ok(released),
+        Err(Error::GenerationChanged { .. }) => Ok(true),
+        Err(e) => Err(to_js(e)),
     }
 }
 
@@ -275,7 +265,7 @@ pub struct RegisterOptions {
 /// socket, the slot's or the priority's range) throws its error, prefixed `initWorker(options)`,
 /// before anything is mapped or written.
 #[napi]
-pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<u32, Code> {
+pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<i64, Code> {
     let detached = options.detached == Some(true);
     let empty = options.region_path.as_deref() == Some("");
     // `region: ''` means detached; given with `detached: true` it is still the region option, so the
@@ -297,22 +287,21 @@ pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<u32
     let config = options.config(RuntimeKind::Node).map_err(|err| {
         napi::Error::new(Code(err.code().name()), format!("initWorker(options): {err}"))
     })?;
-    let worker = config.register().map_err(to_js)?;
-    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    HELD.with(|held| *held.borrow_mut() = Some(Held { token, worker, view_live: false }));
-    Ok(token)
+    let token = thread::register(&config).map_err(to_js)?;
+    VIEW_LIVE.set(false);
+    Ok(token as i64)
 }
 
 /// Shut the worker with this token down and free its slot. False if it was already released.
 #[napi]
-pub fn unregister(token: u32) -> Result<bool, Code> {
+pub fn unregister(token: i64) -> Result<bool, Code> {
     release(Some(token))
 }
 
 /// The token of the worker this thread holds, if any.
 #[napi]
-pub fn current_token() -> Option<u32> {
-    HELD.with(|held| held.borrow().as_ref().map(|h| h.token))
+pub fn current_token() -> Option<i64> {
+    thread::current().map(|token| token as i64)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -373,37 +362,38 @@ fn fast_state_out<'a>(out: &'a mut Int32ArraySlice, operation: &str) -> Result<&
 }
 
 fn fast_state_now() -> [i32; FAST_STATE_LEN] {
-    let state = HELD.with(|held| match &*held.borrow() {
-        None => [0, 0, ZEROES, 0, 0, 0],
-        Some(h) => {
-            let registration = h.worker.reattachments() as u32 as i32;
-            // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
-            // when detached). Not `Worker::is_attached`, which also asks the agent's process handle
-            // and socket (two system calls) and would cost every slow path that much; a gone agent
-            // reaches the fast path anyway, through the core's watcher (its retired view, §6.1).
-            // SAFETY: this thread's worker state, read on its own thread.
-            let attached = unsafe { !(*h.worker.as_raw()).in_critical.is_null() };
-            if !attached {
-                if h.worker.is_waiting_for_scheduler() {
-                    // SAFETY: this thread's worker state, read on its own thread.
-                    let ack = unsafe { (*h.worker.as_raw()).cached_ack };
-                    [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration, 0, 0]
-                } else {
-                    [0, 0, ZEROES, registration, 0, 0]
-                }
-            } else if !h.view_live {
-                [0, 0, ALWAYS_SLOW, registration, 0, 0]
-            } else if h.worker.runtime_mode() != RuntimeMode::Deterministic {
-                let ack = h.worker.acknowledged_seq();
-                let until = h.worker.mode_quiet_until_ns().unwrap_or(0);
-                [ack as u32 as i32, (ack >> 32) as u32 as i32, MODE_QUIET, registration, until as u32 as i32, (until >> 32) as u32 as i32]
-            } else {
-                let ack = h.worker.acknowledged_seq();
-                [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration, 0, 0]
-            }
-        }
-    });
+    let held = thread::current().and_then(|token| thread::with(token, "fastState", fast_state_of).ok());
+    let state = held.unwrap_or([0, 0, ZEROES, 0, 0, 0]);
     [state[0], state[1], state[2], state[3], i32::from(notices_pending()), state[4], state[5]]
+}
+
+/// The fast state of this thread's registered `worker`, without the notices flag.
+fn fast_state_of(worker: &Worker) -> [i32; 6] {
+    let registration = worker.reattachments() as u32 as i32;
+    // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
+    // when detached). Not `Worker::is_attached`, which also asks the agent's process handle
+    // and socket (two system calls) and would cost every slow path that much; a gone agent
+    // reaches the fast path anyway, through the core's watcher (its retired view, §6.1).
+    // SAFETY: this thread's worker state, read on its own thread.
+    let attached = unsafe { !(*worker.as_raw()).in_critical.is_null() };
+    if !attached {
+        if worker.is_waiting_for_scheduler() {
+            // SAFETY: this thread's worker state, read on its own thread.
+            let ack = unsafe { (*worker.as_raw()).cached_ack };
+            [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration, 0, 0]
+        } else {
+            [0, 0, ZEROES, registration, 0, 0]
+        }
+    } else if !VIEW_LIVE.get() {
+        [0, 0, ALWAYS_SLOW, registration, 0, 0]
+    } else if worker.runtime_mode() != RuntimeMode::Deterministic {
+        let ack = worker.acknowledged_seq();
+        let until = worker.mode_quiet_until_ns().unwrap_or(0);
+        [ack as u32 as i32, (ack >> 32) as u32 as i32, MODE_QUIET, registration, until as u32 as i32, (until >> 32) as u32 as i32]
+    } else {
+        let ack = worker.acknowledged_seq();
+        [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration, 0, 0]
+    }
 }
 
 /// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
@@ -411,10 +401,10 @@ fn fast_state_now() -> [i32; FAST_STATE_LEN] {
 /// has no SCB, or when the runtime refuses external buffers (it would hand back a copy, which never
 /// changes: the fast path then always asks the native side).
 #[napi]
-pub fn scb_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'env>>, Code> {
+pub fn scb_view<'env>(env: &'env Env, token: i64) -> Result<Option<ArrayBuffer<'env>>, Code> {
     let target = with_held(token, "scbView", |h| {
-        let (Some(region), Some(slot)) = (h.worker.region(), h.worker.slot()) else { return Ok(None) };
-        if !h.worker.is_attached() {
+        let (Some(region), Some(slot)) = (h.region(), h.slot()) else { return Ok(None) };
+        if !h.is_attached() {
             return Ok(None);
         }
         let scb = region.scb_ptr(slot).map_err(to_js)?;
@@ -437,11 +427,7 @@ pub fn scb_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'
 }
 
 fn set_view_live(live: bool) {
-    HELD.with(|held| {
-        if let Some(h) = held.borrow_mut().as_mut() {
-            h.view_live = live;
-        }
-    });
+    VIEW_LIVE.set(live);
 }
 
 /// The word the core's fast path reads while the worker waits for a scheduler (kind 3 of
@@ -454,13 +440,13 @@ fn set_view_live(live: bool) {
 /// long as the process, so the buffer needs no owner and its finalizer frees nothing. JS takes it
 /// once per thread and keeps it.
 #[napi]
-pub fn wake_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<'env>>, Code> {
+pub fn wake_view<'env>(env: &'env Env, token: i64) -> Result<Option<ArrayBuffer<'env>>, Code> {
     let word = with_held(token, "wakeView", |h| {
-        if h.worker.is_attached() || !h.worker.is_waiting_for_scheduler() {
+        if h.is_attached() || !h.is_waiting_for_scheduler() {
             return Ok(None);
         }
         // SAFETY: this thread's worker state, read on its own thread.
-        Ok(Some(unsafe { (*h.worker.as_raw()).preempt_seq }.cast::<u8>().cast_mut()))
+        Ok(Some(unsafe { (*h.as_raw()).preempt_seq }.cast::<u8>().cast_mut()))
     })?;
     let Some(data) = word else { return Ok(None) };
     // SAFETY: while the worker waits, `data` is the core's static wake sequence (8 bytes, aligned,
@@ -474,20 +460,20 @@ pub fn wake_view<'env>(env: &'env Env, token: u32) -> Result<Option<ArrayBuffer<
 /// How many times the worker registered again on its own after the scheduler restarted or came up
 /// (spec/SCB.md §6.1).
 #[napi]
-pub fn worker_reattachments(token: u32) -> Result<i64, Code> {
-    with_held(token, "reattachments", |h| Ok(h.worker.reattachments() as i64))
+pub fn worker_reattachments(token: i64) -> Result<i64, Code> {
+    with_held(token, "reattachments", |h| Ok(h.reattachments() as i64))
 }
 
 /// What exactly keeps the worker detached (a dead socket, a failed re-registration), or null.
 #[napi]
-pub fn worker_detach_detail(token: u32) -> Result<Option<String>, Code> {
-    with_held(token, "detachDetail", |h| Ok(h.worker.detach_detail().map(str::to_owned)))
+pub fn worker_detach_detail(token: i64) -> Result<Option<String>, Code> {
+    with_held(token, "detachDetail", |h| Ok(h.detach_detail().map(str::to_owned)))
 }
 
 /// Whether the worker waits for a scheduler to register with (lost, or detached by a stopped agent).
 #[napi]
-pub fn worker_waiting_for_scheduler(token: u32) -> Result<bool, Code> {
-    with_held(token, "waitingForScheduler", |h| Ok(h.worker.is_waiting_for_scheduler()))
+pub fn worker_waiting_for_scheduler(token: i64) -> Result<bool, Code> {
+    with_held(token, "waitingForScheduler", |h| Ok(h.is_waiting_for_scheduler()))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -563,14 +549,9 @@ pub fn thread_cpu_ns() -> f64 {
 /// per turn, never on the fast path.
 #[napi]
 pub fn turn_slice_ns() -> f64 {
-    HELD.with(|held| match &*held.borrow() {
-        // Registered and not waiting for a scheduler (read without `is_attached`, which would also ask
-        // the agent's process handle: two system calls per turn).
-        Some(h) if h.worker.slot().is_some() && !h.worker.is_waiting_for_scheduler() => {
-            h.worker.region().map_or(0.0, |region| region.slice_ns() as f64)
-        }
-        _ => 0.0,
-    })
+    // The kit's rule: registered and not waiting for a scheduler, read without `is_attached` (which
+    // would also ask the agent's process handle: two system calls per turn).
+    thread::turn_slice_ns() as f64
 }
 
 /// libuv's `uv_metrics_t` (uv.h, libuv 1.45 and later): `events` counts the events the loop's poll
@@ -763,27 +744,27 @@ pub fn critical_depth() -> u32 {
 
 /// Whether the worker drives an SCB (false when detached, or after a scheduler restart).
 #[napi]
-pub fn worker_attached(token: u32) -> Result<bool, Code> {
-    with_held(token, "attached", |h| Ok(h.worker.is_attached()))
+pub fn worker_attached(token: i64) -> Result<bool, Code> {
+    with_held(token, "attached", |h| Ok(h.is_attached()))
 }
 
 /// The slot index, or null when detached.
 #[napi]
-pub fn worker_slot(token: u32) -> Result<Option<u32>, Code> {
-    with_held(token, "slot", |h| Ok(h.worker.slot()))
+pub fn worker_slot(token: i64) -> Result<Option<u32>, Code> {
+    with_held(token, "slot", |h| Ok(h.slot()))
 }
 
 /// The slot's `slot_generation` at registration.
 #[napi]
-pub fn worker_slot_generation(token: u32) -> Result<u32, Code> {
-    with_held(token, "slotGeneration", |h| Ok(h.worker.slot_generation()))
+pub fn worker_slot_generation(token: i64) -> Result<u32, Code> {
+    with_held(token, "slotGeneration", |h| Ok(h.slot_generation()))
 }
 
 /// Why the worker runs detached from the start, or null.
 #[napi]
-pub fn worker_detach_reason(token: u32) -> Result<Option<&'static str>, Code> {
+pub fn worker_detach_reason(token: i64) -> Result<Option<&'static str>, Code> {
     with_held(token, "detachReason", |h| {
-        Ok(h.worker.detach_reason().map(|reason| match reason {
+        Ok(h.detach_reason().map(|reason| match reason {
             DetachReason::NoScheduler => "NO_SCHEDULER",
             DetachReason::ForcedByEnvironment => "FORCED_BY_ENVIRONMENT",
             DetachReason::Requested => "REQUESTED",
@@ -793,15 +774,15 @@ pub fn worker_detach_reason(token: u32) -> Result<Option<&'static str>, Code> {
 
 /// Whether the scheduler may escalate this worker.
 #[napi]
-pub fn worker_escapable(token: u32) -> Result<bool, Code> {
-    with_held(token, "escapable", |h| Ok(h.worker.escapable()))
+pub fn worker_escapable(token: i64) -> Result<bool, Code> {
+    with_held(token, "escapable", |h| Ok(h.escapable()))
 }
 
 /// Opt in to or out of escalation. Detached: remembered only (spec/SCB.md §7); after a scheduler
 /// restart: `GENERATION_CHANGED`, nothing written (§6).
 #[napi]
-pub fn worker_set_escapable(token: u32, value: bool) -> Result<(), Code> {
-    with_held(token, "setEscapable", |h| match h.worker.set_escapable(value) {
+pub fn worker_set_escapable(token: i64, value: bool) -> Result<(), Code> {
+    with_held(token, "setEscapable", |h| match h.set_escapable(value) {
         Err(Error::Detached { .. }) => Ok(()),
         other => other.map_err(to_js),
     })
@@ -809,16 +790,16 @@ pub fn worker_set_escapable(token: u32, value: bool) -> Result<(), Code> {
 
 /// The advisory priority.
 #[napi]
-pub fn worker_priority(token: u32) -> Result<i32, Code> {
-    with_held(token, "priority", |h| Ok(h.worker.priority()))
+pub fn worker_priority(token: i64) -> Result<i32, Code> {
+    with_held(token, "priority", |h| Ok(h.priority()))
 }
 
 /// Set the advisory priority (the core's range, PRIORITY_MIN..PRIORITY_MAX, else `INVALID_ARGUMENT`,
 /// nothing written; checked before the worker is looked up).
 #[napi]
-pub fn worker_set_priority(token: u32, value: i64) -> Result<(), Code> {
+pub fn worker_set_priority(token: i64, value: i64) -> Result<(), Code> {
     let value = morpheus::validate_priority(value).map_err(|e| napi::Error::new(Code(e.code().name()), format!("setPriority: {e}")))?;
-    with_held(token, "setPriority", |h| match h.worker.set_priority(value) {
+    with_held(token, "setPriority", |h| match h.set_priority(value) {
         Err(Error::Detached { .. }) => Ok(()),
         other => other.map_err(to_js),
     })
@@ -826,21 +807,21 @@ pub fn worker_set_priority(token: u32, value: i64) -> Result<(), Code> {
 
 /// The runtime mode name (`DETERMINISTIC`, `PRESSURED`, `DEFENSIVE`).
 #[napi]
-pub fn worker_runtime_mode(token: u32) -> Result<&'static str, Code> {
-    with_held(token, "runtimeMode", |h| Ok(h.worker.runtime_mode().name()))
+pub fn worker_runtime_mode(token: i64) -> Result<&'static str, Code> {
+    with_held(token, "runtimeMode", |h| Ok(h.runtime_mode().name()))
 }
 
 /// The last acknowledged `preempt_seq`.
 #[napi]
-pub fn worker_acknowledged_seq(token: u32) -> Result<BigInt, Code> {
-    with_held(token, "acknowledgedSeq", |h| Ok(BigInt::from(h.worker.acknowledged_seq())))
+pub fn worker_acknowledged_seq(token: i64) -> Result<BigInt, Code> {
+    with_held(token, "acknowledgedSeq", |h| Ok(BigInt::from(h.acknowledged_seq())))
 }
 
 /// Yields per reason name, counted in the SDK's own memory.
 #[napi]
-pub fn worker_yield_counts(token: u32) -> Result<Vec<(String, i64)>, Code> {
+pub fn worker_yield_counts(token: i64) -> Result<Vec<(String, i64)>, Code> {
     with_held(token, "yieldCounts", |h| {
-        let counts = h.worker.yield_counts();
+        let counts = h.yield_counts();
         Ok(YieldReason::ALL
             .iter()
             .filter(|r| **r != YieldReason::None)
@@ -851,15 +832,15 @@ pub fn worker_yield_counts(token: u32) -> Result<Vec<(String, i64)>, Code> {
 
 /// Throws `GENERATION_CHANGED` after a scheduler restart, `DETACHED` for a worker without a region.
 #[napi]
-pub fn worker_status(token: u32) -> Result<(), Code> {
-    with_held(token, "status", |h| h.worker.status().map_err(to_js))
+pub fn worker_status(token: i64) -> Result<(), Code> {
+    with_held(token, "status", |h| h.status().map_err(to_js))
 }
 
 /// Record a yield the application made on its own (`EXPLICIT`), acknowledging any pending request.
 #[napi]
-pub fn worker_record_explicit_yield(token: u32) -> Result<(), Code> {
+pub fn worker_record_explicit_yield(token: i64) -> Result<(), Code> {
     // Detached: nothing to acknowledge, and an explicit yield never reports DETACHED (spec/SCB.md §7).
-    with_held(token, "recordExplicitYield", |h| match h.worker.record_explicit_yield() {
+    with_held(token, "recordExplicitYield", |h| match h.record_explicit_yield() {
         Err(Error::Detached { .. }) => Ok(()),
         other => other.map_err(to_js),
     })
