@@ -20,6 +20,10 @@ POINTER_SIZE = 8
 DIRECTIONS = {"scheduler_to_runtime", "runtime_to_scheduler", "header", "message", "process"}
 ACCESS = {"atomic", "plain"}
 RECLAIM = {"zero", "keep"}
+# How a publication step stores its field (spec/abi.toml [[publication]]): "plain" (before the publication nobody
+# reads the record), or an atomic store with the named memory order. The last step is the release readers pair with.
+STORES = {"plain", "relaxed", "release"}
+STEP_OPS = {"store", "add"}
 CONSTANT_TYPES = {"u32", "u64", "i32", "str"}
 CACHE_LINE = 64
 _BYTES = re.compile(r"u8\[(\d+)\]")
@@ -114,6 +118,29 @@ class Constant:
     doc: str
 
 
+@dataclass(frozen=True)
+class PublicationStep:
+    """One store of a publication: `field` ("*" = every other writable field of the record, from the caller's
+    values, in offset order), how it is stored, and what: `value` (a constant), or the caller's argument."""
+
+    field: str
+    store: str
+    op: str
+    value: int | None
+
+
+@dataclass(frozen=True)
+class Publication:
+    """The order in which a party stores a record's fields so that a reader whose acquire load sees the last
+    (release) step also sees every earlier one (SCB.md §2, §5.2)."""
+
+    name: str
+    record: str
+    writer: str
+    doc: str
+    steps: tuple[PublicationStep, ...]
+
+
 @dataclass
 class Spec:
     name: str
@@ -123,6 +150,7 @@ class Spec:
     enums: list[Enum] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
     escapable_default: dict[str, bool] = field(default_factory=dict)
+    publications: list[Publication] = field(default_factory=list)
 
     def record(self, name: str) -> Record:
         return next(r for r in self.records if r.name == name)
@@ -227,7 +255,77 @@ def parse(raw: dict) -> Spec:
     for r in raw.get("record", []):
         spec.records.append(_parse_record(r, spec))
     _unique([r.name for r in spec.records], "records", "record")
+    for p in raw.get("publication", []):
+        spec.publications.append(_parse_publication(p, spec))
+    _unique([p.name for p in spec.publications], "publications", "publication")
     return spec
+
+
+def _parse_publication(p: dict, spec: Spec) -> Publication:
+    where = f"publication {p.get('name', '?')}"
+    name = _need(p, "name", where, str)
+    if not _IDENT.fullmatch(name):
+        raise SpecError(f"{where}: name must be lower_snake_case")
+    rname = _need(p, "record", where, str)
+    rec = next((r for r in spec.records if r.name == rname), None)
+    if rec is None or rec.layout_version:
+        raise SpecError(f"{where}: record '{rname}' is not a shared record of this spec")
+    fields = {f.name: f for f in rec.fields}
+    steps = []
+    for i, st in enumerate(_need(p, "steps", where, list)):
+        swhere = f"{where} step {i + 1}"
+        fname = _need(st, "field", swhere, str)
+        store = _need(st, "store", swhere, str)
+        op = st.get("op", "store")
+        value = st.get("value")
+        if store not in STORES:
+            raise SpecError(f"{swhere}: unknown store '{store}' (expected one of {sorted(STORES)})")
+        if op not in STEP_OPS:
+            raise SpecError(f"{swhere}: unknown op '{op}' (expected one of {sorted(STEP_OPS)})")
+        if fname == "*":
+            if i != 0 or op != "store" or value is not None or store == "release":
+                raise SpecError(f"{swhere}: '*' (the caller's values for every other field) must be the first step, "
+                                "a plain or relaxed store without a value")
+        else:
+            f = fields.get(fname)
+            if f is None or f.reserved or f.type not in PRIMITIVES:
+                raise SpecError(f"{swhere}: '{fname}' is not a writable integer field of {rname}")
+            if store != "plain" and f.access != "atomic":
+                raise SpecError(f"{swhere}: a {store} store needs an atomic field; {rname}.{fname} is {f.access}")
+            if op == "add" and (store == "plain" or not isinstance(value, int)):
+                raise SpecError(f"{swhere}: an add is an atomic read-modify-write of a constant value")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or
+                                      not 0 <= value < 1 << (8 * f.size)):
+                raise SpecError(f"{swhere}: value {value!r} does not fit {f.type}")
+        steps.append(PublicationStep(fname, store, op, value))
+    if not steps:
+        raise SpecError(f"{where}: no steps")
+    _unique([s.field for s in steps], where, "step field")
+    last = steps[-1]
+    if last.field == "*" or last.store != "release":
+        raise SpecError(f"{where}: the last step must be the release store readers pair with; it is "
+                        f"{last.field} ({last.store})")
+    if any(s.store == "release" for s in steps[:-1]):
+        raise SpecError(f"{where}: only the last step is a release: a reader that sees an earlier release need not "
+                        "see the fields stored after it")
+    if "release" not in fields[last.field].ordering:
+        raise SpecError(f"{where}: {rname}.{last.field} publishes the record, but its ordering does not say release: "
+                        f"{fields[last.field].ordering!r}")
+    return Publication(name, rname, _need(p, "writer", where, str), _need(p, "doc", where, str), tuple(steps))
+
+
+def publication_stores(spec: Spec, pub: Publication) -> list[tuple[Field, PublicationStep]]:
+    """Each store of a publication in order, the '*' step expanded to every writable integer field of the record
+    that no other step names, in offset order."""
+    rec = spec.record(pub.record)
+    named = {s.field for s in pub.steps}
+    out = []
+    for s in pub.steps:
+        if s.field == "*":
+            out += [(f, s) for f in rec.fields if not f.reserved and f.type in PRIMITIVES and f.name not in named]
+        else:
+            out.append((next(f for f in rec.fields if f.name == s.field), s))
+    return out
 
 
 def _type_layout(ftype: str, spec: Spec, where: str) -> tuple[int, int]:

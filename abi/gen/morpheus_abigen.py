@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abispec  # noqa: E402
-from abispec import PRIMITIVES, Enum, Record, Spec, SpecError, reclaim_stores  # noqa: E402
+from abispec import PRIMITIVES, Enum, Publication, Record, Spec, SpecError, publication_stores, reclaim_stores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec" / "abi.toml"
@@ -580,6 +580,181 @@ def emit_java(spec: Spec) -> dict[str, str]:
     return files
 
 
+# --- Test-region writers (spec/abi.toml [[publication]]) ----------------------------------------------------
+# One writer per language for the tests that play the scheduler: each publication's stores in the spec's
+# order, the last one the release. Test-only: none of these files is part of a release artifact.
+
+TEST_ONLY = ("Test-only: the scheduler's publications of spec/abi.toml [[publication]] (meaning: spec/SCB.md), "
+             "for tests that play the scheduler. Shipped by no release artifact.")
+
+
+def pub_params(spec: Spec, pub: Publication) -> list:
+    """The fields whose value the caller passes one by one (steps without a constant value, '*' excluded)."""
+    return [f for f, st in publication_stores(spec, pub) if st.field != "*" and st.value is None]
+
+
+def pub_returns(pub: Publication) -> bool:
+    """A publication ending with an add returns the field's new value."""
+    return pub.steps[-1].op == "add"
+
+
+def pub_doc(spec: Spec, pub: Publication) -> str:
+    order = ", then ".join(f"{f.name} ({st.store}{' += ' + str(st.value) if st.op == 'add' else ''})"
+                           if st.field != "*" else f"every other field of {pub.record} ({st.store})"
+                           for f, st in [(next((f for f in spec.record(pub.record).fields if f.name == s.field), None), s)
+                                         for s in pub.steps])
+    return f"{pub.doc} Order: {order}."
+
+
+C_ORDER = {"relaxed": "__ATOMIC_RELAXED", "release": "__ATOMIC_RELEASE"}
+
+
+def emit_c_test_region(spec: Spec) -> str:
+    out = ["/* SPDX-License-Identifier: Apache-2.0 OR MIT */", f"/* {BANNER} */", f"/* {TEST_ONLY} */",
+           "#ifndef MORPHEUS_TEST_REGION_H", "#define MORPHEUS_TEST_REGION_H", "", '#include "morpheus_abi.h"', ""]
+    for pub in spec.publications:
+        rec = f"struct morpheus_{pub.record}"
+        params = [f"{rec} *{pub.record}"]
+        if any(s.field == "*" for s in pub.steps):
+            params.append(f"const {rec} *values")
+        params += [f"{C_TYPES[f.type]} {f.name}" for f in pub_params(spec, pub)]
+        last = next(f for f in spec.record(pub.record).fields if f.name == pub.steps[-1].field)
+        ret = C_TYPES[last.type] if pub_returns(pub) else "void"
+        out += [f"/* {pub_doc(spec, pub)} */",
+                f"static inline {ret} morpheus_test_publish_{pub.name}({', '.join(params)})", "{"]
+        for f, st in publication_stores(spec, pub):
+            dst = f"&{pub.record}->{f.name}"
+            src = f"values->{f.name}" if st.field == "*" else (f.name if st.value is None else c_literal(f.type if f.type in ("u64", "i32") else "u32", st.value))
+            if st.op == "add":
+                out.append(f"\treturn __atomic_add_fetch({dst}, {src}, {C_ORDER[st.store]});")
+            elif st.store == "plain":
+                out.append(f"\t{pub.record}->{f.name} = {src};")
+            else:
+                out.append(f"\t__atomic_store_n({dst}, {src}, {C_ORDER[st.store]});")
+        out += ["}", ""]
+    out += ["#endif /* MORPHEUS_TEST_REGION_H */", ""]
+    return "\n".join(out)
+
+
+def emit_python_test_region(spec: Spec) -> str:
+    out = ["# SPDX-License-Identifier: Apache-2.0 OR MIT", f"# {BANNER}", f'"""{TEST_ONLY}',
+           "",
+           "Each function stores into `buf` (a writable mmap or bytearray) at `base` (the record's offset in it). Every",
+           "store is one aligned machine store through ctypes, in the order written here: CPython does not reorder",
+           "them, and on x86-64 (TSO) each store is a release, which is where these tests run the protocol.",
+           '"""', "from __future__ import annotations", "", "import ctypes", "",
+           f"_CTYPES = {{{', '.join(f'{t!r}: {PY_CTYPES[t]}' for t in PRIMITIVES)}}}", "", "",
+           "def _store(buf, offset: int, ctype, value: int) -> None:",
+           "    ctype.from_buffer(buf, offset).value = value", "", ""]
+    for pub in spec.publications:
+        rec = spec.record(pub.record)
+        star = any(s.field == "*" for s in pub.steps)
+        params = ["buf", "base: int"] + (["values: dict"] if star else []) + [f"{f.name}: int" for f in pub_params(spec, pub)]
+        out += [f"def publish_{pub.name}({', '.join(params)}) -> {'int' if pub_returns(pub) else 'None'}:",
+                f'    """{pub_doc(spec, pub)}']
+        if star:
+            names = [f.name for f, st in publication_stores(spec, pub) if st.field == "*"]
+            out += ["", f"    `values` maps {pub.record} field names to integers; a field it does not name is stored as 0.",
+                    '    """', f"    known = {{{', '.join(repr(n) for n in names)}}}",
+                    "    unknown = set(values) - known",
+                    "    if unknown:",
+                    f"        raise ValueError(f\"publish_{pub.name}: {{sorted(unknown)}} are not fields it stores (known: {{sorted(known)}})\")"]
+        else:
+            out.append('    """')
+        for f, st in publication_stores(spec, pub):
+            src = f"int(values.get({f.name!r}, 0))" if st.field == "*" else (f.name if st.value is None else str(st.value))
+            ct = f"_CTYPES[{f.type!r}]"
+            if st.op == "add":
+                mask = (1 << (8 * f.size)) - 1
+                out += [f"    cell = {ct}.from_buffer(buf, base + {f.offset})  # {f.name}: this test is its only writer",
+                        f"    cell.value = (cell.value + {src}) & {mask:#x}", "    return cell.value"]
+            else:
+                out.append(f"    _store(buf, base + {f.offset}, {ct}, {src})  # {f.name} ({st.store})")
+        out += ["", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+JS_WRITE = {"u8": ("writeUInt8", "Number"), "u16": ("writeUInt16LE", "Number"), "u32": ("writeUInt32LE", "Number"),
+            "i32": ("writeInt32LE", "Number"), "u64": ("writeBigUInt64LE", "BigInt"), "i64": ("writeBigInt64LE", "BigInt")}
+
+
+def emit_node_test_region(spec: Spec) -> str:
+    out = ["// SPDX-License-Identifier: Apache-2.0 OR MIT", f"// {BANNER}", f"// {TEST_ONLY}",
+           "// Each function stores into the file `fd` at `base` (the record's offset in it) with one pwrite per field,",
+           "// in the order written here; a MAP_SHARED mapping of the file shares its page cache, so a runtime's",
+           "// mapping sees the stores in this order (x86-64: each a release). Not in package.json's \"files\".",
+           "'use strict';", "const fs = require('node:fs');", "",
+           "function store(fd, offset, size, write, value) {", "  const buf = Buffer.alloc(size);",
+           "  buf[write](value);", "  fs.writeSync(fd, buf, 0, size, offset);", "}", "",
+           "function load(fd, offset, size, read) {", "  const buf = Buffer.alloc(size);",
+           "  fs.readSync(fd, buf, 0, size, offset);", "  return buf[read]();", "}", ""]
+    for pub in spec.publications:
+        star = any(s.field == "*" for s in pub.steps)
+        params = ["fd", "base"] + (["values"] if star else []) + [camel(f.name)[0].lower() + camel(f.name)[1:] for f in pub_params(spec, pub)]
+        fn = "publish" + camel(pub.name)
+        out += [f"/** {pub_doc(spec, pub)}" + (f" `values` maps {pub.record} field names to numbers or bigints; "
+                                               "a field it does not name is stored as 0." if star else "") + " */",
+                f"exports.{fn} = function {fn}({', '.join(params)}) {{"]
+        if star:
+            names = [f.name for f, st in publication_stores(spec, pub) if st.field == "*"]
+            out += [f"  const known = [{', '.join(repr(n) for n in names)}];",
+                    "  const unknown = Object.keys(values).filter((k) => !known.includes(k));",
+                    f"  if (unknown.length) throw new Error(`{fn}: ${{unknown}} are not fields it stores (known: ${{known}})`);"]
+        for f, st in publication_stores(spec, pub):
+            write, conv = JS_WRITE[f.type]
+            arg = camel(f.name)[0].lower() + camel(f.name)[1:]
+            src = f"{conv}(values.{f.name} ?? 0)" if st.field == "*" else (f"{conv}({arg})" if st.value is None else f"{conv}({st.value})")
+            if st.op == "add":
+                read = write.replace("write", "read")
+                mask = (1 << (8 * f.size)) - 1
+                out += [f"  // {f.name}: this test is its only writer, so load + store is the increment",
+                        f"  const next = (load(fd, base + {f.offset}, {f.size}, '{read}') + {src}) & {mask:#x}{'n' if conv == 'BigInt' else ''};",
+                        f"  store(fd, base + {f.offset}, {f.size}, '{write}', next);", "  return next;"]
+            else:
+                out.append(f"  store(fd, base + {f.offset}, {f.size}, '{write}', {src}); // {f.name} ({st.store})")
+        out += ["};", ""]
+    return "\n".join(out)
+
+
+JAVA_VH = {"u8": "byte", "u16": "short", "u32": "int", "i32": "int", "u64": "long", "i64": "long"}
+JAVA_SET = {"plain": "set", "relaxed": "setOpaque", "release": "setRelease"}
+
+
+def emit_java_test_region(spec: Spec) -> str:
+    body = [f"/** {TEST_ONLY} Each method stores into `buf` at `base` (the record's offset in it), in this order. */",
+            "public final class TestRegionWriter {", "    private TestRegionWriter() {}", ""]
+    for t in ("short", "int", "long"):
+        body += [f"    private static final VarHandle {t.upper()} =",
+                 f"            MethodHandles.byteBufferViewVarHandle({t}[].class, ByteOrder.LITTLE_ENDIAN);"]
+    body.append("")
+    for pub in spec.publications:
+        star = any(s.field == "*" for s in pub.steps)
+        params = ["ByteBuffer buf", "int base"] + (["Map<String, Long> values"] if star else [])
+        params += [f"long {camel(f.name)[0].lower() + camel(f.name)[1:]}" for f in pub_params(spec, pub)]
+        body += [f"    /** {pub_doc(spec, pub)}" + (f" {{@code values}} maps {pub.record} field names to values; a field "
+                                                    "it does not name is stored as 0." if star else "") + " */",
+                 f"    public static {'long' if pub_returns(pub) else 'void'} publish{camel(pub.name)}({', '.join(params)}) {{"]
+        if star:
+            names = [f.name for f, st in publication_stores(spec, pub) if st.field == "*"]
+            body += [f"        Set<String> known = Set.of({', '.join(json.dumps(n) for n in names)});",
+                     "        for (String name : values.keySet()) {", "            if (!known.contains(name)) {",
+                     f"                throw new IllegalArgumentException(\"publish{camel(pub.name)}: \" + name + \" is not a field it stores (known: \" + known + \")\");",
+                     "            }", "        }"]
+        for f, st in publication_stores(spec, pub):
+            jt = JAVA_VH[f.type]
+            vh = jt.upper()
+            arg = camel(f.name)[0].lower() + camel(f.name)[1:]
+            src = f"values.getOrDefault(\"{f.name}\", 0L).longValue()" if st.field == "*" else (arg if st.value is None else f"{st.value}L")
+            if st.op == "add":
+                body.append(f"        return (long) {vh}.getAndAddRelease(buf, base + {f.offset}, ({jt}) {src}) + {src}; // {f.name}")
+            else:
+                body.append(f"        {vh}.{JAVA_SET[st.store]}(buf, base + {f.offset}, ({jt}) {src}); // {f.name} ({st.store})")
+        body += ["    }", ""]
+    body[-1:] = ["}"]
+    return java_file(body, ["java.lang.invoke.MethodHandles", "java.lang.invoke.VarHandle", "java.nio.ByteBuffer",
+                            "java.nio.ByteOrder", "java.util.Map", "java.util.Set"])
+
+
 # --- Driver -------------------------------------------------------------------------------------------------
 
 def generate(spec: Spec) -> dict[str, str]:
@@ -591,13 +766,17 @@ def generate(spec: Spec) -> dict[str, str]:
         "abi/python/morpheus_abi/__init__.py": emit_python(spec),
         "abi/node/index.js": emit_node_js(spec),
         "abi/node/index.d.ts": emit_node_dts(spec),
+        "abi/c/morpheus_test_region.h": emit_c_test_region(spec),
+        "abi/python/morpheus_test_region.py": emit_python_test_region(spec),
+        "abi/node/test-region.js": emit_node_test_region(spec),
+        f"abi/java/src/testFixtures/java/{JAVA_PKG.replace('.', '/')}/TestRegionWriter.java": emit_java_test_region(spec),
     }
     for name, text in emit_java(spec).items():
         files[f"abi/java/src/main/java/{JAVA_PKG.replace('.', '/')}/{name}"] = text
     return files
 
 
-GENERATED_DIRS = ["abi/java/src/main/java"]
+GENERATED_DIRS = ["abi/java/src/main/java", "abi/java/src/testFixtures/java"]
 
 
 def stale_generated(root: Path, files: dict[str, str]) -> list[Path]:
