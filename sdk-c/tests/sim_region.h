@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 OR MIT */
 /*
  * Test helper: a region file written as a scheduler writes it, and the scheduler's side of the
- * protocol on it. Every size, offset and constant comes from morpheus_abi.h (generated from
- * spec/abi.toml). Header-only, for the gtest suite and tests/region_tool.c.
+ * protocol on it. Every size, offset and constant comes from morpheus_abi.h, and the order of every
+ * publication from morpheus_test_region.h (both generated from spec/abi.toml). Header-only, for the
+ * gtest suite and tests/region_tool.c.
  */
 #ifndef MORPHEUS_SIM_REGION_H
 #define MORPHEUS_SIM_REGION_H
@@ -13,9 +14,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "morpheus_abi.h"
+#include "morpheus_test_region.h"
 
 /* What to write; sim_layout_default() gives what a scheduler writes, tests break one field. */
 struct sim_layout {
@@ -81,7 +84,7 @@ static inline int sim_region_create(struct sim_region *r, const char *path, cons
 	h.hint_min_interval_ns = MORPHEUS_DEFAULT_HINT_MIN_INTERVAL_NS;
 	h.scheduler_pid = (uint32_t)getpid();
 	h.backend = MORPHEUS_BACKEND_SIM;
-	if (pwrite(fd, &h, len < sizeof(h) ? len : sizeof(h), 0) < 0) {
+	if (len < sizeof(h) && pwrite(fd, &h, len, 0) < 0) { /* a truncated region: never published */
 		close(fd);
 		return -1;
 	}
@@ -96,8 +99,8 @@ static inline int sim_region_create(struct sim_region *r, const char *path, cons
 			return -1;
 		}
 		r->base = (unsigned char *)p;
-		if (len >= sizeof(h) && l->generation)
-			__atomic_store_n(&sim_header(r)->generation, l->generation, __ATOMIC_RELEASE);
+		if (len >= sizeof(h))
+			morpheus_test_publish_region(sim_header(r), &h, l->generation);
 	}
 	close(fd);
 	return 0;
@@ -140,13 +143,13 @@ static inline struct morpheus_scb *sim_scb(const struct sim_region *r, uint32_t 
 	return (struct morpheus_scb *)(r->base + r->header_size + (size_t)slot * r->scb_stride);
 }
 
-/* The scheduler asks `slot` to yield; returns the new preempt_seq. */
+/* The scheduler asks `slot` to yield (the generated publication); returns the new preempt_seq. */
 static inline uint64_t sim_request_yield(const struct sim_region *r, uint32_t slot)
 {
-	struct morpheus_scb *scb = sim_scb(r, slot);
+	struct timespec now;
 
-	__atomic_store_n(&scb->budget_remaining_ns, 0, __ATOMIC_RELAXED);
-	return __atomic_add_fetch(&scb->preempt_seq, 1, __ATOMIC_RELEASE);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return morpheus_test_publish_request(sim_scb(r, slot), (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
 }
 
 static inline void sim_set_generation(const struct sim_region *r, uint64_t generation)
