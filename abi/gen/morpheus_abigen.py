@@ -687,7 +687,21 @@ def emit_node_test_region(spec: Spec) -> str:
            "function store(fd, offset, size, write, value) {", "  const buf = Buffer.alloc(size);",
            "  buf[write](value);", "  fs.writeSync(fd, buf, 0, size, offset);", "}", "",
            "function load(fd, offset, size, read) {", "  const buf = Buffer.alloc(size);",
-           "  fs.readSync(fd, buf, 0, size, offset);", "  return buf[read]();", "}", ""]
+           "  fs.readSync(fd, buf, 0, size, offset);", "  return buf[read]();", "}", "",
+           "// size, Buffer writer and reader, and value conversion of each integer type of spec/abi.toml.",
+           "const TYPES = Object.freeze({"]
+    out += [f"  {t}: [{PRIMITIVES[t]}, '{w}', '{w.replace('write', 'read')}', {c}]," for t, (w, c) in JS_WRITE.items()]
+    out += ["});", "",
+            "/** One store of a field ({ offset, type } of @morpheus/abi) of the record at `base`, outside any publication. */",
+            "exports.storeField = function storeField(fd, base, field, value) {",
+            "  const t = TYPES[field.type];",
+            "  if (!t) throw new Error(`storeField: cannot store a ${field.type}`);",
+            "  store(fd, base + field.offset, t[0], t[1], t[3](value));", "};", "",
+            "/** One load of a field of the record at `base`: a number, or a bigint for 64-bit types. */",
+            "exports.loadField = function loadField(fd, base, field) {",
+            "  const t = TYPES[field.type];",
+            "  if (!t) throw new Error(`loadField: cannot load a ${field.type}`);",
+            "  return load(fd, base + field.offset, t[0], t[2]);", "};", ""]
     for pub in spec.publications:
         star = any(s.field == "*" for s in pub.steps)
         params = ["fd", "base"] + (["values"] if star else []) + [camel(f.name)[0].lower() + camel(f.name)[1:] for f in pub_params(spec, pub)]

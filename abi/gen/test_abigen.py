@@ -457,3 +457,87 @@ def test_the_c_header_declares_the_worker_with_its_pointer_types():
     for decl in ("const morpheus_u64 *preempt_seq;", "morpheus_u32 *in_critical;", "const morpheus_u64 *generation;",
                  "void *inner;", "#define MORPHEUS_WORKER_LAYOUT_VERSION 1u", '#define MORPHEUS_WORKER_SONAME "libmorpheus.so.1"'):
         assert decl in header
+
+
+# --- Publications (spec/abi.toml [[publication]]) and the test-region writers generated from them ---------
+
+def publication(spec: dict, name: str) -> dict:
+    return next(p for p in spec["publication"] if p["name"] == name)
+
+
+def test_the_real_publications_end_with_their_release():
+    spec = abispec.parse(raw())
+    order = {p.name: [(f.name, s.store) for f, s in abispec.publication_stores(spec, p)] for p in spec.publications}
+    assert order["request"] == [("last_hint_ns", "relaxed"), ("budget_remaining_ns", "relaxed"), ("preempt_seq", "release")]
+    assert order["region"][-1] == ("generation", "release")
+    assert all(store == "plain" for _, store in order["region"][:-1])
+
+
+def _swap_last_two(steps):
+    steps[-1], steps[-2] = steps[-2], steps[-1]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    # The increment of preempt_seq before the hint field: a runtime could see the request and a stale budget.
+    (lambda s: _swap_last_two(publication(s, "request")["steps"]),
+     r"publication request: the last step must be the release store readers pair with; it is budget_remaining_ns"),
+    # generation first: a reader could accept a header whose magic and layout are still being written.
+    (lambda s: publication(s, "region")["steps"].reverse(),
+     r"publication region step 2: '\*' \(the caller's values for every other field\) must be the first step"),
+    (lambda s: publication(s, "request")["steps"][0].update(store="release"),
+     r"publication request: only the last step is a release"),
+    (lambda s: publication(s, "request")["steps"].append({"field": "budget_remaining_ns", "store": "release"}),
+     r"publication request: duplicate step field 'budget_remaining_ns'"),
+    (lambda s: publication(s, "region")["steps"].insert(1, {"field": "magic", "store": "relaxed"}),
+     r"publication region step 2: a relaxed store needs an atomic field; region_header.magic is plain"),
+    (lambda s: publication(s, "request")["steps"][0].update(field="_reserved0"),
+     r"publication request step 1: '_reserved0' is not a writable integer field of scb"),
+    (lambda s: publication(s, "request")["steps"][-1].update(field="hints_dropped"),
+     r"publication request: scb.hints_dropped publishes the record, but its ordering does not say release"),
+    (lambda s: publication(s, "request").update(record="worker"),
+     r"publication request: record 'worker' is not a shared record"),
+])
+def test_a_broken_publication_order_is_refused_naming_the_step(mutate, message):
+    spec = raw()
+    mutate(spec)
+    with pytest.raises(SpecError, match=message):
+        abispec.parse(spec)
+
+
+@pytest.mark.parametrize("path, start, end, key", [
+    ("abi/c/morpheus_test_region.h", "morpheus_test_publish_{name}(", "\n}\n", r"->{field}\b"),
+    ("abi/python/morpheus_test_region.py", "def publish_{name}(", "\n\n\n", r"# {field}\b"),
+    ("abi/node/test-region.js", "function publish{Name}(", "\n};\n", r"// {field}\b"),
+    ("abi/java/src/testFixtures/java/dev/morpheus/abi/TestRegionWriter.java", " publish{Name}(", "\n    }\n", r"// {field}\b"),
+])
+def test_every_language_writer_stores_in_the_spec_order(path, start, end, key):
+    import re
+    spec = abispec.parse(raw())
+    text = morpheus_abigen.generate(spec)[path] + end
+    for p in spec.publications:
+        body = text[text.index(start.format(name=p.name, Name=morpheus_abigen.camel(p.name))):]
+        body = body[:body.index(end)]
+        stores = abispec.publication_stores(spec, p)
+        found = [re.search(key.format(field=f.name), body) for f, _ in stores]
+        assert all(found), f"{path}: publication {p.name} does not store {[f.name for (f, _), m in zip(stores, found) if not m]}"
+        assert [m.start() for m in found] == sorted(m.start() for m in found), \
+            f"{path}: publication {p.name} stores out of the spec's order"
+
+
+def test_the_python_writer_publishes_a_request_and_a_region_and_refuses_an_unknown_field():
+    spec = abispec.parse(raw())
+    module: dict = {}
+    exec(compile(morpheus_abigen.generate(spec)["abi/python/morpheus_test_region.py"], "writer", "exec"), module)
+    scb = spec.record("scb")
+    off = {f.name: f.offset for f in scb.fields}
+    buf = bytearray(scb.size)
+    buf[off["budget_remaining_ns"]:off["budget_remaining_ns"] + 8] = (5).to_bytes(8, "little")
+    assert module["publish_request"](buf, 0, 1234) == 1
+    assert module["publish_request"](buf, 0, 99) == 2
+    u64 = lambda name: int.from_bytes(buf[off[name]:off[name] + 8], "little")  # noqa: E731
+    assert (u64("preempt_seq"), u64("budget_remaining_ns"), u64("last_hint_ns")) == (2, 0, 99)
+    header = bytearray(spec.record("region_header").size)
+    module["publish_region"](header, 0, {"magic": 0x5355454850524F4D, "scb_count": 3}, 7)
+    assert header[:8] == b"MORPHEUS" and header[24] == 7 and header[20] == 3
+    with pytest.raises(ValueError, match=r"publish_region: \['magik'\] are not fields it stores"):
+        module["publish_region"](header, 0, {"magik": 1}, 7)

@@ -19,6 +19,30 @@ function load(fd, offset, size, read) {
   return buf[read]();
 }
 
+// size, Buffer writer and reader, and value conversion of each integer type of spec/abi.toml.
+const TYPES = Object.freeze({
+  u8: [1, 'writeUInt8', 'readUInt8', Number],
+  u16: [2, 'writeUInt16LE', 'readUInt16LE', Number],
+  u32: [4, 'writeUInt32LE', 'readUInt32LE', Number],
+  i32: [4, 'writeInt32LE', 'readInt32LE', Number],
+  u64: [8, 'writeBigUInt64LE', 'readBigUInt64LE', BigInt],
+  i64: [8, 'writeBigInt64LE', 'readBigInt64LE', BigInt],
+});
+
+/** One store of a field ({ offset, type } of @morpheus/abi) of the record at `base`, outside any publication. */
+exports.storeField = function storeField(fd, base, field, value) {
+  const t = TYPES[field.type];
+  if (!t) throw new Error(`storeField: cannot store a ${field.type}`);
+  store(fd, base + field.offset, t[0], t[1], t[3](value));
+};
+
+/** One load of a field of the record at `base`: a number, or a bigint for 64-bit types. */
+exports.loadField = function loadField(fd, base, field) {
+  const t = TYPES[field.type];
+  if (!t) throw new Error(`loadField: cannot load a ${field.type}`);
+  return load(fd, base + field.offset, t[0], t[2]);
+};
+
 /** A scheduler publishes a region (SCB.md §1.3, §2): every header field but generation, then generation, last, with release. Order: every other field of region_header (plain), then generation (release). `values` maps region_header field names to numbers or bigints; a field it does not name is stored as 0. */
 exports.publishRegion = function publishRegion(fd, base, values, generation) {
   const known = ['magic', 'abi_major', 'abi_minor', 'header_size', 'scb_stride', 'scb_count', 'required_features', 'optional_features', 'scheduler_mode', 'escalation_policy', 'slice_ns', 'grace_ns', 'hint_min_interval_ns', 'scheduler_pid', 'backend'];
