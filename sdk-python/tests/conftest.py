@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 """Fixtures: region files laid out with the generated ABI module (abi/python/morpheus_abi).
 
-The tests play the scheduler: they create a region file, bump preempt_seq and read what the SDK
-wrote. Every offset comes from the generated module, none is written here.
+The tests play the scheduler: they create a region file, make yield requests and read what the SDK
+wrote. Every offset comes from the generated module, and every publication (the region, a request)
+is the generated test writer's (abi/python/morpheus_test_region.py), in spec/abi.toml's order.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,18 +22,18 @@ import pytest
 REPO_ROOT = Path(os.environ.get("MORPHEUS_ROOT") or Path(__file__).resolve().parents[2])
 
 
-def _load_abi():
-    if "morpheus_abi" in sys.modules:
-        return sys.modules["morpheus_abi"]
-    path = REPO_ROOT / "abi" / "python" / "morpheus_abi" / "__init__.py"
-    spec = importlib.util.spec_from_file_location("morpheus_abi", path)
+def _load(name, path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["morpheus_abi"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-abi = _load_abi()
+abi = _load("morpheus_abi", REPO_ROOT / "abi" / "python" / "morpheus_abi" / "__init__.py")
+publish = _load("morpheus_test_region", REPO_ROOT / "abi" / "python" / "morpheus_test_region.py")
 
 
 class SimRegion:
@@ -47,15 +49,21 @@ class SimRegion:
             f.write(bytes(self.size))
         self._fd = os.open(path, os.O_RDWR)
         self.mm = mmap.mmap(self._fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.put_header(H.MAGIC, abi.REGION_MAGIC)
-        self.put_header(H.ABI_MAJOR, abi.ABI_MAJOR)
-        self.put_header(H.ABI_MINOR, abi.ABI_MINOR)
-        self.put_header(H.HEADER_SIZE, self.header_size)
-        self.put_header(H.SCB_STRIDE, self.stride)
-        self.put_header(H.SCB_COUNT, slots)
-        self.put_header(H.SLICE_NS, abi.DEFAULT_SLICE_NS)
-        self.put_header(H.GRACE_NS, abi.DEFAULT_GRACE_NS)
-        self.put_header(H.GENERATION, generation)
+        publish.publish_region(self.mm, 0, {
+            "magic": abi.REGION_MAGIC,
+            "abi_major": abi.ABI_MAJOR,
+            "abi_minor": abi.ABI_MINOR,
+            "header_size": self.header_size,
+            "scb_stride": self.stride,
+            "scb_count": slots,
+            "scheduler_mode": abi.SchedulerMode.OBSERVER,
+            "escalation_policy": abi.EscalationPolicy.NONE,
+            "slice_ns": abi.DEFAULT_SLICE_NS,
+            "grace_ns": abi.DEFAULT_GRACE_NS,
+            "hint_min_interval_ns": abi.DEFAULT_HINT_MIN_INTERVAL_NS,
+            "scheduler_pid": os.getpid(),
+            "backend": abi.Backend.SIM,
+        }, generation)
 
     def close(self):
         self.mm.close()
@@ -77,7 +85,10 @@ class SimRegion:
         return struct.unpack_from(field.struct_format, self.mm, self._scb_off(slot, field))[0]
 
     def bump(self, slot, n=1):
-        self.put(slot, abi.Scb.PREEMPT_SEQ, self.get(slot, abi.Scb.PREEMPT_SEQ) + n)
+        """n yield requests, each the generated publication; returns the last preempt_seq."""
+        for _ in range(n):
+            seq = publish.publish_request(self.mm, self.header_size + slot * self.stride, time.monotonic_ns())
+        return seq
 
     def scb_bytes(self, slot):
         start = self.header_size + slot * self.stride
