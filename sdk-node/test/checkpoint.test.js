@@ -151,9 +151,9 @@ test('restart: a changed generation detaches the worker, which writes nothing mo
   region.bump(SLOT);
   assert.equal(morpheus.shouldYield(), false, 'a lost worker stays lost');
   const after = region.bytes();
-  // Only what the test itself wrote differs (generation and preempt_seq).
+  // Only what the test itself wrote differs (generation, and its requests' preempt_seq and last_hint_ns).
   region.header('generation', 7n);
-  region.scb(SLOT, 'preempt_seq', 1n);
+  region.rewind(SLOT, before, 'preempt_seq', 'last_hint_ns');
   assert.deepEqual(region.bytes(), before);
   region.header('generation', 1n);
   assert.notDeepEqual(after, before);
@@ -259,7 +259,7 @@ test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still
   region.bump(SLOT);
   assert.equal(morpheus.yieldRequested(), true, 'a request is pending');
   assert.equal(morpheus.yieldRequested(), true, 'still pending: the question acknowledged nothing');
-  region.scb(SLOT, 'preempt_seq', 1n);
+  region.rewind(SLOT, before, 'preempt_seq', 'last_hint_ns');
   assert.deepEqual(region.bytes(), before, 'yieldRequested() writes nothing');
   // A request while DEFENSIVE: served by one async yield; no lost hint since, so DETERMINISTIC again.
   region.bump(SLOT);

@@ -24,6 +24,7 @@ test('npm pack, npm install into a fresh folder, run the example and a worker fr
     const listing = execFileSync('tar', ['-tzf', tarball], { encoding: 'utf8' });
     assert.match(listing, /package\/native\/morpheus\.linux-x64-gnu\.node/);
     assert.match(listing, /package\/node_modules\/@morpheus\/abi\/index\.js/);
+    assert.doesNotMatch(listing, /test-region/, 'the generated test-region writer is test-only');
     const app = path.join(dir, 'app');
     fs.mkdirSync(app);
     fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', private: true }));
