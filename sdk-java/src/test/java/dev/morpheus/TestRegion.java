@@ -2,8 +2,12 @@
 package dev.morpheus;
 
 import dev.morpheus.abi.Abi;
+import dev.morpheus.abi.Backend;
+import dev.morpheus.abi.EscalationPolicy;
 import dev.morpheus.abi.RegionHeaderOffsets;
+import dev.morpheus.abi.SchedulerMode;
 import dev.morpheus.abi.ScbOffsets;
+import dev.morpheus.abi.TestRegionWriter;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.invoke.MethodHandles;
@@ -14,10 +18,13 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.Map;
 
 /**
  * A sim-backing region file the tests play the scheduler on (spec/SCB.md §1, §2), written with the
- * generated offsets. Mapped MAP_SHARED, so the SDK's own mapping sees the same bytes.
+ * generated offsets. Mapped MAP_SHARED, so the SDK's own mapping sees the same bytes. The region and
+ * every yield request are published by the generated {@link TestRegionWriter} (spec/abi.toml's
+ * [[publication]] order), never in an order of this class's own.
  */
 final class TestRegion implements AutoCloseable {
     static final VarHandle LONG = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
@@ -41,16 +48,20 @@ final class TestRegion implements AutoCloseable {
             throw new UncheckedIOException(e);
         }
         bytes.order(ByteOrder.LITTLE_ENDIAN);
-        bytes.putLong((int) RegionHeaderOffsets.MAGIC, Abi.REGION_MAGIC);
-        bytes.putShort((int) RegionHeaderOffsets.ABI_MAJOR, (short) Abi.ABI_MAJOR);
-        bytes.putShort((int) RegionHeaderOffsets.ABI_MINOR, (short) Abi.ABI_MINOR);
-        bytes.putInt((int) RegionHeaderOffsets.HEADER_SIZE, HEADER);
-        bytes.putInt((int) RegionHeaderOffsets.SCB_STRIDE, STRIDE);
-        bytes.putInt((int) RegionHeaderOffsets.SCB_COUNT, slots);
-        bytes.putLong((int) RegionHeaderOffsets.SLICE_NS, Abi.DEFAULT_SLICE_NS);
-        bytes.putLong((int) RegionHeaderOffsets.GRACE_NS, Abi.DEFAULT_GRACE_NS);
-        bytes.putLong((int) RegionHeaderOffsets.HINT_MIN_INTERVAL_NS, Abi.DEFAULT_HINT_MIN_INTERVAL_NS);
-        LONG.setRelease(bytes, (int) RegionHeaderOffsets.GENERATION, 7L); // last: publishes the header
+        TestRegionWriter.publishRegion(bytes, 0, Map.ofEntries(
+                Map.entry("magic", Abi.REGION_MAGIC),
+                Map.entry("abi_major", (long) Abi.ABI_MAJOR),
+                Map.entry("abi_minor", (long) Abi.ABI_MINOR),
+                Map.entry("header_size", (long) HEADER),
+                Map.entry("scb_stride", (long) STRIDE),
+                Map.entry("scb_count", (long) slots),
+                Map.entry("scheduler_mode", (long) SchedulerMode.OBSERVER.value),
+                Map.entry("escalation_policy", (long) EscalationPolicy.NONE.value),
+                Map.entry("slice_ns", Abi.DEFAULT_SLICE_NS),
+                Map.entry("grace_ns", Abi.DEFAULT_GRACE_NS),
+                Map.entry("hint_min_interval_ns", Abi.DEFAULT_HINT_MIN_INTERVAL_NS),
+                Map.entry("scheduler_pid", ProcessHandle.current().pid()),
+                Map.entry("backend", (long) Backend.SIM.value)), 7L);
     }
 
     String pathString() {
@@ -69,9 +80,9 @@ final class TestRegion implements AutoCloseable {
         return (int) INT.getAcquire(bytes, scb(slot, field));
     }
 
-    /** The scheduler's yield request: preempt_seq += 1 (release); returns the new value. */
+    /** The scheduler's yield request, the generated publication; returns the new preempt_seq. */
     long bump(int slot) {
-        return (long) LONG.getAndAddRelease(bytes, scb(slot, ScbOffsets.PREEMPT_SEQ), 1L) + 1;
+        return TestRegionWriter.publishRequest(bytes, scb(slot, 0), System.nanoTime());
     }
 
     /** A scheduler restart as the old region sees it: generation changes (release). */
