@@ -674,6 +674,44 @@ def emit_python_test_region(spec: Spec) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+RUST_ATOMIC = {"u8": "AtomicU8", "u16": "AtomicU16", "u32": "AtomicU32", "u64": "AtomicU64", "i32": "AtomicI32",
+               "i64": "AtomicI64"}
+RUST_INT = {"u8": "u8", "u16": "u16", "u32": "u32", "u64": "u64", "i32": "i32", "i64": "i64"}
+RUST_ORDER = {"relaxed": "Relaxed", "release": "Release"}
+
+
+def emit_rust_test_region(spec: Spec) -> str:
+    out = ["// SPDX-License-Identifier: Apache-2.0 OR MIT", f"// {BANNER}", f"//! {TEST_ONLY}",
+           "//! Compiled only with this crate's `test-region` feature (sdk-rust's `testing` turns it on).", "",
+           "use core::sync::atomic::{" + ", ".join(sorted({RUST_ATOMIC[f.type] for p in spec.publications
+                                                           for f, st in publication_stores(spec, p) if st.store != "plain"}))
+           + ", Ordering};", ""]
+    for pub in spec.publications:
+        star = any(s.field == "*" for s in pub.steps)
+        rec = f"crate::{camel(pub.record)}"
+        params = [f"{pub.record}: *mut u8"] + ([f"values: &{rec}"] if star else [])
+        params += [f"{f.name}: {RUST_INT[f.type]}" for f in pub_params(spec, pub)]
+        last = next(f for f in spec.record(pub.record).fields if f.name == pub.steps[-1].field)
+        ret = f" -> {RUST_INT[last.type]}" if pub_returns(pub) else ""
+        out += [f"/// {pub_doc(spec, pub)}", "///", "/// # Safety",
+                f"/// `{pub.record}` points to a whole {pub.record} ({spec.record(pub.record).size} bytes, "
+                f"{spec.record(pub.record).align}-byte aligned) in a live mapping, whose atomic fields every other party "
+                "accesses only atomically.",
+                "#[allow(clippy::unnecessary_cast)]",
+                f"pub unsafe fn publish_{pub.name}({', '.join(params)}){ret} {{"]
+        for f, st in publication_stores(spec, pub):
+            src = f"values.{f.name}" if st.field == "*" else (f.name if st.value is None else f"{st.value}{RUST_INT[f.type]}")
+            cell = f"(*({pub.record}.add({f.offset}) as *const {RUST_ATOMIC[f.type]}))"
+            if st.op == "add":
+                out.append(f"    {cell}.fetch_add({src}, Ordering::{RUST_ORDER[st.store]}).wrapping_add({src}) // {f.name}")
+            elif st.store == "plain":
+                out.append(f"    core::ptr::write({pub.record}.add({f.offset}) as *mut {RUST_INT[f.type]}, {src} as {RUST_INT[f.type]}); // {f.name} (plain)")
+            else:
+                out.append(f"    {cell}.store({src}, Ordering::{RUST_ORDER[st.store]}); // {f.name} ({st.store})")
+        out += ["}", ""]
+    return "\n".join(out)
+
+
 JS_WRITE = {"u8": ("writeUInt8", "Number"), "u16": ("writeUInt16LE", "Number"), "u32": ("writeUInt32LE", "Number"),
             "i32": ("writeInt32LE", "Number"), "u64": ("writeBigUInt64LE", "BigInt"), "i64": ("writeBigInt64LE", "BigInt")}
 
@@ -783,6 +821,7 @@ def generate(spec: Spec) -> dict[str, str]:
         "abi/c/morpheus_test_region.h": emit_c_test_region(spec),
         "abi/python/morpheus_test_region.py": emit_python_test_region(spec),
         "abi/node/test-region.js": emit_node_test_region(spec),
+        "abi/rust/src/test_region.rs": emit_rust_test_region(spec),
         f"abi/java/src/testFixtures/java/{JAVA_PKG.replace('.', '/')}/TestRegionWriter.java": emit_java_test_region(spec),
     }
     for name, text in emit_java(spec).items():

@@ -509,6 +509,7 @@ def test_a_broken_publication_order_is_refused_naming_the_step(mutate, message):
     ("abi/python/morpheus_test_region.py", "def publish_{name}(", "\n\n\n", r"# {field}\b"),
     ("abi/node/test-region.js", "function publish{Name}(", "\n};\n", r"// {field}\b"),
     ("abi/java/src/testFixtures/java/dev/morpheus/abi/TestRegionWriter.java", " publish{Name}(", "\n    }\n", r"// {field}\b"),
+    ("abi/rust/src/test_region.rs", "fn publish_{name}(", "\n}\n", r"// {field}\b"),
 ])
 def test_every_language_writer_stores_in_the_spec_order(path, start, end, key):
     import re

@@ -367,11 +367,16 @@ impl SimRegion {
         self.u64_at(slot, |s| unsafe { addr_of!((*s).last_ack_seq) }).store(value, Ordering::Release)
     }
 
-    /// The scheduler asks slot `slot` to yield: `preempt_seq += 1` (release), `budget_remaining_ns = 0`.
+    /// The scheduler asks slot `slot` to yield, the generated publication (spec/abi.toml `[[publication]]`
+    /// request): `last_hint_ns := now`, `budget_remaining_ns := 0`, then `preempt_seq += 1` (release).
     /// Returns the new `preempt_seq`.
     pub fn request_yield(&self, slot: u32) -> u64 {
-        self.u64_at(slot, |s| unsafe { addr_of!((*s).budget_remaining_ns) }).store(0, Ordering::Relaxed);
-        self.u64_at(slot, |s| unsafe { addr_of!((*s).preempt_seq) }).fetch_add(1, Ordering::Release) + 1
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        // SAFETY: SCB `slot` of our mapping (scb() checks the index), which every party accesses atomically.
+        unsafe { morpheus_abi::test_region::publish_request(self.scb(slot) as *mut u8, now_ns) }
     }
 
     /// Store `budget_remaining_ns`.

@@ -10,6 +10,11 @@
 #![no_std]
 #![deny(missing_docs)]
 
+/// The scheduler's publications (spec/abi.toml `[[publication]]`) for tests that play the scheduler;
+/// generated, test-only: only the `test-region` feature compiles it.
+#[cfg(feature = "test-region")]
+pub mod test_region;
+
 /// Raw bindgen output: C names, C layout.
 #[allow(non_camel_case_types, non_upper_case_globals, non_snake_case, missing_docs, clippy::all)]
 pub mod raw {
