@@ -46,6 +46,21 @@ SCB_FIELDS = {f.name: f for f in m.Scb.FIELDS}
 # the reference agent use the same function as every SDK.
 scb_clear_for_reuse = m.scb_clear_for_reuse
 
+
+def _load_writer():
+    path = REPO_ROOT / "abi" / "python" / "morpheus_test_region.py"
+    if "morpheus_test_region" in sys.modules:
+        return sys.modules["morpheus_test_region"]
+    spec = importlib.util.spec_from_file_location("morpheus_test_region", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["morpheus_test_region"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# The scheduler's publication of a region, generated from abi.toml's [[publication]] order (test-only writer).
+publish_region = _load_writer().publish_region
+
 def _snake(name: str) -> str:
     out = []
     for i, ch in enumerate(name):

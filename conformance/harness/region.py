@@ -14,7 +14,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from abi import HEADER_FIELDS, SCB_FIELDS, enum_of_field, m
+from abi import HEADER_FIELDS, SCB_FIELDS, enum_of_field, m, publish_region
 
 _CTYPE = {
     "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
@@ -122,11 +122,15 @@ class Region:
         self._mm = None
         if not spec.create:
             return
-        image = bytearray(max(self.size, 1))
-        for name, value in self.header.items():
-            f = HEADER_FIELDS[name]
-            if f.struct_format and f.offset + f.size <= len(image):
-                struct.pack_into(f.struct_format, image, f.offset, value)
+        # The header as a scheduler publishes it (the generated writer, spec/abi.toml's order), then cut to
+        # the size the scenario asks for (a truncated region keeps the bytes that fit).
+        image = bytearray(max(self.size, m.RegionHeader.SIZE))
+        published = {f.name for f in m.RegionHeader.FIELDS if f.struct_format}
+        for name, value in self.header.items():  # the pressure record's fields: bytes the agent's seqlock owns
+            if name not in published:
+                struct.pack_into(HEADER_FIELDS[name].struct_format, image, HEADER_FIELDS[name].offset, value)
+        values = {k: v for k, v in self.header.items() if k in published and k != "generation"}
+        publish_region(image, 0, values, self.header["generation"])
         image = image[: self.size]
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
