@@ -571,62 +571,117 @@ pub(crate) fn episode_open(workers: &MapHandle, slot: u32) -> Option<bool> {
 }
 
 /// The worker layer's `worker_tids` bitmap (src/bpf/worker.bpf.c: one bit per tid below
-/// MORPHEUS_TID_LIMIT), mapped read-write here: the agent is its only writer. A bit is set before the
-/// tid's `worker_slots` entry is written and cleared only once the tid has no entry, so the BPF side,
-/// which takes a clear bit for "no worker" without looking in `worker_slots`, never misses a worker.
+/// MORPHEUS_TID_LIMIT) and its `worker_tid_summary` (one bit per block of MORPHEUS_TID_SUMMARY_BLOCK
+/// tids), mapped read-write here: the agent is their only writer, and writes them only under `lock`
+/// (TidLevels says in which order). A bit is set before the tid's `worker_slots` entry is written and
+/// cleared only once the tid has no entry, so the BPF side, which takes a clear bit at either level for
+/// "no worker" without looking in `worker_slots`, never misses a worker.
 struct TidBits {
-    map: MapMapping,
+    tids: MapMapping,
+    summary: MapMapping,
+    lock: Mutex<()>,
 }
 
-impl TidBits {
-    fn new(worker_tids: &MapHandle) -> Result<Self> {
-        let words = bpf_intf::MORPHEUS_TID_WORDS as usize;
-        if worker_tids.value_size() as usize != size_of::<u64>() || worker_tids.max_entries() as usize != words {
-            bail!("the BPF worker_tids map is not {words} u64 words");
-        }
-        let fd = worker_tids.as_fd().try_clone_to_owned().context("cannot duplicate the worker_tids map fd")?;
-        let len = words * size_of::<u64>();
-        // SAFETY: mapping a BPF_F_MMAPABLE array map of `len` bytes (a whole number of pages); checked
-        // for MAP_FAILED below.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error()).context("cannot mmap the BPF worker_tids map");
-        }
-        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned NULL");
-        Ok(TidBits { map: MapMapping { base, len, _fd: fd } })
+/// Maps the BPF_F_MMAPABLE array map `map` of `words` u64 words read-write (`name` for errors).
+fn map_words(map: &MapHandle, words: usize, name: &str) -> Result<MapMapping> {
+    if map.value_size() as usize != size_of::<u64>() || map.max_entries() as usize != words {
+        bail!("the BPF {name} map is not {words} u64 words");
     }
+    let fd = map.as_fd().try_clone_to_owned().with_context(|| format!("cannot duplicate the {name} map fd"))?;
+    let len = words * size_of::<u64>();
+    // SAFETY: mapping a BPF_F_MMAPABLE array map of `len` bytes (the kernel rounds the mapping up to
+    // whole pages); checked for MAP_FAILED below.
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error()).with_context(|| format!("cannot mmap the BPF {name} map"));
+    }
+    let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned NULL");
+    Ok(MapMapping { base, len, _fd: fd })
+}
 
-    /// The word holding `tid`'s bit and the bit, or None for a tid the bitmap does not cover (the BPF
-    /// side looks those up in `worker_slots` directly).
-    fn bit(&self, tid: u32) -> Option<(&std::sync::atomic::AtomicU64, u64)> {
+impl MapMapping {
+    /// The mapping as u64 words, each accessed atomically.
+    fn words(&self) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: the mapping is `len` bytes, page-aligned (so u64-aligned), lives as long as self, and
+        // every access to it here is atomic.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<std::sync::atomic::AtomicU64>(), self.len / size_of::<u64>()) }
+    }
+}
+
+/// The two levels of the tid bitmap as words (`tids`: MORPHEUS_TID_WORDS, `summary`:
+/// MORPHEUS_TID_SUMMARY_WORDS). The invariant the BPF side relies on: whenever a tid's bit in `tids` is
+/// set, its block's bit in `summary` is set. `set` sets the block's bit first, then the tid's; `clear`
+/// clears the tid's bit first, then the block's bit only if every bit of the block in `tids` is clear,
+/// so no reader ever sees a tid's bit set under a clear block bit. The check and the clear are not one
+/// atomic step: callers serialise every `set` and `clear` (TidBits' lock), so no bit of the block can
+/// be set between them.
+struct TidLevels<'a> {
+    tids: &'a [std::sync::atomic::AtomicU64],
+    summary: &'a [std::sync::atomic::AtomicU64],
+}
+
+impl TidLevels<'_> {
+    /// The words (in `tids`) of `tid`'s block, its block's word in `summary` and the bits of the tid
+    /// in its word and of the block in its summary word; None for a tid the bitmap does not cover (the
+    /// BPF side looks those up in `worker_slots` directly).
+    #[allow(clippy::type_complexity)]
+    fn locate(&self, tid: u32) -> Option<(&[std::sync::atomic::AtomicU64], usize, &std::sync::atomic::AtomicU64, u64)> {
         if tid >= bpf_intf::MORPHEUS_TID_LIMIT {
             return None;
         }
-        let word = (tid / 64) as usize;
-        // SAFETY: word < MORPHEUS_TID_WORDS, inside the mapping, which lives as long as self; u64
-        // words of a page-aligned mapping are aligned, and every access is atomic.
-        let word = unsafe { &*self.map.base.as_ptr().cast::<std::sync::atomic::AtomicU64>().add(word) };
-        Some((word, 1u64 << (tid % 64)))
+        let block = (tid >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT) as usize;
+        let per_block = (bpf_intf::MORPHEUS_TID_SUMMARY_BLOCK / 64) as usize;
+        let words = &self.tids[block * per_block..(block + 1) * per_block];
+        Some((words, (tid / 64) as usize % per_block, &self.summary[block / 64], 1u64 << (block % 64)))
     }
 
     fn set(&self, tid: u32) {
-        if let Some((word, bit)) = self.bit(tid) {
-            word.fetch_or(bit, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering::SeqCst;
+        if let Some((words, word, summary, block_bit)) = self.locate(tid) {
+            summary.fetch_or(block_bit, SeqCst);
+            words[word].fetch_or(1u64 << (tid % 64), SeqCst);
         }
     }
 
     fn clear(&self, tid: u32) {
-        if let Some((word, bit)) = self.bit(tid) {
-            word.fetch_and(!bit, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering::SeqCst;
+        if let Some((words, word, summary, block_bit)) = self.locate(tid) {
+            words[word].fetch_and(!(1u64 << (tid % 64)), SeqCst);
+            if words.iter().all(|w| w.load(SeqCst) == 0) {
+                summary.fetch_and(!block_bit, SeqCst);
+            }
         }
     }
 }
 
+impl TidBits {
+    fn new(worker_tids: &MapHandle, worker_tid_summary: &MapHandle) -> Result<Self> {
+        Ok(TidBits {
+            tids: map_words(worker_tids, bpf_intf::MORPHEUS_TID_WORDS as usize, "worker_tids")?,
+            summary: map_words(worker_tid_summary, bpf_intf::MORPHEUS_TID_SUMMARY_WORDS as usize, "worker_tid_summary")?,
+            lock: Mutex::new(()),
+        })
+    }
+
+    fn levels(&self) -> TidLevels<'_> {
+        TidLevels { tids: self.tids.words(), summary: self.summary.words() }
+    }
+
+    fn set(&self, tid: u32) {
+        let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.levels().set(tid);
+    }
+
+    fn clear(&self, tid: u32) {
+        let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.levels().clear(tid);
+    }
+}
+
 /// Who the worker layer takes for a worker: its `worker_slots` map (tid -> slot, domain, SCB index),
-/// all the BPF side believes about who a worker is and where its SCB is, and the `worker_tids` bitmap
-/// that lets every other thread's context switch pass with one load. Written only under the
+/// all the BPF side believes about who a worker is and where its SCB is, and the two-level tid bitmap
+/// (`worker_tid_summary` over `worker_tids`, TidBits) that lets every other thread's context switch pass
+/// with a load or two of hot memory. Written only under the
 /// registry's table lock (the slot observer's calls).
 pub(crate) struct LayerSlots {
     worker_slots: MapHandle,
@@ -634,16 +689,22 @@ pub(crate) struct LayerSlots {
 }
 
 impl LayerSlots {
-    /// Over the worker layer's `worker_slots` and `worker_tids` maps (either backend's object).
-    pub(crate) fn new(worker_slots: &libbpf_rs::MapMut<'_>, worker_tids: &libbpf_rs::MapMut<'_>) -> Result<Self> {
+    /// Over the worker layer's `worker_slots`, `worker_tids` and `worker_tid_summary` maps (either
+    /// backend's object).
+    pub(crate) fn new(
+        worker_slots: &libbpf_rs::MapMut<'_>,
+        worker_tids: &libbpf_rs::MapMut<'_>,
+        worker_tid_summary: &libbpf_rs::MapMut<'_>,
+    ) -> Result<Self> {
         Self::over(
             MapHandle::try_from(worker_slots).context("worker_slots map handle")?,
             &MapHandle::try_from(worker_tids).context("worker_tids map handle")?,
+            &MapHandle::try_from(worker_tid_summary).context("worker_tid_summary map handle")?,
         )
     }
 
-    fn over(worker_slots: MapHandle, worker_tids: &MapHandle) -> Result<Self> {
-        Ok(LayerSlots { worker_slots, tids: TidBits::new(worker_tids)? })
+    fn over(worker_slots: MapHandle, worker_tids: &MapHandle, worker_tid_summary: &MapHandle) -> Result<Self> {
+        Ok(LayerSlots { worker_slots, tids: TidBits::new(worker_tids, worker_tid_summary)? })
     }
 
     /// Records that thread `worker.tid` is the worker of `slot` (its domain and SCB index): its bit
@@ -1192,7 +1253,7 @@ impl KernelBackend {
             errors: 0,
         }));
         let observer = Arc::new(KernelSlots {
-            slots: LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids)?,
+            slots: LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids, &skel.maps.worker_tid_summary)?,
             throttles: Arc::clone(&throttles),
         });
 
@@ -1371,6 +1432,77 @@ mod tests {
         u64::from_ne_bytes(bytes[..8].try_into().unwrap()) & (1 << (tid % 64)) != 0
     }
 
+    /// Whether the block of `tid` has its bit set in the worker_tid_summary map `map` (read through the
+    /// syscall).
+    fn block_bit(map: &MapHandle, tid: u32) -> bool {
+        let block = tid >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT;
+        let bytes = map.lookup(&(block / 64).to_ne_bytes(), MapFlags::ANY).unwrap().expect("an array has every word");
+        u64::from_ne_bytes(bytes[..8].try_into().unwrap()) & (1 << (block % 64)) != 0
+    }
+
+    /// An mmapable array map of `words` u64 words named `name` (as the worker layer declares its tid
+    /// bitmaps).
+    fn word_array(name: &str, words: u32) -> MapHandle {
+        MapHandle::create(
+            MapType::Array,
+            Some(name),
+            4,
+            8,
+            words,
+            &libbpf_rs::libbpf_sys::bpf_map_create_opts {
+                sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+                map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+                ..Default::default()
+            },
+        )
+        .expect(NEEDS)
+    }
+
+    /// The two levels' invariant (TidLevels), checked after every step of a fixed pseudo-random walk of
+    /// sets and clears over tids that share words and blocks, at both ends of the bitmap: whenever a
+    /// tid's bit is set its block's bit is set (the BPF side never misses a worker), and a block's bit
+    /// is clear once no tid of the block is set (the summary does not fill up with stale blocks).
+    #[test]
+    fn a_block_bit_is_set_exactly_while_a_tid_of_its_block_is() {
+        use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+        let tids: Vec<AtomicU64> = (0..bpf_intf::MORPHEUS_TID_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let summary: Vec<AtomicU64> = (0..bpf_intf::MORPHEUS_TID_SUMMARY_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let levels = TidLevels { tids: &tids, summary: &summary };
+        let block = bpf_intf::MORPHEUS_TID_SUMMARY_BLOCK;
+        let last = bpf_intf::MORPHEUS_TID_LIMIT - 1;
+        // Candidates: the first and last tids of a block and its neighbours, two in one word, the ends.
+        let pool = [0, 1, 63, 64, block - 1, block, block + 1, 5 * block + 17, 5 * block + 18, last - block, last - 1, last];
+        let bit = |words: &[AtomicU64], i: u32| words[(i / 64) as usize].load(SeqCst) & (1 << (i % 64)) != 0;
+        let mut set = std::collections::BTreeSet::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..4000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let tid = pool[(seed % pool.len() as u64) as usize];
+            if seed & (1 << 40) != 0 {
+                levels.set(tid);
+                set.insert(tid);
+            } else {
+                levels.clear(tid);
+                set.remove(&tid);
+            }
+            for &t in &pool {
+                let b = t >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT;
+                assert_eq!(bit(&tids, t), set.contains(&t), "step {step}: tid {t}'s own bit");
+                let live = set.iter().any(|&u| u >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT == b);
+                assert_eq!(bit(&summary, b), live, "step {step}: block {b} of tid {t} (tids set: {set:?})");
+            }
+        }
+        // A tid past the bitmap touches neither level.
+        let snapshot = |words: &[AtomicU64]| words.iter().map(|w| w.load(SeqCst)).collect::<Vec<_>>();
+        let before = (snapshot(&tids), snapshot(&summary));
+        levels.set(bpf_intf::MORPHEUS_TID_LIMIT);
+        assert_eq!((snapshot(&tids), snapshot(&summary)), before, "a tid past the bitmap was set in it");
+        levels.clear(bpf_intf::MORPHEUS_TID_LIMIT);
+        assert_eq!((snapshot(&tids), snapshot(&summary)), before, "a tid past the bitmap was cleared in it");
+    }
+
     /// The worker layer takes a clear bit in worker_tids for "no worker" without looking in
     /// worker_slots, so a bit must be set while the tid has an entry and may be cleared only once it has
     /// none: kept across the release of a slot whose tid another registration holds now, cleared when
@@ -1389,21 +1521,10 @@ mod tests {
             &libbpf_rs::libbpf_sys::bpf_map_create_opts { sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() },
         )
         .expect(NEEDS);
-        let worker_tids = MapHandle::create(
-            MapType::Array,
-            Some("worker_tids"),
-            4,
-            8,
-            bpf_intf::MORPHEUS_TID_WORDS,
-            &libbpf_rs::libbpf_sys::bpf_map_create_opts {
-                sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-                map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
-                ..Default::default()
-            },
-        )
-        .expect(NEEDS);
+        let worker_tids = word_array("worker_tids", bpf_intf::MORPHEUS_TID_WORDS);
+        let summary = word_array("worker_tid_summ", bpf_intf::MORPHEUS_TID_SUMMARY_WORDS);
         let entries = MapHandle::from_map_id(worker_slots.info().unwrap().info.id).unwrap();
-        let slots = LayerSlots::over(worker_slots, &worker_tids).unwrap();
+        let slots = LayerSlots::over(worker_slots, &worker_tids, &summary).unwrap();
         // SAFETY: no preconditions.
         let me = unsafe { libc::gettid() } as u32;
         let pinned = Arc::new(crate::identity::Peer::this_process().expect("pin this process").thread(me).expect("this thread"));
@@ -1417,6 +1538,7 @@ mod tests {
         assert!((before..=after).contains(&entry.registered_ns), "registered_ns {} not read at the record ({before}..={after})", entry.registered_ns);
         slots.record(2, &thread(neighbour)).unwrap();
         assert!(tid_bit(&worker_tids, tid) && tid_bit(&worker_tids, neighbour), "set with the entries");
+        assert!(block_bit(&summary, tid), "the block's summary bit not set with its tids'");
         // The tid registered again elsewhere (slot 3) before slot 1's release: its entry names 3.
         slots.record(3, &thread(tid)).unwrap();
         slots.forget(1, tid);
@@ -1427,8 +1549,10 @@ mod tests {
         slots.forget(3, tid);
         assert!(!tid_bit(&worker_tids, tid), "left set once the tid has no entry");
         assert!(tid_bit(&worker_tids, neighbour), "a neighbour's bit in the same word was cleared");
+        assert!(block_bit(&summary, neighbour), "the block's summary bit cleared while a tid of it (the neighbour) is set");
         slots.forget(2, neighbour);
         assert!(!tid_bit(&worker_tids, neighbour));
+        assert!(!block_bit(&summary, neighbour), "the block's summary bit left set once no tid of it is");
         assert!(entries.lookup(&neighbour.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "the released slot's entry stayed");
         // A tid past the bitmap (never a real tid) is recorded; the BPF side looks it up directly.
         slots.record(4, &thread(bpf_intf::MORPHEUS_TID_LIMIT)).unwrap();

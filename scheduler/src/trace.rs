@@ -178,7 +178,7 @@ impl TraceBackend {
 
         let workers_map = MapHandle::try_from(&skel.maps.workers).context("workers map handle")?;
         let observer = Arc::new(TraceSlots {
-            slots: kernel::LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids)?,
+            slots: kernel::LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids, &skel.maps.worker_tid_summary)?,
             released: Released::default(),
         });
         let links = vec![
@@ -428,5 +428,80 @@ mod tests {
         assert_eq!(bound(registered_ns - 1), 1, "the thread started before the registration was not taken for its worker");
         assert_eq!(bound(registered_ns + 2), 0, "a thread started after the registration took the bound worker's slot");
         assert_eq!(bound(registered_ns - 1), 1, "the bound thread lost its slot to a later holder of its tid");
+    }
+
+    /// The two levels of the tid bitmap as the real programs read them (bind_replay: worker_running's
+    /// lookup, run with BPF_PROG_TEST_RUN on this kernel), written by the agent's own writer
+    /// (kernel::LayerSlots): a recorded tid is found while another tid of its word and block is
+    /// recorded and forgotten, a tid of another summary word is found after the first block's last tid
+    /// is forgotten, and a tid recorded again in a block whose bit was cleared is found. And the
+    /// programs do read the summary: with the tid's block bit cleared behind the agent's back the same
+    /// registration is not found, so this fails if the agent leaves the block bit clear.
+    #[test]
+    #[ignore = "needs root and bpf(2) with BTF: run with --ignored (//scheduler:region_pin_test does)"]
+    fn a_recorded_tid_is_found_through_both_levels_of_the_tid_bitmap() {
+        let mut open_object = MaybeUninit::uninit();
+        let skel = BpfSkelBuilder::default().open(&mut open_object).expect("open the tracing backend's object");
+        let skel = skel.load().expect("load the tracing backend's object (root, BPF with BTF)");
+        let maker = kernel::BpfRegions {
+            outer: MapHandle::try_from(&skel.maps.regions).unwrap(),
+            pin_dir: None,
+            pinned: Arc::default(),
+        };
+        let _region = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS).expect("a region in the replay domain");
+        let slots = kernel::LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids, &skel.maps.worker_tid_summary).unwrap();
+        let workers = MapHandle::try_from(&skel.maps.workers).unwrap();
+        let summary = MapHandle::try_from(&skel.maps.worker_tid_summary).unwrap();
+        let limits = crate::domains::DomainLimits { total: 2, per_user: 2 };
+        let domains = crate::domains::Domains::new(crate::region::RegionParams::enforced_with_defaults(4, abi::Backend::Kernel), 7, None, limits);
+        let domain = domains.for_uid(40004, 40004).unwrap();
+        assert_eq!(domain.index, bpf_intf::MORPHEUS_REPLAY_DOMAIN, "the records must name the replay domain's region");
+        // SAFETY: no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let pinned = Arc::new(crate::identity::Peer::this_process().expect("pin this process").thread(me).expect("this thread"));
+        // Only the numbers are written to the maps: each record names another tid, pinned as this thread.
+        let thread = |tid: u32| Assigned { tid, pid: tid, uid: 40004, thread: Arc::clone(&pinned), domain: Arc::clone(&domain), local: 0 };
+        // Whether a run of `tid` (started before any registration) finds its worker_slots entry: the
+        // slot's bookkeeping is zeroed first, so only a lookup that found the entry binds it.
+        let found = |tid: u32, slot: u32| {
+            let zero = vec![0u8; size_of::<bpf_intf::worker_ctx>()];
+            workers.update(&slot.to_ne_bytes(), &zero, MapFlags::ANY).unwrap();
+            let mut ctx = bpf_intf::morpheus_bind_replay_ctx { start_ns: 1, tid, slot };
+            // SAFETY: a plain C struct viewed as its bytes for the duration of the call.
+            let ctx = unsafe {
+                std::slice::from_raw_parts_mut((&mut ctx as *mut bpf_intf::morpheus_bind_replay_ctx).cast::<u8>(), size_of_val(&ctx))
+            };
+            let input = ProgramInput { context_in: Some(ctx), ..Default::default() };
+            skel.progs.bind_replay.test_run(input).expect("BPF_PROG_TEST_RUN of bind_replay").return_value == 1
+        };
+        let block = bpf_intf::MORPHEUS_TID_SUMMARY_BLOCK;
+        // a and b share a word and a block; c is in another word of the summary.
+        let (a, b, c) = (5 * block + 3, 5 * block + 4, 100 * block + 5);
+        slots.record(1, &thread(a)).unwrap();
+        assert!(found(a, 1), "a recorded tid was not found");
+        slots.record(2, &thread(b)).unwrap();
+        assert!(found(b, 2), "a second tid of the same word and block was not found");
+        slots.forget(2, b);
+        assert!(found(a, 1), "a recorded tid was lost when another tid of its block was forgotten");
+        slots.record(3, &thread(c)).unwrap();
+        slots.forget(1, a);
+        assert!(found(c, 3), "a tid of another summary word was lost when the first block's last tid was forgotten");
+        slots.record(4, &thread(a)).unwrap();
+        assert!(found(a, 4), "a tid recorded again in a block whose bit had been cleared was not found");
+        // Clear a's block bit behind the agent's back: the programs must then miss it (they read the
+        // summary before the bitmap), and find it again once the bit is back.
+        let (word, bit) = ((a >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT) / 64, 1u64 << ((a >> bpf_intf::MORPHEUS_TID_SUMMARY_SHIFT) % 64));
+        let value = u64::from_ne_bytes(summary.lookup(&word.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()[..8].try_into().unwrap());
+        assert_ne!(value & bit, 0, "the agent left a recorded tid's block bit clear");
+        summary.update(&word.to_ne_bytes(), &(value & !bit).to_ne_bytes(), MapFlags::ANY).unwrap();
+        assert!(!found(a, 4), "the programs found a tid whose block bit is clear: they do not read the summary");
+        summary.update(&word.to_ne_bytes(), &value.to_ne_bytes(), MapFlags::ANY).unwrap();
+        assert!(found(a, 4));
+        slots.forget(4, a);
+        slots.forget(3, c);
+        let all = (0..bpf_intf::MORPHEUS_TID_SUMMARY_WORDS)
+            .map(|w| u64::from_ne_bytes(summary.lookup(&w.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()[..8].try_into().unwrap()))
+            .fold(0, |acc, v| acc | v);
+        assert_eq!(all, 0, "block bits left set once every recorded tid was forgotten");
     }
 }

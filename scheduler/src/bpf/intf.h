@@ -143,6 +143,16 @@ struct morpheus_detection {
 #define MORPHEUS_TID_LIMIT (4u * 1024 * 1024)
 #define MORPHEUS_TID_WORDS (MORPHEUS_TID_LIMIT / 64)
 
+/*
+ * The `worker_tid_summary` bitmap (worker.bpf.c) over worker_tids: one bit per block of
+ * MORPHEUS_TID_SUMMARY_BLOCK consecutive tids (8 of worker_tids' words), 1 KiB in all, set by the agent
+ * while any tid of the block has its worker_tids bit set. A switch between threads that are no worker
+ * then reads this small, always hot bitmap and not the 512 KiB one.
+ */
+#define MORPHEUS_TID_SUMMARY_SHIFT 9
+#define MORPHEUS_TID_SUMMARY_BLOCK (1u << MORPHEUS_TID_SUMMARY_SHIFT)
+#define MORPHEUS_TID_SUMMARY_WORDS (MORPHEUS_TID_LIMIT / MORPHEUS_TID_SUMMARY_BLOCK / 64)
+
 /* Highest CPU id the per-CPU "current worker" table covers. */
 #define MORPHEUS_BPF_MAX_CPUS 1024
 

@@ -107,7 +107,7 @@ struct {
  * One bit per tid below MORPHEUS_TID_LIMIT (intf.h), written only by the agent through its own mapping
  * (src/kernel.rs, TidBits): set before it writes a tid's worker_slots entry, cleared only once the tid
  * has none. So a clear bit means "no registered worker", which is what nearly every context switch of
- * the machine asks, answered with one load; a set bit sends the question to worker_slots, the one
+ * the machine asks (most answered already by worker_tid_summary below); a set bit sends the question to worker_slots, the one
  * truth (an entry this side removed at the thread's exit leaves the bit set until the agent releases
  * the slot).
  */
@@ -118,6 +118,22 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } worker_tids SEC(".maps");
+
+/*
+ * One bit per block of MORPHEUS_TID_SUMMARY_BLOCK tids (intf.h), written only by the agent through its
+ * own mapping (src/kernel.rs, TidBits), under one lock with worker_tids. Invariant: while a tid's bit
+ * in worker_tids is set, its block's bit here is set. The agent sets the block's bit before the tid's
+ * bit, and clears it only after clearing a tid's bit has left every bit of the block clear. So a clear
+ * bit here means "no tid of the block may be a worker", read before worker_tids, and a switch between
+ * threads that are no worker touches only these 1 KiB instead of a line of the 512 KiB bitmap.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MORPHEUS_TID_SUMMARY_WORDS);
+	__type(key, u32);
+	__type(value, u64);
+} worker_tid_summary SEC(".maps");
 
 /* Hint records; their one consumer is the agent (SCB.md §8), so the ring is never pinned. */
 struct {
@@ -206,16 +222,21 @@ static __always_inline struct morpheus_region *region_of(u32 domain)
 }
 
 /*
- * Whether thread `tid` may have a worker_slots entry: false only if its bit in worker_tids is clear. An
- * array lookup the verifier inlines (no call, no hash), for the threads that are no worker.
+ * Whether thread `tid` may have a worker_slots entry: false only if its block's bit in
+ * worker_tid_summary or its own bit in worker_tids is clear (the summary first: a clear block bit
+ * implies a clear tid bit). Array lookups the verifier inlines (no call, no hash), for the threads that
+ * are no worker.
  */
 static __always_inline bool tid_may_be_worker(u32 tid)
 {
-	u32 word = tid / 64;
+	u32 block = tid >> MORPHEUS_TID_SUMMARY_SHIFT, sword = block / 64, word = tid / 64;
 	u64 *bits;
 
 	if (tid >= MORPHEUS_TID_LIMIT)
 		return true;
+	bits = bpf_map_lookup_elem(&worker_tid_summary, &sword);
+	if (bits && !((READ_ONCE(*bits) >> (block % 64)) & 1))
+		return false;
 	bits = bpf_map_lookup_elem(&worker_tids, &word);
 	return !bits || ((READ_ONCE(*bits) >> (tid % 64)) & 1);
 }
