@@ -474,8 +474,13 @@ function criticalEnter() {
 
 /** Exit one level; `NotInCriticalError` (nothing written) without a matching enter. */
 function criticalExit() {
+  return call(native.criticalExit);
+}
+
+/** `fn(...args)`, an addon call, with its error turned into the JS class of its code. */
+function call(fn, ...args) {
   try {
-    return native.criticalExit();
+    return fn(...args);
   } catch (error) {
     throw fromNative(error);
   }
@@ -539,11 +544,7 @@ function attach(path) {
   if (path !== undefined && typeof path !== 'string') {
     throw MorpheusError.of('INVALID_ARGUMENT', `attach(path): expected a string, got ${typeof path}`);
   }
-  try {
-    return native.attach(path);
-  } catch (error) {
-    throw fromNative(error);
-  }
+  return call(native.attach, path);
 }
 
 const OPTION_TYPES = {
@@ -606,10 +607,21 @@ class Worker {
   }
 
   #call(fn, ...args) {
-    try {
-      return fn(this.#token, ...args);
-    } catch (error) {
-      throw fromNative(error);
+    return call(fn, this.#token, ...args);
+  }
+
+  // The read-only properties that are the addon's accessor of the same name (documented in
+  // index.d.ts): slot, slotGeneration, detachReason, detachDetail, reattachments,
+  // waitingForScheduler, runtimeMode, acknowledgedSeq.
+  static {
+    for (const name of ['slot', 'slotGeneration', 'detachReason', 'detachDetail', 'reattachments', 'waitingForScheduler', 'runtimeMode', 'acknowledgedSeq']) {
+      const accessor = native[`worker${name[0].toUpperCase()}${name.slice(1)}`];
+      Object.defineProperty(Worker.prototype, name, {
+        configurable: true,
+        get() {
+          return this.#call(accessor);
+        },
+      });
     }
   }
 
@@ -624,40 +636,6 @@ class Worker {
     const attached = this.#call(native.workerAttached);
     refresh();
     return attached;
-  }
-
-  /** How many times the worker registered again on its own after the scheduler restarted or came up (§6.1). */
-  get reattachments() {
-    return this.#call(native.workerReattachments);
-  }
-
-  /** What exactly keeps the worker detached (a dead socket, a failed re-registration), or null. */
-  get detachDetail() {
-    return this.#call(native.workerDetachDetail);
-  }
-
-  /**
-   * Whether the worker waits for a scheduler to register with: lost to a stopped or killed one, or
-   * detached at start because the agent was not running. Its next checkpoint after a new instance
-   * accepts registers it again. False for workers detached on request or registered directly.
-   */
-  get waitingForScheduler() {
-    return this.#call(native.workerWaitingForScheduler);
-  }
-
-  /** The slot index, or null when detached. */
-  get slot() {
-    return this.#call(native.workerSlot);
-  }
-
-  /** The slot's slot_generation at registration. */
-  get slotGeneration() {
-    return this.#call(native.workerSlotGeneration);
-  }
-
-  /** Why the worker runs detached from the start (NO_SCHEDULER, FORCED_BY_ENVIRONMENT, REQUESTED), or null. */
-  get detachReason() {
-    return this.#call(native.workerDetachReason);
   }
 
   /** Whether the scheduler may escalate this worker (default false for Node, spec/SCB.md §5.5). */
@@ -692,16 +670,6 @@ class Worker {
     this.#call(native.workerSetPriority, value);
   }
 
-  /** DETERMINISTIC, PRESSURED or DEFENSIVE (spec/SCB.md §5.4). */
-  get runtimeMode() {
-    return this.#call(native.workerRuntimeMode);
-  }
-
-  /** The last acknowledged preempt_seq. */
-  get acknowledgedSeq() {
-    return this.#call(native.workerAcknowledgedSeq);
-  }
-
   /** Yields per reason, e.g. `{ PREEMPT_REQUEST: 3, ... }`, counted in the SDK's own memory. */
   yieldCounts() {
     return Object.fromEntries(this.#call(native.workerYieldCounts));
@@ -727,15 +695,11 @@ class Worker {
     if (current === this) current = null;
     // The addon's unregister stops the kit's timed turn: the fast path stops looking at it.
     turnDeadline = 0;
-    let released;
     try {
-      released = native.unregister(this.#token);
-    } catch (error) {
-      throw fromNative(error);
+      return call(native.unregister, this.#token);
     } finally {
       refresh();
     }
-    return released;
   }
 
   [dispose]() {
@@ -752,12 +716,7 @@ class Worker {
  */
 function initWorker(options = {}) {
   const [opts, region] = nativeOptions(options);
-  let token;
-  try {
-    token = native.register(opts, region);
-  } catch (error) {
-    throw fromNative(error);
-  }
+  const token = call(native.register, opts, region);
   dropView();
   try {
     refresh();
