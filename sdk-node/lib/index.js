@@ -266,7 +266,7 @@ function shouldYield() {
  */
 function yieldRequested() {
   if (!requested()) return false;
-  if (passing || unacknowledged || turnDue()) return true;
+  if (passing || unacknowledged || (turnDue() && rotated(native.rotationTurnOver(state, rotation, othersQueued(), clockArg())))) return true;
   // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
   // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
   if (settledAck !== settledAck) {

@@ -123,11 +123,37 @@ fn step_aside(env: &Env, r: &mut Rotation<u64>, turn_over: bool, others_queued: 
     if !r.may_step_aside() {
         return 0.0;
     }
-    if turn_over && r.waiting() == 0 && !others_queued && loop_idle(env) {
-        r.carry_on();
+    if turn_over && carries_on(env, r, others_queued) {
         return 0.0;
     }
     wait(false, |token| r.push_aside(token, TASK, turn_over))
+}
+
+/** A timed turn is over: it carries on, timed afresh, if nothing else waits (see [`step_aside`]). */
+fn carries_on(env: &Env, r: &mut Rotation<u64>, others_queued: bool) -> bool {
+    let idle = r.waiting() == 0 && !others_queued && loop_idle(env);
+    if idle {
+        r.carry_on();
+    }
+    idle
+}
+
+/// `yieldRequested()` at a timed turn's deadline: whether the turn is over (the caller then awaits
+/// `checkpoint()`, which steps aside), or carries on as [`step_aside`] would let it (timed afresh,
+/// so a hot loop leaves only to step aside or yield). True also for a request or a yield's passes.
+#[napi]
+pub fn rotation_turn_over(
+    env: &Env,
+    mut state: Int32ArraySlice,
+    mut rotation: Float64ArraySlice,
+    others_queued: bool,
+    clock: f64,
+) -> Result<bool, Code> {
+    drive(&mut state, &mut rotation, clock, "rotationTurnOver", |r| match r.checkpoint() {
+        Step::Continue => false,
+        Step::StepAside { turn_over: true } => !carries_on(env, r, others_queued),
+        Step::StepAside { turn_over: false } | Step::Request(_) => true,
+    })
 }
 
 /// Resume the task the kit chooses: its token (JS resolves its promise and queues a keeper with the
