@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 // @morpheus-sched/node: kernel-guided cooperative yielding for Node's event loop (spec/SCB.md).
 //
-// The protocol is the Rust SDK's (through the addon). This file holds only what must be JavaScript:
-// the checkpoint's fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer
-// over the mapped slot (one load, no allocation) and calls the addon only when it differs from the
-// acknowledged value; the yield of an asynchronous checkpoint to the event loop (setImmediate, so the
-// I/O poll runs before the task resumes and acknowledges, spec/SCB.md §5.1); and the API around them.
+// The protocol is the Rust SDK's (through the addon), and so is the §5.7 rotation (sdk-rust's binding
+// kit, driven by the addon). This file holds only what must be JavaScript: the checkpoint's inline
+// fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer over the mapped slot
+// (one load, no allocation) and calls the addon only when it differs from the acknowledged value: it
+// stays here on purpose, one load in each language is the point of the fast path; the loop side of
+// the rotation (the promises tasks wait on, the setImmediate passes, so the I/O poll runs before the
+// task resumes, spec/SCB.md §5.1); and the API around them.
 //
 // State is per JavaScript thread: the event loop's thread and each worker_threads thread load their
 // own copy of this module and register on their own (the addon keeps one worker per OS thread).
