@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 // @morpheus-sched/node: kernel-guided cooperative yielding for Node's event loop (spec/SCB.md).
 //
-// The protocol is the Rust SDK's (through the addon). This file holds only what must be JavaScript:
-// the checkpoint's fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer
-// over the mapped slot (one load, no allocation) and calls the addon only when it differs from the
-// acknowledged value; the yield of an asynchronous checkpoint to the event loop (setImmediate, so the
-// I/O poll runs before the task resumes and acknowledges, spec/SCB.md §5.1); and the API around them.
+// The protocol is the Rust SDK's (through the addon), and so is the §5.7 rotation (sdk-rust's binding
+// kit, driven by the addon). This file holds only what must be JavaScript: the checkpoint's inline
+// fast path, which reads the SCB's `preempt_seq` through an external ArrayBuffer over the mapped slot
+// (one load, no allocation) and calls the addon only when it differs from the acknowledged value: it
+// stays here on purpose, one load in each language is the point of the fast path; the loop side of
+// the rotation (the promises tasks wait on, the setImmediate passes, so the I/O poll runs before the
+// task resumes, spec/SCB.md §5.1); and the API around them.
 //
 // State is per JavaScript thread: the event loop's thread and each worker_threads thread load their
 // own copy of this module and register on their own (the addon keeps one worker per OS thread).
@@ -45,7 +47,7 @@ const ZEROES = sequenceWords(new ArrayBuffer(Scb.size));
 // native.checkpointSync() outcomes (sdk-node/src/lib.rs).
 const NATIVE_NO_YIELD = 0;
 const NATIVE_YIELDED = 2;
-// What native.fastState() and native.checkpointAcknowledge() write (sdk-node/src/lib.rs), read by
+// What native.fastState() and the rotation calls write (sdk-node/src/lib.rs), read by
 // these constant indexes: [ack_low, ack_high, kind, registration, notices, until_low, until_high].
 // One array per thread, allocated once: no array is made or destructured per slow path.
 const state = new Int32Array(7);
@@ -266,7 +268,7 @@ function shouldYield() {
  */
 function yieldRequested() {
   if (!requested()) return false;
-  if (passing || unacknowledged || turnExpired()) return true;
+  if (passing || unacknowledged || (turnDue() && rotated(native.rotationTurnOver(state, rotation, othersQueued(), clockArg())))) return true;
   // Outside the DETERMINISTIC mode every check comes here (§5.4, settledAck is the NaN): the core
   // says whether a checkpoint would yield now, so that a hot loop leaves only to yield.
   if (settledAck !== settledAck) {
@@ -291,7 +293,7 @@ function requested() {
 
 function shouldYieldSlow() {
   // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged) acknowledgePending();
+  if (unacknowledged) rotated(native.rotationAcknowledge(state, rotation, clockArg()));
   // Here also during a yield's passes, which a synchronous check is outside of (§5.7).
   if (!pendingRequest() || modeQuiet()) return false;
   const outcome = native.checkpointSync();
@@ -304,10 +306,10 @@ function shouldYieldSlow() {
  * resolved promise (false). When the scheduler asked, this task steps aside for its turn in the
  * thread's rotation (below): it resumes, resolving true, after YIELD_PASSES passes of the event loop
  * (setImmediate semantics: the I/O poll runs; fewer when a pass finds the loop idle) and after the
- * tasks that yielded before it. A task that
- * reaches it during another's yield (a task made ready then, taking its first step) steps aside into
- * the rotation too, resolving false at its turn, and so does a task whose turn (given by the rotation)
- * has lasted one slice of wall time without a request (§5.7).
+ * tasks that yielded before it. A task that reaches it during another's yield (a task made ready
+ * then, taking its first step) steps aside into the rotation too, resolving false at its turn, and
+ * so does a task whose turn (given by the rotation) has lasted one slice of wall time without a
+ * request (§5.7).
  */
 function checkpoint() {
   if (seqWhole[SEQ] === ack) return NOT_YIELDED;
@@ -315,82 +317,66 @@ function checkpoint() {
 }
 
 function checkpointSlow() {
-  // A task that runs while another steps aside for a request does not step aside for it too (§5.7).
-  if (unacknowledged) acknowledgePending();
-  if (!pendingRequest() || modeQuiet()) return stepAsideIfOver();
-  // One native call that allocates nothing: the core decides, and keeps a yield it decided on until
-  // native.checkpointAcknowledge() (acknowledgePending).
-  const outcome = native.checkpointYield();
-  // NO_YIELD: what the fast path compares with is unchanged (outside the DETERMINISTIC mode every
-  // check comes here: the addon saves it the call); NO_YIELD_STATE_CHANGED: read it again.
-  if (outcome !== NATIVE_YIELDED) {
-    if (outcome !== NATIVE_NO_YIELD) refresh();
-    return stepAsideIfOver();
-  }
-  // Nothing is acknowledged yet, so what the fast path compares with is unchanged: the refresh comes
-  // with the acknowledgement.
-  return takeTurn();
-}
-
-/** No request to serve: the task steps aside only if its step (passes) or its timed turn is over. */
-function stepAsideIfOver() {
-  if (passing) return stepAside();
-  if (turnExpired()) return stepAside(true);
-  return NOT_YIELDED;
+  // Nothing for the rotation to decide: no request, no yield's passes, no timed turn at its deadline.
+  if (!passing && (!pendingRequest() || modeQuiet()) && !turnDue()) return NOT_YIELDED;
+  const waiter = rotated(native.rotationCheckpoint(state, rotation, othersQueued(), clockArg()));
+  return waiter === 0 ? NOT_YIELDED : wait(waiter);
 }
 
 // ------------------------------------------------------------------------------------------------
-// The rotation (spec/SCB.md §5.7): the event loop's thread is one worker shared by every task on it,
-// so one task steps aside per request, the request is acknowledged as soon as the loop has control,
-// the yielder joins the back of a queue with the CPU time it has run in its turns, and each yield
-// resumes, after YIELD_PASSES passes of the loop (so that what became ready during the yield takes
-// its first steps first), the oldest waiting task within half a turn of the least run time. The
-// passes end early at a pass that finds the loop idle (no immediate of other code queued, and
-// native.loopIdle: no event processed since the last look and no I/O ready), and a timed turn carries on, timed afresh, while the loop is idle and
-// nobody else waits in the rotation: §5.7 allows both, and a busy loop with nothing else to do then
-// pays one pass per request, not YIELD_PASSES passes and a step aside per slice of wall time.
+// The rotation (spec/SCB.md §5.7) is sdk-rust's binding kit's (morpheus::kit::rotation), driven by the
+// addon (sdk-node/src/rotation.rs): which task yields, when the request is acknowledged, how many
+// passes a yield lasts, which task resumes and when a turn ends. This file keeps what only JS can do:
+// the promises tasks wait on (by the kit's tokens), the setImmediate passes and keepers the addon asks
+// for, a look at the neighbours of its own immediates (other code's immediates are something else to
+// run), and a copy of the kit's state for the fast path: a yield's passes under way, a request not
+// yet acknowledged, the timed turn's deadline.
 
-/**
- * Passes of the event loop (chained setImmediate callbacks, each behind one poll for I/O and the
- * timers) a yield lasts before the next task resumes. Node's HTTP path needs two polls after the
- * yield (accept, then read + parse + dispatch of the request, whose handler runs in that callback's
- * microtasks); a yield that starts in the poll phase gets its first pass in the same iteration,
- * before any new poll. Four cover that with one to spare; each costs one non-blocking poll.
- */
-const YIELD_PASSES = 4;
+/** Passes of the event loop a yield lasts at most: the kit's, the same for every event-loop binding. */
+const YIELD_PASSES = native.yieldPasses();
 
-// A turn lasts one slice of wall time at most (§5.7): the slice is CPU time, and a loop thread with a
-// fraction of a core would otherwise poll nothing for many slices of wall time while light requests
-// wait. A turn the rotation gives (resumeHead) ends at the task's first checkpoint one slice_ns of
-// CLOCK_MONOTONIC after it began, even without a request, unless nothing else waits: no task in the
-// rotation's queue, no immediate of other code queued, and the loop idle (native.loopIdle: what an
-// addon can see of Node's loop, its poll's events and its poll descriptor; timers it cannot see);
-// then the turn carries on, timed afresh.
+// What every rotation call writes: [passing, unacknowledged, turn deadline (ns of the kit's wall
+// clock, CLOCK_MONOTONIC; 0: no turn is timed), the count a keeper hands back].
+const rotation = new Float64Array(4);
+let passing = false;
+let unacknowledged = false;
+let turnDeadline = 0;
+// The tasks waiting for their turn: the kit's token -> what settles the task's promise.
+const waiters = new Map();
+// The tests' clock (setTurnClock), or null: the kit's own clocks.
+let testClock = null;
+
+/** `result` of a rotation call: the fast state and the rotation's state it wrote are followed. */
+function rotated(result) {
+  passing = rotation[0] !== 0;
+  unacknowledged = rotation[1] !== 0;
+  turnDeadline = rotation[2];
+  follow();
+  return result;
+}
+
+function clockArg() {
+  return testClock === null ? -1 : testClock();
+}
 
 /** Wall time in ns: CLOCK_MONOTONIC (libuv's hrtime, which performance.now() reads), no allocation. */
 function monotonicNs() {
   return performance.now() * 1e6;
 }
 
-// When the running task's timed turn ends (wallClock, ns); 0: no turn is timed.
-let turnDeadline = 0;
-// The slice that timed it (ns, read by timeTurn): a turn that carries on is timed afresh by it.
-let turnSliceNs = 0;
-// The measure of a timed turn; the tests' clock replaces it with turnClock (setTurnClock).
-let wallClock = monotonicNs;
-
-/**
- * Whether the running task's timed turn is over (a clock read; only while a turn is timed). A turn
- * past its deadline with nobody waiting in the rotation and the loop idle is not over: it carries on,
- * timed afresh from now (§5.7).
- */
-function turnExpired() {
+/** Whether the timed turn reached the kit's deadline: the kit then decides whether it ends (a clock read). */
+function turnDue() {
   if (turnDeadline === 0) return false;
-  const now = wallClock();
-  if (now < turnDeadline) return false;
-  if (waiting.length > 0 || !onlyOwnImmediates(keeperImmediate, true) || !onlyOwnImmediates(resumingImmediate, false) || !native.loopIdle()) return true;
-  setTurnDeadline(Math.max(1, now + turnSliceNs));
-  return false;
+  if (testClock !== null) return testClock() >= turnDeadline;
+  monotonicOffsetNs ??= measureMonotonicOffset();
+  return monotonicNs() + monotonicOffsetNs >= turnDeadline;
+}
+
+/** The task waits on the kit's `code` (token * 4 + resolves true * 2 + queue the first pass). */
+function wait(code) {
+  if (code % 2 === 1) passImmediate = setImmediate(pass);
+  const value = code % 4 >= 2;
+  return new Promise((resolve) => waiters.set(Math.floor(code / 4), () => resolve(value)));
 }
 
 // The rotation's own immediates: the pass queued or running, the keeper queued at the last resume,
@@ -412,122 +398,40 @@ function onlyOwnImmediates(own, pending) {
   return !pending || own._idlePrev === null;
 }
 
-
-/**
- * Time the turn that starts now: it ends at the first checkpoint one slice_ns (the scheduler's slice,
- * read from the region header now) of wall time from now. Only while the worker is attached: detached
- * there is no slice, and nothing is timed.
- */
-function timeTurn() {
-  turnSliceNs = native.turnSliceNs();
-  setTurnDeadline(turnSliceNs > 0 ? Math.max(1, wallClock() + turnSliceNs) : 0);
+function othersQueued() {
+  return !onlyOwnImmediates(keeperImmediate, true) || !onlyOwnImmediates(resumingImmediate, false);
 }
 
-function setTurnDeadline(deadline) {
-  turnDeadline = deadline;
-  updateAck();
+/** A pass: the next one is queued first, so that its neighbours show other code's immediates. */
+function pass() {
+  const running = passImmediate;
+  passImmediate = setImmediate(pass);
+  const others = !onlyOwnImmediates(running, false) || !onlyOwnImmediates(passImmediate, true);
+  const next = rotated(native.rotationPass(state, rotation, others, clockArg()));
+  if (next < 0) return;
+  clearImmediate(passImmediate);
+  passImmediate = null;
+  resumingImmediate = running;
+  resume(next);
 }
 
-// The tasks suspended at a checkpoint, oldest first: { resume, runNs } (resume() settles its promise;
-// runNs: the loop thread's CPU time it has run in its turns, §5.7).
-const waiting = [];
-// The measure of a turn: this thread's CPU time in ns (the scheduler's slices are CPU time too), read
-// once per yield and resume. The tests put a clock they advance in its place (_setTurnClock).
-let turnClock = native.threadCpuNs;
-// The run time (before its turn) of the task resumed last, while it has the turn: from its
-// resumption until it yields again or gives control back (the keeper); null otherwise. Node has no
-// current task: a yield in that window is taken to be that task's.
-let runningRunNs = null;
-// When the turn of the task computing now began (turnClock), or null.
-let turnStartedNs = null;
-// The length of the last turn measured: the tolerance of the choice of the next task.
-let lastTurnNs = 0;
-// Whether the last yielder's request waits for its acknowledgement (the addon keeps the decided
-// checkpoint: native.checkpointAcknowledge()).
-let unacknowledged = false;
-// Yields so far: the keeper compares it to know whether the resumed task yielded again.
-let turns = 0;
-// Passes left before the FIFO's head resumes; a yield during the passes starts them afresh (one task
-// resumes per run of passes: a task that ran during the passes has had the turn).
-let passesLeft = 0;
-let passing = false;
-
-/** Acknowledge the last yielder's request, if not yet: the loop has had control since it yielded. */
-function acknowledgePending() {
-  if (!unacknowledged) return;
-  unacknowledged = false;
-  // Acknowledges (true; false: the scheduler restarted meanwhile, nothing to acknowledge, §6) and
-  // writes the fast state the acknowledgement changed: one native call.
-  native.checkpointAcknowledge(state);
-  follow();
+/** Resume the kit's choice (token 0: nobody waits), with a keeper behind its step. */
+function resume(token) {
+  const settle = waiters.get(token);
+  if (settle === undefined) return;
+  waiters.delete(token);
+  settle();
+  const own = { immediate: null };
+  own.immediate = setImmediate(keeper, rotation[3], own);
+  keeperImmediate = own.immediate;
 }
 
-/** This task is the request's yielder: to the back of the FIFO; resumes (true) at its turn. */
-function takeTurn() {
-  unacknowledged = true;
-  turns++;
-  passesLeft = YIELD_PASSES;
-  const turn = new Promise((resolve) => enqueue(() => resolve(true)));
-  if (!passing) {
-    setPassing(true);
-    passImmediate = setImmediate(pass);
-  }
-  return turn;
-}
-
-/**
- * A task reached an asynchronous checkpoint with nothing pending, but its step is over: either it
- * computes during a yield's passes (its first step is over), or its timed turn lasted a slice of wall
- * time (`turnOver`: then this starts the passes, as a yield does, but writes nothing to the SCB and
- * counts no yield). It joins the back of the FIFO like a yielder, with no request to acknowledge,
- * and resumes (false: no request was served) at its turn, so that the other tasks made ready take
- * their first steps before a CPU-bound one has a whole turn. Never inside a critical section, which
- * holds every yield and so every step aside (§5.3): it happens at the first checkpoint after it.
- */
-function stepAside(turnOver = false) {
-  if (native.criticalDepth() > 0) return NOT_YIELDED;
-  turns++;
-  const turn = new Promise((resolve) => enqueue(() => resolve(false)));
-  if (turnOver) {
-    // Whoever computes next starts its turn now.
-    turnStartedNs = turnClock();
-    passesLeft = YIELD_PASSES;
-    if (!passing) {
-      setPassing(true);
-      passImmediate = setImmediate(pass);
-    }
-  }
-  return turn;
-}
-
-/**
- * Account the turn that just ended and queue its task: its run time grows by the turn (the loop
- * thread's CPU time), so a turn cut short (a mode's wall clock, a repeated request) is made up at the
- * next choice. A task that was not waiting joins at the least run time of the queue, so it neither
- * jumps the queue for ever nor starts behind.
- */
-function enqueue(resume) {
-  const ran = turnStartedNs === null ? 0 : Math.max(0, turnClock() - turnStartedNs);
-  if (ran > 0) lastTurnNs = ran;
-  const base = runningRunNs ?? leastRunNs() ?? 0;
-  runningRunNs = null;
-  turnStartedNs = null;
-  setTurnDeadline(0);
-  waiting.push({ resume, runNs: base + ran });
-}
-
-function leastRunNs() {
-  let least = null;
-  for (const { runNs } of waiting) if (least === null || runNs < least) least = runNs;
-  return least;
-}
-
-/** Take the task to resume: the oldest among those within half a turn of the least run time. */
-function takeNext() {
-  const least = leastRunNs();
-  if (least === null) return undefined;
-  const index = waiting.findIndex(({ runNs }) => runNs <= least + lastTurnNs / 2);
-  return waiting.splice(index, 1)[0];
+/** After a resumed task's step: if it gave control back without a yield, the next resumes (§5.7). */
+function keeper(turns, own) {
+  const next = rotated(native.rotationKeeper(state, rotation, turns, clockArg()));
+  if (next === 0) return;
+  resumingImmediate = own.immediate;
+  resume(next);
 }
 
 /**
@@ -536,64 +440,7 @@ function takeNext() {
  * fast the machine ran; no argument restores both clocks.
  */
 function setTurnClock(clock) {
-  turnClock = clock ?? native.threadCpuNs;
-  wallClock = clock ?? monotonicNs;
-}
-
-function setPassing(value) {
-  passing = value;
-  updateAck();
-}
-
-function pass() {
-  acknowledgePending();
-  const running = passImmediate;
-  // The passes end at the last one, or at one that finds the loop idle: nothing made ready remains to
-  // take its first steps (§5.7): no other immediate queued in this check phase or for the next, and
-  // no I/O processed since the last look or ready now.
-  if (--passesLeft > 0) {
-    passImmediate = setImmediate(pass);
-    if (!onlyOwnImmediates(running, false) || !onlyOwnImmediates(passImmediate, true) || !native.loopIdle()) {
-      // Whoever computes next (a task made ready) starts its turn after this callback.
-      if (runningRunNs === null) turnStartedNs = turnClock();
-      return;
-    }
-    clearImmediate(passImmediate);
-  }
-  passImmediate = null;
-  // Whoever computes next starts its turn now: the resumed task (resumeHead reads the clock), or
-  // with nobody waiting, a task made ready.
-  if (runningRunNs === null && waiting.length === 0) turnStartedNs = turnClock();
-  setPassing(false);
-  resumingImmediate = running;
-  resumeHead();
-}
-
-/** Resume the next waiting task (takeNext); once it gave control back, resume the next if it did not yield again. */
-function resumeHead() {
-  const next = takeNext();
-  if (next === undefined) {
-    setTurnDeadline(0);
-    return;
-  }
-  runningRunNs = next.runNs;
-  turnStartedNs = turnClock();
-  timeTurn();
-  next.resume();
-  // Runs after the resumed task's step (its microtasks): nobody waits forever (§5.7).
-  const own = { immediate: null };
-  own.immediate = setImmediate(keeper, turns, own);
-  keeperImmediate = own.immediate;
-}
-
-function keeper(turnsAtResume, own) {
-  if (turns === turnsAtResume && !passing) {
-    resumingImmediate = own.immediate;
-    // The resumed task gave control back without yielding (it awaits I/O, or ended): its turn is over.
-    runningRunNs = null;
-    turnStartedNs = null;
-    resumeHead();
-  }
+  testClock = clock ?? null;
 }
 
 /**
@@ -629,8 +476,13 @@ function criticalEnter() {
 
 /** Exit one level; `NotInCriticalError` (nothing written) without a matching enter. */
 function criticalExit() {
+  return call(native.criticalExit);
+}
+
+/** `fn(...args)`, an addon call, with its error turned into the JS class of its code. */
+function call(fn, ...args) {
   try {
-    return native.criticalExit();
+    return fn(...args);
   } catch (error) {
     throw fromNative(error);
   }
@@ -694,11 +546,7 @@ function attach(path) {
   if (path !== undefined && typeof path !== 'string') {
     throw MorpheusError.of('INVALID_ARGUMENT', `attach(path): expected a string, got ${typeof path}`);
   }
-  try {
-    return native.attach(path);
-  } catch (error) {
-    throw fromNative(error);
-  }
+  return call(native.attach, path);
 }
 
 const OPTION_TYPES = {
@@ -761,10 +609,21 @@ class Worker {
   }
 
   #call(fn, ...args) {
-    try {
-      return fn(this.#token, ...args);
-    } catch (error) {
-      throw fromNative(error);
+    return call(fn, this.#token, ...args);
+  }
+
+  // The read-only properties that are the addon's accessor of the same name (documented in
+  // index.d.ts): slot, slotGeneration, detachReason, detachDetail, reattachments,
+  // waitingForScheduler, runtimeMode, acknowledgedSeq.
+  static {
+    for (const name of ['slot', 'slotGeneration', 'detachReason', 'detachDetail', 'reattachments', 'waitingForScheduler', 'runtimeMode', 'acknowledgedSeq']) {
+      const accessor = native[`worker${name[0].toUpperCase()}${name.slice(1)}`];
+      Object.defineProperty(Worker.prototype, name, {
+        configurable: true,
+        get() {
+          return this.#call(accessor);
+        },
+      });
     }
   }
 
@@ -779,40 +638,6 @@ class Worker {
     const attached = this.#call(native.workerAttached);
     refresh();
     return attached;
-  }
-
-  /** How many times the worker registered again on its own after the scheduler restarted or came up (§6.1). */
-  get reattachments() {
-    return this.#call(native.workerReattachments);
-  }
-
-  /** What exactly keeps the worker detached (a dead socket, a failed re-registration), or null. */
-  get detachDetail() {
-    return this.#call(native.workerDetachDetail);
-  }
-
-  /**
-   * Whether the worker waits for a scheduler to register with: lost to a stopped or killed one, or
-   * detached at start because the agent was not running. Its next checkpoint after a new instance
-   * accepts registers it again. False for workers detached on request or registered directly.
-   */
-  get waitingForScheduler() {
-    return this.#call(native.workerWaitingForScheduler);
-  }
-
-  /** The slot index, or null when detached. */
-  get slot() {
-    return this.#call(native.workerSlot);
-  }
-
-  /** The slot's slot_generation at registration. */
-  get slotGeneration() {
-    return this.#call(native.workerSlotGeneration);
-  }
-
-  /** Why the worker runs detached from the start (NO_SCHEDULER, FORCED_BY_ENVIRONMENT, REQUESTED), or null. */
-  get detachReason() {
-    return this.#call(native.workerDetachReason);
   }
 
   /** Whether the scheduler may escalate this worker (default false for Node, spec/SCB.md §5.5). */
@@ -847,16 +672,6 @@ class Worker {
     this.#call(native.workerSetPriority, value);
   }
 
-  /** DETERMINISTIC, PRESSURED or DEFENSIVE (spec/SCB.md §5.4). */
-  get runtimeMode() {
-    return this.#call(native.workerRuntimeMode);
-  }
-
-  /** The last acknowledged preempt_seq. */
-  get acknowledgedSeq() {
-    return this.#call(native.workerAcknowledgedSeq);
-  }
-
   /** Yields per reason, e.g. `{ PREEMPT_REQUEST: 3, ... }`, counted in the SDK's own memory. */
   yieldCounts() {
     return Object.fromEntries(this.#call(native.workerYieldCounts));
@@ -880,17 +695,13 @@ class Worker {
   /** Shut the worker down and free its slot. Idempotent. */
   close() {
     if (current === this) current = null;
-    // A turn timed by this worker's slice is no longer timed (the next worker's turns are).
-    setTurnDeadline(0);
-    let released;
+    // The addon's unregister stops the kit's timed turn: the fast path stops looking at it.
+    turnDeadline = 0;
     try {
-      released = native.unregister(this.#token);
-    } catch (error) {
-      throw fromNative(error);
+      return call(native.unregister, this.#token);
     } finally {
       refresh();
     }
-    return released;
   }
 
   [dispose]() {
@@ -907,12 +718,7 @@ class Worker {
  */
 function initWorker(options = {}) {
   const [opts, region] = nativeOptions(options);
-  let token;
-  try {
-    token = native.register(opts, region);
-  } catch (error) {
-    throw fromNative(error);
-  }
+  const token = call(native.register, opts, region);
   dropView();
   try {
     refresh();

@@ -10,10 +10,8 @@
 //!   external `ArrayBuffer` over the mapped slot, and the value the JS fast path compares
 //!   `preempt_seq` with. The buffer holds the region (`Arc<Region>`) until V8 collects it, so it can
 //!   never outlive the mapping. JS calls into this addon only when the view shows something new;
-//! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]) and the asynchronous one split
-//!   around the JS event loop's yield ([`checkpoint_yield`] polls the core's `Checkpoint` future once
-//!   and keeps it on the thread; [`checkpoint_acknowledge`] polls it again after the task yielded,
-//!   which acknowledges: one native call each, no object allocated);
+//! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]), and the asynchronous one, which
+//!   is the binding kit's §5.7 rotation driven from JS's `setImmediate` callbacks ([`rotation`]);
 //! * workers held per OS thread by the binding kit (`morpheus::kit::thread`: the event-loop thread and
 //!   each `worker_threads` thread register on their own), released when the thread's Node environment
 //!   is torn down; the registration options' conflicts and ranges are the kit's too
@@ -26,7 +24,7 @@ use std::{
     path::PathBuf,
     pin::Pin,
     sync::Arc,
-    task::{Context, Poll, Waker},
+    task::{Context, Waker},
 };
 
 use morpheus::{
@@ -39,6 +37,8 @@ use morpheus::{
 use morpheus_abi::CACHE_LINE_SIZE;
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
+
+mod rotation;
 
 // ------------------------------------------------------------------------------------------------
 // Errors
@@ -295,6 +295,8 @@ pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<i64
 /// Shut the worker with this token down and free its slot. False if it was already released.
 #[napi]
 pub fn unregister(token: i64) -> Result<bool, Code> {
+    // A turn timed by this worker's slice is no longer timed (the next worker's turns are).
+    rotation::stop_timing();
     release(Some(token))
 }
 
@@ -532,28 +534,6 @@ pub fn monotonic_ns() -> f64 {
     ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
-/// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): the measure of a turn
-/// in the event loop's rotation (spec/SCB.md §5.7; the scheduler's slices are CPU time too). Read once
-/// per yield and resume, never on the fast path.
-#[napi]
-pub fn thread_cpu_ns() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
-}
-
-/// The scheduler's slice (ns, from the region header, read now: the scheduler may change it) for the
-/// calling thread's worker: the most wall time a turn of the event loop's rotation lasts (spec/SCB.md
-/// §5.7). 0 without a worker, detached, or waiting for a scheduler: then no turn is timed. Read once
-/// per turn, never on the fast path.
-#[napi]
-pub fn turn_slice_ns() -> f64 {
-    // The kit's rule: registered and not waiting for a scheduler, read without `is_attached` (which
-    // would also ask the agent's process handle: two system calls per turn).
-    thread::turn_slice_ns() as f64
-}
-
 /// libuv's `uv_metrics_t` (uv.h, libuv 1.45 and later): `events` counts the events the loop's poll
 /// processed, whatever their kind (I/O, a thread pool completion or cross-thread wake-up through an
 /// async handle, a signal); `loop_count` the iterations. The other fields are there for the layout.
@@ -631,10 +611,9 @@ pub fn loop_iterations(env: &Env) -> f64 {
 /// answers false. It does not see timers that fell due (Node shows them to no addon: they run at the
 /// next pass, which the scheduler's next request brings within a slice of CPU time), nor Node's queue
 /// of immediates, which the JS side looks at itself. False where libuv lacks
-/// `uv_metrics_info` (before 1.45). Called by the rotation (spec/SCB.md §5.7) when a yield's pass
+/// `uv_metrics_info` (before 1.45). Asked by the rotation (spec/SCB.md §5.7) when a yield's pass
 /// decides whether to end the passes, and when a timed turn is over, never on the fast path.
-#[napi]
-pub fn loop_idle(env: &Env) -> bool {
+fn loop_idle(env: &Env) -> bool {
     LOOP_PEEK.with(|peek| {
         let mut peek = peek.borrow_mut();
         let Some(p) = peek.get_or_insert_with(|| LoopPeek::find(env)).as_mut() else { return false };
@@ -646,63 +625,6 @@ pub fn loop_idle(env: &Env) -> bool {
         let ready = unsafe { libc::poll(&mut fd, 1, 0) };
         quiet && ready == 0
     })
-}
-
-thread_local! {
-    /// The yield [`checkpoint_yield`] decided on this thread, until [`checkpoint_acknowledge`]
-    /// acknowledges it: the core's `Checkpoint` future, polled once. The event loop's rotation has
-    /// at most one request being served at a time (spec/SCB.md §5.7: one yielder per request, and it
-    /// acknowledges the last one before it serves the next), so one per thread is all there is.
-    static YIELDING: RefCell<Option<morpheus::Checkpoint>> = const { RefCell::new(None) };
-}
-
-/// [`checkpoint_yield`]'s answer when the core decided to yield: the pending checkpoint is held by
-/// the addon until [`checkpoint_acknowledge`].
-const YIELDING_NOW: u32 = 2;
-
-/// First half of the asynchronous checkpoint, in one native call that allocates nothing: polls the
-/// core's future once. YIELDING_NOW (2) when it decided to yield (the future is kept on this thread
-/// for [`checkpoint_acknowledge`]; nothing is written yet), otherwise NO_YIELD (0) or
-/// NO_YIELD_STATE_CHANGED (1) as for [`checkpoint_sync`]. A yield still unacknowledged on this
-/// thread is acknowledged first (the JS side acknowledges before it asks again; this keeps a
-/// decided yield from being dropped unwritten if it did not).
-#[napi]
-pub fn checkpoint_yield() -> u32 {
-    acknowledge_yield();
-    let before = fast_state_now();
-    let mut future = morpheus::checkpoint();
-    // The JS side does the waking (setImmediate), so a no-op waker suffices.
-    let mut cx = Context::from_waker(Waker::noop());
-    match Pin::new(&mut future).poll(&mut cx) {
-        Poll::Ready(_) => outcome(false, before),
-        Poll::Pending => {
-            YIELDING.with(|y| *y.borrow_mut() = Some(future));
-            YIELDING_NOW
-        }
-    }
-}
-
-/// Second half, after the task yielded to the event loop: polls the kept future again, which
-/// finishes it (the core's future is ready at its second poll) and acknowledges, unless the worker
-/// or the region's generation changed meanwhile: then it writes nothing (spec/SCB.md §6). Then
-/// writes the fast state as [`fast_state`] does into `out`, which the acknowledgement changed (one
-/// native call per acknowledgement, not two). Whether a decided yield was pending on this thread.
-/// An `out` too short is refused before anything is acknowledged (the decided yield stays kept).
-#[napi]
-pub fn checkpoint_acknowledge(mut out: Int32ArraySlice) -> Result<bool, Code> {
-    let out = fast_state_out(&mut out, "checkpointAcknowledge")?;
-    let pending = acknowledge_yield();
-    out.copy_from_slice(&fast_state_now());
-    Ok(pending)
-}
-
-/// Finishes the yield [`checkpoint_yield`] kept on this thread, if any (see [`checkpoint_acknowledge`]).
-fn acknowledge_yield() -> bool {
-    let Some(mut future) = YIELDING.with(|y| y.borrow_mut().take()) else { return false };
-    let mut cx = Context::from_waker(Waker::noop());
-    // The core's future is ready at its second poll; the answer (it yielded) is known already.
-    let _ = Pin::new(&mut future).poll(&mut cx);
-    true
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -270,7 +270,7 @@ test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still
   assert.equal(await morpheus.checkpoint(), false);
 });
 
-test('the addon\'s fast state goes into JS\'s Int32Array; one too short is refused by name, before anything is acknowledged', () => {
+test('the addon\'s fast state goes into JS\'s Int32Array; one too short is refused by name, before anything is acknowledged', async () => {
   const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
   register();
   const state = new Int32Array(7);
@@ -281,25 +281,36 @@ test('the addon\'s fast state goes into JS\'s Int32Array; one too short is refus
   const short = new Int32Array(6).fill(-1);
   const refused = (operation) => (e) => e.code === 'INVALID_ARGUMENT' && e.message === `${operation}(out): expected an Int32Array of at least 7 elements, got 6`;
   assert.throws(() => native.fastState(short), refused('fastState'));
+  // The rotation (the kit's) holds the yielder's request unacknowledged until the loop has control.
   region.bump(SLOT);
-  assert.equal(native.checkpointYield(), 2, 'the core decided to yield (kept until the acknowledgement)');
+  const yielder = morpheus.checkpoint();
+  const rotation = new Float64Array(4);
   const before = region.bytes();
-  assert.throws(() => native.checkpointAcknowledge(short), refused('checkpointAcknowledge'));
+  assert.throws(() => native.rotationAcknowledge(short, rotation, -1), refused('rotationAcknowledge'));
+  const shortRotation = new Float64Array(3).fill(-1);
+  assert.throws(
+    () => native.rotationAcknowledge(state, shortRotation, -1),
+    (e) => e.code === 'INVALID_ARGUMENT' && e.message === 'rotationAcknowledge(rotation): expected a Float64Array of at least 4 elements, got 3',
+  );
   assert.deepEqual(short, new Int32Array(6).fill(-1), 'nothing written into the short array');
+  assert.deepEqual(shortRotation, new Float64Array(3).fill(-1), 'nothing written into the short rotation array');
   assert.deepEqual(region.bytes(), before, 'nothing acknowledged');
-  assert.equal(native.checkpointAcknowledge(state), true, 'the kept yield is acknowledged now');
+  assert.equal(native.rotationAcknowledge(state, rotation, -1), true, 'the kept request is acknowledged now');
   assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
   assert.equal(state[0], 1, 'and the fast state written with it: the new acknowledged sequence');
+  assert.equal(rotation[1], 0, 'and the rotation\'s state: nothing unacknowledged');
   const again = new Int32Array(8);
   native.fastState(again);
   assert.deepEqual(again.subarray(0, 7), state, 'the same as fastState() reads');
-  assert.equal(native.checkpointAcknowledge(state), false, 'nothing left to acknowledge');
+  assert.equal(native.rotationAcknowledge(state, rotation, -1), false, 'nothing left to acknowledge');
+  assert.equal(await yielder, true);
+  assert.equal(region.scb(SLOT, 'yield_count'), 1n);
 });
 
 /** Count the calls of the addon's checkpoint slow paths from now on (the object lib/index.js calls). */
 function countNativeCheckpoints() {
   const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
-  const names = ['checkpointWouldYield', 'checkpointSync', 'checkpointYield'];
+  const names = ['checkpointWouldYield', 'checkpointSync', 'rotationCheckpoint'];
   const counts = Object.fromEntries(names.map((name) => [name, 0]));
   const originals = names.map((name) => native[name]);
   names.forEach((name, i) => {
@@ -327,7 +338,7 @@ test('DEFENSIVE mode (§5.4): before the core\'s next mode decision a check with
     for (let i = 0; i < 1000; i++) assert.equal(morpheus.yieldRequested(), false);
     for (let i = 0; i < 100; i++) assert.equal(morpheus.shouldYield(), false);
     for (let i = 0; i < 100; i++) assert.equal(await morpheus.checkpoint(), false);
-    assert.deepEqual({ ...counts, restore: undefined }, { checkpointWouldYield: 0, checkpointSync: 0, checkpointYield: 0, restore: undefined }, 'no check reached the addon');
+    assert.deepEqual({ ...counts, restore: undefined }, { checkpointWouldYield: 0, checkpointSync: 0, rotationCheckpoint: 0, restore: undefined }, 'no check reached the addon');
     assert.deepEqual(region.bytes(), before, 'and none wrote anything');
     // A request is seen by the first check, and served by the core.
     region.bump(SLOT);

@@ -312,6 +312,22 @@ fn another_task_seeing_the_served_request_acknowledges_it_and_does_not_step_asid
 }
 
 #[test]
+fn a_synchronous_checkpoint_during_a_yield_acknowledges_the_yielders_request_first() {
+    let (region, _token) = registered();
+    let mut rotation = Rotation::new();
+    region.request_yield(0);
+    let req = yielder(&mut rotation);
+    assert!(rotation.push_yielder(A, A, req));
+    assert!(rotation.acknowledge(), "the yielder's request was pending");
+    assert_eq!(last_ack(&region), 1);
+    assert!(!rotation.unacknowledged());
+    assert!(!morpheus::checkpoint_sync(), "the synchronous checkpoint does not yield for the served request");
+    assert!(!rotation.acknowledge(), "nothing left to acknowledge");
+    assert_eq!(rotation.pass(false), Pass::Again, "the passes go on; the first pass acknowledges nothing more");
+    assert_eq!(last_ack(&region), 1);
+}
+
+#[test]
 fn a_newer_request_seen_by_another_task_makes_it_the_next_yielder() {
     let (region, _token) = registered();
     let mut rotation = Rotation::new();

@@ -55,7 +55,7 @@
 //!
 //! Node drives the same calls from `setImmediate` callbacks through napi (one call per pass, resume
 //! and keeper: slow path only, next to a `setImmediate` a napi call costs nothing measurable), with
-//! `W = u32` tokens; its JavaScript keeps only the inline fast-path compare and the promise map.
+//! `W = u64` tokens; its JavaScript keeps only the inline fast-path compare and the promise map.
 
 pub mod options;
 pub mod rotation;

@@ -219,6 +219,14 @@ impl<W> Rotation<W> {
         }
     }
 
+    /// A synchronous checkpoint of the loop's thread (outside the rotation, §5.7: its caller owns the
+    /// yield) is about to ask the core: the last yielder's request, if not yet acknowledged, is
+    /// acknowledged first, as another task's checkpoint would ([`Rotation::see_request`]), so the
+    /// synchronous checkpoint yields only for a newer request. Returns whether one was pending.
+    pub fn acknowledge(&mut self) -> bool {
+        self.acknowledge_pending()
+    }
+
     /// A checkpoint saw `request`. If another task stepped aside for a request the loop has not
     /// acknowledged, that one is acknowledged now and this task yields only for a newer request
     /// (one that arrived after the acknowledged `preempt_seq`); otherwise it is the yielder.
