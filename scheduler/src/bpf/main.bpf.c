@@ -102,11 +102,15 @@ static __always_inline u64 queue_key(struct task_struct *p)
 		return queue_vtime(p);
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
 	if (base_order == MORPHEUS_BASE_ORDER_BURST)
-		return morpheus_base_burst_key(t, p->scx.dsq_vtime, READ_ONCE(vtime_now), base_slice(), p->scx.weight);
+		return morpheus_base_burst_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
 }
 
 /*
+ * (Under BURST, p's dsq_vtime is read with READ_ONCE wherever it goes to a policy function that may
+ * take t's vtime instead: a plain read is sunk by the compiler into one load from either pointer,
+ * which the verifier refuses, "same insn cannot be used with different pointers".)
+ *
  * BURST order: p is being queued with its key; its kept vtime is raised to the floor that key had
  * (morpheus_base_burst_queued). The other orders' vtime is the key, set by the insertion itself.
  */
@@ -288,7 +292,7 @@ static __always_inline void vtime_running(struct task_struct *p)
 			    queue_key(p) : p->scx.dsq_vtime, clock = vtime, share;
 
 	if (base_order == MORPHEUS_BASE_ORDER_BURST)
-		clock = morpheus_base_burst_vtime(bpf_task_storage_get(&base_tasks, p, 0, 0), p->scx.dsq_vtime);
+		clock = morpheus_base_burst_vtime(bpf_task_storage_get(&base_tasks, p, 0, 0), READ_ONCE(p->scx.dsq_vtime));
 	if (time_before(READ_ONCE(vtime_now), clock))
 		WRITE_ONCE(vtime_now, clock);
 	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
@@ -329,7 +333,7 @@ static __always_inline void vtime_stopping(struct task_struct *p, bool runnable)
 	if (!t)
 		return;
 	if (base_order == MORPHEUS_BASE_ORDER_BURST)
-		morpheus_base_burst_charge(t, p->scx.dsq_vtime, scaled);
+		morpheus_base_burst_charge(t, READ_ONCE(p->scx.dsq_vtime), scaled);
 	else
 		morpheus_base_charge(t, scaled);
 	if (!runnable)
