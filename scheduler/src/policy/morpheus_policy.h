@@ -442,8 +442,8 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     scx_bpfland's slice lag bound a sleeper's credit), and a task that has run long without sleeping
  *     still falls behind them by what it used.
  *   BURST: LAG's key plus a second term, the CPU time the task has used since it last slept (its
- *     weight-scaled exec runtime, as DEADLINE keeps it), capped at the slice lag (the same credit, in
- *     vtime): among tasks queued together, one that has run long without sleeping goes behind the
+ *     weight-scaled exec runtime, as DEADLINE keeps it), capped at MORPHEUS_BASE_EXEC_CAP_SLICES base
+ *     slices: among tasks queued together, one that has run long without sleeping goes behind the
  *     ones that woke after short runs by up to that cap, while the lag still bounds what CPU used less
  *     before a sleep buys. The term is in the queue key only, never in the task's vtime (what it is
  *     charged for its runs), so it does not accumulate over the task's queueings; the vtime is kept
@@ -564,14 +564,14 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_vtime(const struct morpheus_
 /*
  * BURST order: the key of a task (state `t`, NULL: none yet; key so far `dsq_vtime`; `weight`, 100 =
  * nice 0) queued when the highest vtime started is `vtime_now`: its vtime raised to the slice-lag floor
- * (morpheus_base_vtime_key), plus its exec runtime capped at that same slice lag (the credit, in vtime):
- * a task's own burst moves it back at most as far as the lag lets a sleeper move ahead.
+ * (morpheus_base_vtime_key), plus its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES base slices.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
 							 morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
 {
 	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, slice_ns, weight);
-	morpheus_u64 exec = t ? (t->exec_ns < credit ? t->exec_ns : credit) : 0;
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	morpheus_u64 exec = t ? (t->exec_ns < cap ? t->exec_ns : cap) : 0;
 
 	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + exec;
 }
