@@ -24,9 +24,10 @@ import sys
 from collections import OrderedDict
 
 BASELINE = "eevdf"
-# scx_morpheus's modes (the last two: enforced on the CPU-time base order and on its slice-lag variant, the
-# before and after of a before/after); every other scheduler is a peer it is measured against.
-MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime", "morpheus_enforced_lag")
+# scx_morpheus's modes (the last three: enforced on the CPU-time base order, on its slice-lag variant and on
+# that with the CPU used since the last sleep, the befores and afters of a before/after); every other
+# scheduler is a peer it is measured against.
+MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime", "morpheus_enforced_lag", "morpheus_enforced_burst")
 
 
 def load(path):

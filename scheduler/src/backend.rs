@@ -49,6 +49,9 @@ pub enum BaseOrder {
     /// `Cputime`'s weighted vtime with a waking task's credit bounded by a slice lag (an eighth of
     /// a slice) instead of a whole slice (opt-in until a comparison run shows it ahead of `Cputime`).
     Lag,
+    /// `Lag`'s key plus the CPU the task used since it last slept (capped at a slice), the task's
+    /// vtime kept apart from its key (opt-in until a comparison run shows it ahead of `Cputime`).
+    Burst,
 }
 
 /// Everything the command line decides, validated (see main.rs).

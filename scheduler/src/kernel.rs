@@ -1237,6 +1237,7 @@ impl KernelBackend {
             crate::backend::BaseOrder::Deadline => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_DEADLINE,
             crate::backend::BaseOrder::Cputime => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_CPUTIME,
             crate::backend::BaseOrder::Lag => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_LAG,
+            crate::backend::BaseOrder::Burst => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_BURST,
         };
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;

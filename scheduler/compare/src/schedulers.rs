@@ -2,8 +2,9 @@
 //! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the peers
 //! scx_bpfland, scx_lavd, scx_flash, scx_cosmos and scx_pandemonium with their default options, and
 //! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
-//! base policy's former ordering (`--base-order cputime`) and on its slice-lag variant (`--base-order
-//! lag`), for a before/after in the same run. Each is
+//! base policy's former ordering (`--base-order cputime`), on its slice-lag variant (`--base-order
+//! lag`) and on that with the CPU used since the last sleep added (`--base-order burst`), for a
+//! before/after in the same run. Each is
 //! started before a round's cells and stopped after them.
 
 use std::path::PathBuf;
@@ -35,6 +36,9 @@ pub enum Sched {
     /// Enforced mode with the CPU-time order's credit bounded by a slice lag (scx_morpheus
     /// `--base-order lag`): measured against `EnforcedCputime` in the same rounds.
     EnforcedLag,
+    /// Enforced mode with the slice-lag key plus the CPU used since the last sleep (scx_morpheus
+    /// `--base-order burst`): measured against `EnforcedCputime` in the same rounds.
+    EnforcedBurst,
 }
 
 impl Sched {
@@ -51,11 +55,12 @@ impl Sched {
             Sched::Enforced => "morpheus_enforced",
             Sched::EnforcedCputime => "morpheus_enforced_cputime",
             Sched::EnforcedLag => "morpheus_enforced_lag",
+            Sched::EnforcedBurst => "morpheus_enforced_burst",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst)
     }
 }
 
@@ -78,7 +83,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst => None,
         }
     }
 }
@@ -151,7 +156,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
@@ -159,6 +164,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             let order = match sched {
                 Sched::EnforcedCputime => "cputime",
                 Sched::EnforcedLag => "lag",
+                Sched::EnforcedBurst => "burst",
                 _ => "deadline",
             };
             let mut child = Command::new(&bins.morpheus)

@@ -4,7 +4,8 @@
  *
  * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
  * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
- * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag; or
+ * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag;
+ * (--base-order burst) lag's key plus the CPU the task used since it last slept, capped; or
  * (--base-order deadline) a deadline, the time a task was queued plus the CPU time it used since it
  * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
@@ -30,11 +31,12 @@ const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
 
 /*
  * Highest queue key seen starting to run: under CPUTIME and LAG the clock a waking task's vtime is
- * clamped against; under DEADLINE (keys are times) the level a lifted or enabled task goes in at.
+ * clamped against; under BURST the same clock, from the vtimes started (not the keys, which carry the
+ * exec runtime); under DEADLINE (keys are times) the level a lifted or enabled task goes in at.
  */
 u64 vtime_now;
 
-/* Per task: what the DEADLINE order keeps (morpheus_policy.h), created at its first run's end. */
+/* Per task: what the DEADLINE and BURST orders keep (morpheus_policy.h), created at its first run's end. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -89,17 +91,38 @@ static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
 /*
  * p's key in the shared queue now, by base_order (morpheus_policy.h). A task with no base state yet
  * (it has not finished a run under this scheduler) has used no CPU since it last slept. A task that
- * cpu.max held goes back with queue_vtime() (cpumax.bpf.c) under either order: under DEADLINE its last
- * key, raised to at least vtime_now (the highest key started) less a slice.
+ * cpu.max held goes back with queue_vtime() (cpumax.bpf.c) under every order: under DEADLINE and BURST
+ * its last key, raised to at least vtime_now less a slice (DEADLINE) or the slice lag (BURST).
  */
 static __always_inline u64 queue_key(struct task_struct *p)
 {
 	struct morpheus_base_task none = {}, *t;
 
-	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE)
+	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE && base_order != MORPHEUS_BASE_ORDER_BURST)
 		return queue_vtime(p);
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
+	if (base_order == MORPHEUS_BASE_ORDER_BURST)
+		return morpheus_base_burst_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
+}
+
+/*
+ * (Under BURST, p's dsq_vtime is read with READ_ONCE wherever it goes to a policy function that may
+ * take t's vtime instead: a plain read is sunk by the compiler into one load from either pointer,
+ * which the verifier refuses, "same insn cannot be used with different pointers".)
+ *
+ * BURST order: p is being queued with its key; its kept vtime is raised to the floor that key had
+ * (morpheus_base_burst_queued). The other orders' vtime is the key, set by the insertion itself.
+ */
+static __always_inline void burst_queued(struct task_struct *p)
+{
+	struct morpheus_base_task *t;
+
+	if (base_order != MORPHEUS_BASE_ORDER_BURST)
+		return;
+	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
+	if (t)
+		morpheus_base_burst_queued(t, READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 }
 
 s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -168,6 +191,7 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 
 	if (cpumax_enqueue(p, enq_flags))
 		return;
+	burst_queued(p);
 	/*
 	 * SCX_ENQ_LAST: p's slice ended and its CPU found nothing else to run (dispatch has already
 	 * come back empty). It goes straight back on that CPU: queued in the shared queue instead,
@@ -256,17 +280,21 @@ void BPF_STRUCT_OPS(morpheus_cgroup_set_bandwidth, struct cgroup *cgrp, u64 peri
 
 /*
  * Note the run that starts on this CPU and advance the global clock. Its standing for wake-up
- * preemption is its queue key: under DEADLINE the deadline it has as it starts (also when an idle CPU
- * took it directly, without a key), under CPUTIME and LAG its vtime.
+ * preemption is its queue key: under DEADLINE and BURST the key it has as it starts (also when an idle
+ * CPU took it directly, without a key), under CPUTIME and LAG its vtime. The clock advances to the
+ * key, except under BURST: to the task's vtime (morpheus_base_burst_vtime), without the exec runtime.
  */
 static __always_inline void vtime_running(struct task_struct *p)
 {
 	struct cpu_run *run;
 	u32 cpu = scx_bpf_task_cpu(p);
-	u64 vtime = base_order == MORPHEUS_BASE_ORDER_DEADLINE ? queue_key(p) : p->scx.dsq_vtime, share;
+	u64 vtime = base_order == MORPHEUS_BASE_ORDER_DEADLINE || base_order == MORPHEUS_BASE_ORDER_BURST ?
+			    queue_key(p) : p->scx.dsq_vtime, clock = vtime, share;
 
-	if (time_before(READ_ONCE(vtime_now), vtime))
-		WRITE_ONCE(vtime_now, vtime);
+	if (base_order == MORPHEUS_BASE_ORDER_BURST)
+		clock = morpheus_base_burst_vtime(bpf_task_storage_get(&base_tasks, p, 0, 0), READ_ONCE(p->scx.dsq_vtime));
+	if (time_before(READ_ONCE(vtime_now), clock))
+		WRITE_ONCE(vtime_now, clock);
 	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
 	if (!run)
 		return;
@@ -280,9 +308,9 @@ static __always_inline void vtime_running(struct task_struct *p)
 }
 
 /*
- * Charge the run that ends to p: its vtime and (DEADLINE order) the CPU it used since it last slept,
- * both scaled by its weight; a task that goes to sleep (not runnable) starts that count again and
- * updates its wake-up rate.
+ * Charge the run that ends to p: its vtime (under BURST the one it keeps apart from its key, once it
+ * has base state) and (DEADLINE and BURST) the CPU it used since it last slept, both scaled by its
+ * weight; a task that goes to sleep (not runnable) starts that count again and updates its wake-up rate.
  */
 static __always_inline void vtime_stopping(struct task_struct *p, bool runnable)
 {
@@ -291,19 +319,23 @@ static __always_inline void vtime_stopping(struct task_struct *p, bool runnable)
 	u32 cpu = scx_bpf_task_cpu(p);
 	u64 now = bpf_ktime_get_ns(), scaled = 0;
 
-	if (base_order == MORPHEUS_BASE_ORDER_DEADLINE)
+	if (base_order == MORPHEUS_BASE_ORDER_DEADLINE || base_order == MORPHEUS_BASE_ORDER_BURST)
 		t = bpf_task_storage_get(&base_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
 	if (run && run->weight) {
 		if (now > run->start_ns) {
 			scaled = scale_by_weight(now - run->start_ns, run->weight);
-			scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime + scaled);
+			if (!t || base_order != MORPHEUS_BASE_ORDER_BURST)
+				scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime + scaled);
 		}
 		run->weight = 0;
 	}
 	if (!t)
 		return;
-	morpheus_base_charge(t, scaled);
+	if (base_order == MORPHEUS_BASE_ORDER_BURST)
+		morpheus_base_burst_charge(t, READ_ONCE(p->scx.dsq_vtime), scaled);
+	else
+		morpheus_base_charge(t, scaled);
 	if (!runnable)
 		morpheus_base_sleep(t, now);
 }

@@ -240,7 +240,8 @@ static __always_inline u64 base_slice(void)
 
 /*
  * p's vtime for queueing: a task that slept long keeps at most the credit base_order allows below
- * vtime_now (morpheus_base_vtime_credit: one slice, or the slice lag under LAG), so sleepers run soon
+ * vtime_now (morpheus_base_vtime_credit: one slice, or the slice lag under LAG and
+ * BURST; under BURST, p's dsq_vtime is its last key), so sleepers run soon
  * after waking without being able to monopolise a CPU afterwards.
  */
 static __always_inline u64 queue_vtime(struct task_struct *p)

@@ -441,6 +441,13 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     waking and sleeping run nearly in the order they became runnable (as EEVDF's lag clamp and
  *     scx_bpfland's slice lag bound a sleeper's credit), and a task that has run long without sleeping
  *     still falls behind them by what it used.
+ *   BURST: LAG's key plus a second term, the CPU time the task has used since it last slept (its
+ *     weight-scaled exec runtime, as DEADLINE keeps it), capped at MORPHEUS_BASE_EXEC_CAP_SLICES base
+ *     slices: among tasks queued together, one that has run long without sleeping goes behind the
+ *     ones that woke after short runs by up to that cap, while the lag still bounds what CPU used less
+ *     before a sleep buys. The term is in the queue key only, never in the task's vtime (what it is
+ *     charged for its runs), so it does not accumulate over the task's queueings; the vtime is kept
+ *     apart from the key (struct morpheus_base_task) once the task has run.
  * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
  * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
@@ -448,22 +455,23 @@ enum morpheus_base_order {
 	MORPHEUS_BASE_ORDER_DEADLINE = 0,
 	MORPHEUS_BASE_ORDER_CPUTIME = 1,
 	MORPHEUS_BASE_ORDER_LAG = 2,
+	MORPHEUS_BASE_ORDER_BURST = 3,
 };
 
-/* LAG order: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
+/* LAG and BURST orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
 #define MORPHEUS_BASE_LAG_DIV 8
 
 /*
  * The credit, in vtime (CPU time * 100 / weight), that a task of `weight` (100 = nice 0, 0 taken as
  * 100) keeps below vtime_now when it is queued: a whole slice under CPUTIME (and for a task cpu.max
- * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG. Never 0 for
- * a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
+ * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG and BURST.
+ * Never 0 for a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, morpheus_u64 slice_ns, morpheus_u64 weight)
 {
 	morpheus_u64 lag;
 
-	if (order != MORPHEUS_BASE_ORDER_LAG)
+	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST)
 		return slice_ns;
 	lag = slice_ns / MORPHEUS_BASE_LAG_DIV * 100 / (weight ? weight : 100);
 	return lag ? lag : (slice_ns ? 1 : 0);
@@ -494,6 +502,8 @@ struct morpheus_base_task {
 	morpheus_u64 exec_ns;       /* weight-scaled CPU time used since the task last slept */
 	morpheus_u64 wake_rate;     /* moving average of its sleeps (so wake-ups) per second */
 	morpheus_u64 last_sleep_ns; /* when it last went to sleep; 0: never */
+	morpheus_u64 vtime;         /* BURST: its weighted vtime, apart from its queue key; valid if has_vtime */
+	morpheus_u64 has_vtime;     /* BURST: 0 until its first run's end (its vtime is its key until then) */
 };
 
 /* A run of `scaled_ns` (CPU time scaled by weight) ended: it adds to the exec runtime (saturating). */
@@ -539,6 +549,57 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_deadline(const struct morpheus_bas
 	morpheus_u64 at = now_ns + exec;
 
 	return at > credit ? at - credit : 0;
+}
+
+/*
+ * BURST order: the task's vtime. Until its first run under this order ends (has_vtime 0, or no state
+ * yet: t NULL) every key it was queued with carried no exec runtime, so its key, `dsq_vtime`, is its
+ * vtime; after that, the vtime it keeps.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_vtime(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime)
+{
+	return t && t->has_vtime ? t->vtime : dsq_vtime;
+}
+
+/*
+ * BURST order: the key of a task (state `t`, NULL: none yet; key so far `dsq_vtime`; `weight`, 100 =
+ * nice 0) queued when the highest vtime started is `vtime_now`: its vtime raised to the slice-lag floor
+ * (morpheus_base_vtime_key), plus its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES base slices.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
+							 morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
+{
+	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, slice_ns, weight);
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	morpheus_u64 exec = t ? (t->exec_ns < cap ? t->exec_ns : cap) : 0;
+
+	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + exec;
+}
+
+/*
+ * BURST order: the task is queued. Its vtime is raised to the floor its key was (the credit it keeps
+ * is the lag, as the insertion does for LAG's vtime), so a task that slept long does not keep its
+ * old lead over the runs that follow.
+ */
+MORPHEUS_POLICY_FN void morpheus_base_burst_queued(struct morpheus_base_task *t, morpheus_u64 vtime_now,
+						    morpheus_u64 slice_ns, morpheus_u64 weight)
+{
+	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, slice_ns, weight);
+
+	if (t->has_vtime)
+		t->vtime = morpheus_base_vtime_key(t->vtime, vtime_now, credit);
+}
+
+/*
+ * BURST order: a run of `scaled_ns` (CPU time scaled by weight) ended. It adds to the task's vtime
+ * (its key `dsq_vtime` taken as its vtime at its first run's end, morpheus_base_burst_vtime) and to
+ * its exec runtime (morpheus_base_charge).
+ */
+MORPHEUS_POLICY_FN void morpheus_base_burst_charge(struct morpheus_base_task *t, morpheus_u64 dsq_vtime, morpheus_u64 scaled_ns)
+{
+	t->vtime = morpheus_base_burst_vtime(t, dsq_vtime) + scaled_ns;
+	t->has_vtime = 1;
+	morpheus_base_charge(t, scaled_ns);
 }
 
 /* Pressure level from PSI cpu "some" avg10 in hundredths of a percent (thresholds: abi.toml PRESSURE_*_CENTI). */

@@ -685,4 +685,81 @@ TEST(BaseVtime, UnderLagATaskThatRanMoreWaitsBehindALaterWakerByAtMostTheLag)
 	EXPECT_LT(morpheus_base_vtime_key(0, now + lag + 1, kBaseSlice), first);
 }
 
+// The BURST order: LAG's key plus the CPU used since the last sleep, capped; the vtime kept apart.
+TEST(BaseBurst, CreditIsTheSliceLag)
+{
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100),
+		  morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 200), kBaseSlice / MORPHEUS_BASE_LAG_DIV / 2);
+}
+
+TEST(BaseBurst, KeyIsTheLagKeyPlusTheCappedExecRuntime)
+{
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100);
+	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	// No state yet: the key so far is the vtime, raised to the lag floor, with no exec runtime.
+	EXPECT_EQ(morpheus_base_burst_key(nullptr, now - 10 * ms, now, kBaseSlice, 100), now - lag);
+	EXPECT_EQ(morpheus_base_burst_key(nullptr, now + 3 * ms, now, kBaseSlice, 100), now + 3 * ms);
+	// With state: the kept vtime, not the key so far, plus the exec runtime up to the cap.
+	morpheus_base_task t{};
+	morpheus_base_burst_charge(&t, now - 1 * ms, 2 * ms);
+	EXPECT_EQ(t.has_vtime, 1u);
+	EXPECT_EQ(t.vtime, now + 1 * ms);
+	EXPECT_EQ(t.exec_ns, 2 * ms);
+	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now + 1 * ms + 2 * ms);
+	morpheus_base_burst_charge(&t, 0, 40 * ms);
+	EXPECT_EQ(t.vtime, now + 41 * ms);
+	EXPECT_EQ(morpheus_base_burst_key(&t, 12345, now, kBaseSlice, 100), now + 41 * ms + cap);
+	// Sleeping ends the burst: the key is the vtime alone again; the vtime keeps every run.
+	morpheus_base_sleep(&t, 5 * kSecond);
+	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now + 41 * ms);
+}
+
+TEST(BaseBurst, AHogQueuedWithAWorkerGoesBehindItByItsBurstTheLagStillBoundsTheWorkersLead)
+{
+	// A hog and a worker, same weight, both near vtime_now. The hog has run 30 ms without sleeping;
+	// the worker ran 0.5 ms since it woke. Under LAG the hog (less vtime) goes first; under BURST the
+	// hog goes behind the worker by up to the cap.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task hog{}, worker{};
+	morpheus_base_burst_charge(&hog, now - 32 * ms, 30 * ms);   // vtime now - 2 ms
+	morpheus_base_burst_charge(&worker, now - 1 * ms, 500 * 1000); // vtime now - 0.5 ms
+	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 100);
+	EXPECT_LT(morpheus_base_vtime_key(hog.vtime, now, lag), morpheus_base_vtime_key(worker.vtime, now, lag));
+	EXPECT_GT(morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100));
+	// The burst term is capped: a worker whose vtime is more than the cap ahead of the hog's still
+	// goes behind it (the hog is not starved).
+	morpheus_base_task ahead{};
+	morpheus_base_burst_charge(&ahead, now + kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES, 0);
+	EXPECT_GT(morpheus_base_burst_key(&ahead, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	// A worker that slept long keeps only the lag of credit, whatever vtime it had.
+	morpheus_base_task sleeper{};
+	morpheus_base_burst_charge(&sleeper, now - 10 * kSecond, 0);
+	EXPECT_EQ(morpheus_base_burst_key(&sleeper, 0, now, kBaseSlice, 100), now - lag);
+}
+
+TEST(BaseBurst, QueueingRaisesTheKeptVtimeToTheFloorSoALongSleeperDoesNotKeepItsLead)
+{
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100);
+	morpheus_base_task t{};
+	morpheus_base_burst_charge(&t, now - 10 * kSecond, 1 * ms);
+	morpheus_base_sleep(&t, 1);
+	morpheus_base_burst_queued(&t, now, kBaseSlice, 100);
+	EXPECT_EQ(t.vtime, now - lag);
+	// After a 5 ms run it is 5 ms past the floor, not back at it (without the raise it would be
+	// raised to the floor again at every queueing while it caught up ten seconds).
+	morpheus_base_burst_charge(&t, 0, 5 * ms);
+	morpheus_base_sleep(&t, 2);
+	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now - lag + 5 * ms);
+	// A vtime already past the floor is left alone; a task with no kept vtime is left alone.
+	morpheus_base_burst_queued(&t, now, kBaseSlice, 100);
+	EXPECT_EQ(t.vtime, now - lag + 5 * ms);
+	morpheus_base_task none{};
+	morpheus_base_burst_queued(&none, now, kBaseSlice, 100);
+	EXPECT_EQ(none.vtime, 0u);
+	EXPECT_EQ(none.has_vtime, 0u);
+}
+
 } // namespace
