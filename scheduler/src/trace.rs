@@ -388,6 +388,21 @@ mod tests {
     use crate::kernel::bpf_intf;
     use libbpf_rs::{MapCore, MapFlags};
 
+    /// The tracing backend's object loaded on this kernel with a region of the replay domain, which the
+    /// replay programs (bind_replay) find their worker slots in; the region lives as long as the caller
+    /// keeps the second value.
+    fn loaded_with_replay_region(open_object: &mut MaybeUninit<OpenObject>) -> (BpfSkel<'_>, crate::domains::NewRegion) {
+        let skel = BpfSkelBuilder::default().open(open_object).expect("open the tracing backend's object");
+        let skel = skel.load().expect("load the tracing backend's object (root, BPF with BTF)");
+        let maker = kernel::BpfRegions {
+            outer: MapHandle::try_from(&skel.maps.regions).unwrap(),
+            pin_dir: None,
+            pinned: Arc::default(),
+        };
+        let region = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS).expect("a region in the replay domain");
+        (skel, region)
+    }
+
     /// Who the worker layer takes for a worker, asked of the real programs (bind_replay, run with
     /// BPF_PROG_TEST_RUN on this kernel): a thread started after its tid's worker_slots entry was
     /// written is a later holder of the tid and is never bound, even to a slot no thread was bound to
@@ -397,14 +412,7 @@ mod tests {
     #[ignore = "needs root and bpf(2) with BTF: run with --ignored (//scheduler:region_pin_test does)"]
     fn a_thread_started_after_a_registration_is_never_taken_for_that_worker() {
         let mut open_object = MaybeUninit::uninit();
-        let skel = BpfSkelBuilder::default().open(&mut open_object).expect("open the tracing backend's object");
-        let skel = skel.load().expect("load the tracing backend's object (root, BPF with BTF)");
-        let maker = kernel::BpfRegions {
-            outer: MapHandle::try_from(&skel.maps.regions).unwrap(),
-            pin_dir: None,
-            pinned: Arc::default(),
-        };
-        let _region = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS).expect("a region in the replay domain");
+        let (skel, _region) = loaded_with_replay_region(&mut open_object);
         let entries = MapHandle::try_from(&skel.maps.worker_slots).unwrap();
         // A tid past the worker_tids bitmap: the layer looks it up in worker_slots directly.
         let tid = bpf_intf::MORPHEUS_TID_LIMIT + 7;
@@ -441,14 +449,7 @@ mod tests {
     #[ignore = "needs root and bpf(2) with BTF: run with --ignored (//scheduler:region_pin_test does)"]
     fn a_recorded_tid_is_found_through_both_levels_of_the_tid_bitmap() {
         let mut open_object = MaybeUninit::uninit();
-        let skel = BpfSkelBuilder::default().open(&mut open_object).expect("open the tracing backend's object");
-        let skel = skel.load().expect("load the tracing backend's object (root, BPF with BTF)");
-        let maker = kernel::BpfRegions {
-            outer: MapHandle::try_from(&skel.maps.regions).unwrap(),
-            pin_dir: None,
-            pinned: Arc::default(),
-        };
-        let _region = maker.create(0, bpf_intf::MORPHEUS_REPLAY_DOMAIN, abi::MAX_WORKERS).expect("a region in the replay domain");
+        let (skel, _region) = loaded_with_replay_region(&mut open_object);
         let slots = kernel::LayerSlots::new(&skel.maps.worker_slots, &skel.maps.worker_tids, &skel.maps.worker_tid_summary).unwrap();
         let workers = MapHandle::try_from(&skel.maps.workers).unwrap();
         let summary = MapHandle::try_from(&skel.maps.worker_tid_summary).unwrap();
