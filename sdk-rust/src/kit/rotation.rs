@@ -19,6 +19,7 @@
 //! * a waiter leaves the queue only through [`Rotation::take_next`] or [`Rotation::reset`].
 
 use std::{
+    cell::Cell,
     collections::VecDeque,
     future::Future,
     pin::Pin,
@@ -114,8 +115,10 @@ pub struct Rotation<W> {
     /// Whether a yield's passes are under way: a task that computes now steps aside at its first
     /// checkpoint. Cleared alone when a task of another loop reaches a checkpoint.
     passing: bool,
-    /// When the running task's turn ends by the wall clock (ns; 0: no turn is timed).
-    turn_deadline: u64,
+    /// When the running task's turn ends by the wall clock (ns; 0: no turn is timed). A cell: the
+    /// asynchronous checkpoint, which only reads the rotation otherwise, drops the deadline of a turn
+    /// whose worker has no slice any more ([`Rotation::turn_due`]).
+    turn_deadline: Cell<u64>,
     /// Looks per slice of a timed turn: [`LOOKS_PER_SLICE`] or 1.
     looks: u64,
     /// A clock the tests set in place of both the thread's CPU time and the wall clock.
@@ -153,7 +156,7 @@ impl<W> Rotation<W> {
             passes_left: 0,
             pass_queued: false,
             passing: false,
-            turn_deadline: 0,
+            turn_deadline: Cell::new(0),
             looks: 1,
             clock: None,
         }
@@ -199,11 +202,25 @@ impl<W> Rotation<W> {
         match poll_once(&mut request) {
             Poll::Pending => Step::Request(request),
             Poll::Ready(_) if self.passing => Step::StepAside { turn_over: false },
-            Poll::Ready(_) if self.turn_deadline != 0 && self.wall_ns() >= self.turn_deadline => {
-                Step::StepAside { turn_over: true }
-            }
+            Poll::Ready(_) if self.turn_due() => Step::StepAside { turn_over: true },
             Poll::Ready(_) => Step::Continue,
         }
+    }
+
+    /// Whether the running task's timed turn is over: its deadline has passed. A turn is timed only
+    /// while the thread's worker has a slice ([`Rotation::time_turn`]): if the worker was lost,
+    /// detached or closed during the turn, the turn is not over but no longer timed, and its deadline
+    /// is dropped, so a worker waiting for a scheduler never steps aside for a turn (§5.7, §6.1).
+    fn turn_due(&self) -> bool {
+        let deadline = self.turn_deadline.get();
+        if deadline == 0 || self.wall_ns() < deadline {
+            return false;
+        }
+        if super::thread::turn_slice_ns() == 0 {
+            self.turn_deadline.set(0);
+            return false;
+        }
+        true
     }
 
     /// Acknowledge the last yielder's request now, if it is not yet: the loop has had control since.
@@ -261,7 +278,7 @@ impl<W> Rotation<W> {
     /// not this rotation's to impose on it.
     pub fn leave(&mut self) {
         self.passing = false;
-        self.turn_deadline = 0;
+        self.turn_deadline.set(0);
     }
 
     /// Whether a step aside may happen now: never inside a critical section, which holds every
@@ -304,7 +321,7 @@ impl<W> Rotation<W> {
             None => floor.unwrap_or(0),
         };
         self.turn_started = None;
-        self.turn_deadline = 0;
+        self.turn_deadline.set(0);
         self.waiting.push_back(Waiter { waiter, task, run_ns: base.saturating_add(ran) });
     }
 
@@ -340,7 +357,7 @@ impl<W> Rotation<W> {
             self.waiting.remove(index)
         });
         if next.is_none() {
-            self.turn_deadline = 0;
+            self.turn_deadline.set(0);
         }
         next
     }
@@ -364,7 +381,7 @@ impl<W> Rotation<W> {
 
     /// No turn is timed any more (the loop the rotation belonged to is gone from this thread).
     pub fn stop_timing(&mut self) {
-        self.turn_deadline = 0;
+        self.turn_deadline.set(0);
     }
 
     /// Time the turn that starts now: it ends at the first checkpoint one slice (the region's
@@ -372,7 +389,7 @@ impl<W> Rotation<W> {
     /// thread's worker is detached or waits for a scheduler.
     fn time_turn(&mut self) {
         let slice = super::thread::turn_slice_ns();
-        self.turn_deadline = if slice > 0 { self.wall_ns().saturating_add(slice / self.looks).max(1) } else { 0 };
+        self.turn_deadline.set(if slice > 0 { self.wall_ns().saturating_add(slice / self.looks).max(1) } else { 0 });
     }
 
     /// How many tasks wait for their turn.
@@ -392,6 +409,6 @@ impl<W> Rotation<W> {
 
     /// When the running task's timed turn ends (ns of the rotation's wall clock; 0: not timed).
     pub fn turn_deadline(&self) -> u64 {
-        self.turn_deadline
+        self.turn_deadline.get()
     }
 }
