@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 package dev.morpheus;
 
+import dev.morpheus.abi.Abi;
 import dev.morpheus.abi.ErrorCode;
 
 /**
@@ -58,14 +59,18 @@ public final class Options {
         return this;
     }
 
-    /**
-     * Advisory priority, {@code PRIORITY_MIN} (-20, most important) to {@code PRIORITY_MAX} (19). The range is
-     * the native library's rule (sdk-rust's binding kit, through JNI or FFM alike): {@link Morpheus#register}
-     * refuses a value outside it with {@code INVALID_ARGUMENT} naming the value, and writes nothing.
-     */
+    /** Advisory priority, {@code PRIORITY_MIN} (-20, most important) to {@code PRIORITY_MAX} (19). */
     public Options priority(int priority) {
-        this.priority = priority;
+        this.priority = checkPriority(priority);
         return this;
+    }
+
+    static int checkPriority(int priority) {
+        if (priority < Abi.PRIORITY_MIN || priority > Abi.PRIORITY_MAX) {
+            throw MorpheusException.of(ErrorCode.INVALID_ARGUMENT, "priority: expected " + Abi.PRIORITY_MIN + ".."
+                    + Abi.PRIORITY_MAX + ", found " + priority);
+        }
+        return priority;
     }
 
     /** -1 (the ABI's default for Java), 0 or 1, as the native layers take it. */

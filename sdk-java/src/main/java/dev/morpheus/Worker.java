@@ -65,13 +65,10 @@ public abstract class Worker implements AutoCloseable {
     /** Whether the worker accepts escalation, as the SDK believes it. */
     public abstract boolean escapable();
 
-    /**
-     * Set the advisory priority; outside -20..19 the native library (the Rust core's rule, through JNI or FFM)
-     * refuses it with {@code INVALID_ARGUMENT} naming the range and the value, and nothing is written.
-     */
+    /** Set the advisory priority; outside -20..19 is {@code INVALID_ARGUMENT} and nothing is written. */
     public final void setPriority(int priority) {
         checkOwner("setPriority");
-        setPriority0(priority);
+        setPriority0(Options.checkPriority(priority));
     }
 
     abstract void setPriority0(int priority);
