@@ -484,13 +484,9 @@ fn the_keeper_resumes_the_next_when_the_resumed_task_gave_control_back_otherwise
     assert!(!rotation.idle_since(turns), "A yielded again: its yield resumes the next");
 }
 
-/// A turn is timed only while the thread's worker has a slice: when the worker goes during its turn
-/// (here closed; lost while it waits for the next scheduler is the same, turn_slice_ns 0), the turn is
-/// not stepped aside when the old deadline passes, and the deadline is dropped, so a binding's fast
-/// path stops sending checks to the rotation (§5.7, §6.1).
-#[test]
-fn a_turn_whose_worker_goes_is_no_longer_timed() {
-    let (region, token) = registered();
+/// A rotation on the test clock at 1,000 ns whose task A yielded for a request on `region` and was
+/// resumed after the passes: A's turn is timed from now.
+fn resumed_at_1000(region: &SimRegion) -> Rotation<usize> {
     let mut rotation = Rotation::new();
     rotation.set_clock(Some(1_000));
     region.request_yield(0);
@@ -499,6 +495,17 @@ fn a_turn_whose_worker_goes_is_no_longer_timed() {
     let _ = run_passes(&mut rotation);
     let next = rotation.take_next().unwrap();
     let _ = rotation.resumed(&next);
+    rotation
+}
+
+/// A turn is timed only while the thread's worker has a slice: when the worker goes during its turn
+/// (here closed; lost while it waits for the next scheduler is the same, turn_slice_ns 0), the turn is
+/// not stepped aside when the old deadline passes, and the deadline is dropped, so a binding's fast
+/// path stops sending checks to the rotation (§5.7, §6.1).
+#[test]
+fn a_turn_whose_worker_goes_is_no_longer_timed() {
+    let (region, token) = registered();
+    let mut rotation = resumed_at_1000(&region);
     assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS);
     thread::close(token).unwrap();
     assert_eq!(thread::turn_slice_ns(), 0, "no worker, no slice");
@@ -513,14 +520,7 @@ fn a_turn_whose_worker_goes_is_no_longer_timed() {
 #[test]
 fn a_timed_turn_ends_one_slice_of_wall_time_after_it_began() {
     let (region, _token) = registered();
-    let mut rotation = Rotation::new();
-    rotation.set_clock(Some(1_000));
-    region.request_yield(0);
-    let req = yielder(&mut rotation);
-    let _ = rotation.push_yielder(A, A, req);
-    let _ = run_passes(&mut rotation);
-    let next = rotation.take_next().unwrap();
-    let _ = rotation.resumed(&next);
+    let mut rotation = resumed_at_1000(&region);
     assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS, "a loop that cannot look: one slice");
     rotation.set_clock(Some(1_000 + SLICE_NS - 1));
     assert!(matches!(rotation.checkpoint(), Step::Continue));
