@@ -161,12 +161,28 @@ struct {
 	__type(value, struct worker_ctx);
 } workers SEC(".maps");
 
-/* Per CPU: slot + 1 of the registered worker running there, 0 if none. */
+/*
+ * One CPU's entry of cpu_worker: slot + 1 of the registered worker running there, 0 if none. Each
+ * entry is a whole cache line (MORPHEUS_CACHE_LINE_SIZE, the ABI's), so two CPUs' words are a line
+ * apart and never share one whatever the map's base alignment: a CPU's switches read and write its own
+ * entry, and no other CPU's switch writes that line (only the check timer reads every CPU's entry).
+ * Not a per-CPU array: the check timer reads every CPU's entry (a per-CPU array would need a
+ * bpf_map_lookup_percpu_elem call for each), and the worker layer stores to the CPU its host names
+ * (worker_running's `cpu`, the task's CPU at worker_stopping), where a per-CPU array's inlined lookup
+ * reaches only the running CPU's copy.
+ */
+struct cpu_worker_line {
+	u32 slot1;
+	u8 _pad[MORPHEUS_CACHE_LINE_SIZE - sizeof(u32)];
+};
+_Static_assert(sizeof(struct cpu_worker_line) == MORPHEUS_CACHE_LINE_SIZE, "one cpu_worker entry a cache line");
+
+/* Per CPU (struct cpu_worker_line): slot + 1 of the registered worker running there, 0 if none. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MORPHEUS_BPF_MAX_CPUS);
 	__type(key, u32);
-	__type(value, u32);
+	__type(value, struct cpu_worker_line);
 } cpu_worker SEC(".maps");
 
 /*
@@ -193,10 +209,10 @@ struct {
  */
 static __always_inline void cpu_worker_set(u32 cpu, u32 val)
 {
-	u32 *cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
+	struct cpu_worker_line *cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
 
 	if (cur)
-		WRITE_ONCE(*cur, val);
+		WRITE_ONCE(cur->slot1, val);
 }
 
 struct check_timer {
@@ -654,15 +670,19 @@ static int check_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	full_barrier();
 	/* Nothing here reads a region header (runtimes can write it). */
 	bpf_for(cpu, 0, nr_possible_cpus) {
+		struct cpu_worker_line *cur;
 		struct worker_ctx *w;
-		u32 *cur, slot;
+		u32 slot1, slot;
 
 		if (cpu >= MORPHEUS_BPF_MAX_CPUS)
 			break;
 		cur = bpf_map_lookup_elem(&cpu_worker, &cpu);
-		if (!cur || !*cur)
+		if (!cur)
 			continue;
-		slot = *cur - 1;
+		slot1 = READ_ONCE(cur->slot1);
+		if (!slot1)
+			continue;
+		slot = slot1 - 1;
 		w = bpf_map_lookup_elem(&workers, &slot);
 		if (!w || w->cpu != (s32)cpu) {
 			/* Between ops.running's two stores: look again soon. */
@@ -862,11 +882,12 @@ __hidden void worker_stopping(u32 tid, u64 start_ns, s32 task_cpu, bool runnable
 	ws = worker_slot_of(tid);
 	if (!ws) {
 		/* Unregistered while it ran: forget it on its CPU so the timer stops looking. */
-		u32 cpu_key = task_cpu, *cur;
+		struct cpu_worker_line *cur;
+		u32 cpu_key = task_cpu;
 
 		cur = bpf_map_lookup_elem(&cpu_worker, &cpu_key);
-		if (cur && *cur)
-			*cur = 0;
+		if (cur && cur->slot1)
+			cur->slot1 = 0;
 		return;
 	}
 	slot = ws->slot;
