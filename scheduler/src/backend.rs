@@ -52,6 +52,9 @@ pub enum BaseOrder {
     /// `Lag`'s key plus the CPU the task used since it last slept (capped at a slice), the task's
     /// vtime kept apart from its key (opt-in until a comparison run shows it ahead of `Cputime`).
     Burst,
+    /// `Burst` with its term counting only the CPU since the last sleep beyond twice the task's
+    /// usual burst (opt-in until a comparison run shows it ahead of `Cputime`).
+    Spare,
 }
 
 /// Everything the command line decides, validated (see main.rs).
@@ -84,6 +87,9 @@ pub struct Config {
     /// Kernel backend: the base policy's queue order.
     #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub base_order: BaseOrder,
+    /// Kernel backend: fill the base policy's debug trace (`--debug-base-trace`).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
+    pub debug_base_trace: bool,
 }
 
 /// A registration changed the owner of a slot (`slot`: the agent's global slot number, the index of

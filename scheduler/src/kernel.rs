@@ -843,6 +843,33 @@ pub(crate) const LAYER_COUNTERS: [(&str, bpf_intf::morpheus_counter); 18] = [
     ("demoted_enqueues", bpf_intf::morpheus_counter_MORPHEUS_CNT_DEMOTED_ENQUEUES),
 ];
 
+/// The base policy's debug trace (main.bpf.c's `base_trace`, filled with `--debug-base-trace`) by name.
+const BASE_TRACE: [(&str, bpf_intf::morpheus_base_trace); bpf_intf::morpheus_base_trace_MORPHEUS_NR_BASE_TRACE as usize] = [
+    ("wake_enqueues", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_ENQUEUES),
+    ("requeues", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUES),
+    ("direct", bpf_intf::morpheus_base_trace_MORPHEUS_BT_DIRECT),
+    ("wake_wait_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_US),
+    ("requeue_wait_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_WAIT_US),
+    ("direct_wait_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_DIRECT_WAIT_US),
+    ("wake_wait_max_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_MAX_US),
+    ("requeue_wait_max_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_WAIT_MAX_US),
+    ("wake_wait_ge1ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_GE1MS),
+    ("wake_wait_ge2ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_GE2MS),
+    ("wake_wait_ge4ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_GE4MS),
+    ("wake_wait_ge8ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_WAIT_GE8MS),
+    ("requeue_wait_ge2ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_WAIT_GE2MS),
+    ("requeue_wait_ge8ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_WAIT_GE8MS),
+    ("wake_behind_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_BEHIND_US),
+    ("wake_ahead_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_AHEAD_US),
+    ("requeue_behind_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_BEHIND_US),
+    ("requeue_ahead_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_AHEAD_US),
+    ("wake_exec_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_EXEC_US),
+    ("requeue_exec_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_REQUEUE_EXEC_US),
+    ("runs_preempted", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUNS_PREEMPTED),
+    ("runs_slept", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUNS_SLEPT),
+    ("run_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUN_US),
+];
+
 /// The reaction times the agent measures from the worker layer's records: overrun -> hint (the first
 /// request since an acknowledgement: the worker layer's detection records, which it decides at the
 /// hint, so the figure does not depend on the agent's tick) and grace expiry -> escalation (the first
@@ -1208,6 +1235,8 @@ pub struct KernelBackend {
     throttles: Arc<Mutex<Throttles>>,
     kick_records: u64,
     shut_down: bool,
+    /// `--debug-base-trace`: the BPF program fills `base_trace`, reported in backend_counters.
+    base_trace: bool,
 }
 
 impl KernelBackend {
@@ -1238,7 +1267,10 @@ impl KernelBackend {
             crate::backend::BaseOrder::Cputime => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_CPUTIME,
             crate::backend::BaseOrder::Lag => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_LAG,
             crate::backend::BaseOrder::Burst => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_BURST,
+            crate::backend::BaseOrder::Spare => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_SPARE,
         };
+
+        rodata.base_trace_on = config.debug_base_trace;
 
         let skel = scx_ops_load!(skel, morpheus_ops, uei)?;
         let mut skel: BpfSkel<'static> = skel;
@@ -1266,7 +1298,7 @@ impl KernelBackend {
         let layer = LayerAgent::new(config, table, maps, observer, bss, AGENT_TICK)?;
         log::info!("sched_ext scheduler attached ({})", layer.describe(config));
 
-        Ok(KernelBackend { skel, link: Some(link), layer, throttles, kick_records: 0, shut_down: false })
+        Ok(KernelBackend { skel, link: Some(link), layer, throttles, kick_records: 0, shut_down: false, base_trace: config.debug_base_trace })
     }
 
     fn drain(&mut self) -> Result<()> {
@@ -1331,6 +1363,14 @@ impl Backend for KernelBackend {
     fn backend_counters(&self) -> Vec<(String, u64)> {
         let mut out = self.layer.backend_counters();
         out.push(("kick_records".into(), self.kick_records));
+        if self.base_trace {
+            let bss = self.skel.maps.bss_data.as_deref().expect("the BPF program has .bss");
+            for &(name, idx) in BASE_TRACE.iter() {
+                // SAFETY: a u64 of the live .bss mapping, which BPF updates atomically.
+                let v = unsafe { std::ptr::read_volatile(&bss.base_trace[idx as usize]) };
+                out.push((format!("base_trace_{name}"), v));
+            }
+        }
         out
     }
 

@@ -118,6 +118,12 @@ struct Opts {
     #[arg(long, value_enum, default_value_t = BaseOrder::Cputime)]
     base_order: BaseOrder,
 
+    /// Kernel backend, debugging only: the BPF program traces its base policy (queue waits, keys
+    /// against vtime_now, the BURST exec term; intf.h, enum morpheus_base_trace) into the stats'
+    /// backend_counters as base_trace_*. Off by default; it costs each scheduling event a little.
+    #[arg(long)]
+    debug_base_trace: bool,
+
     /// Kernel backend only: where its region map is pinned (always the spec's PINNED_REGION_PATH).
     /// The sim backend has no region file: each user's region is handed over the socket.
     #[arg(short = 'r', long, value_name = "PATH")]
@@ -258,6 +264,7 @@ fn validate(opts: &Opts) -> Result<Config> {
         verbose: opts.verbose,
         exit_dump_len: opts.exit_dump_len,
         base_order: opts.base_order,
+        debug_base_trace: opts.debug_base_trace,
     })
 }
 

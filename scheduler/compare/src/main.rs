@@ -39,8 +39,8 @@ const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "
 #[derive(Debug, Parser)]
 #[command(name = "compare", about = "scx_morpheus against EEVDF and the scx peers on the reference workloads")]
 struct Opts {
-    /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag and
-    /// enforced-burst, enforced on the other base orders, only when named).
+    /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag, enforced-burst
+    /// and enforced-spare, enforced on the other base orders, only when named).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Flash, Sched::Cosmos, Sched::Pandemonium, Sched::Observer, Sched::Enforced])]
     schedulers: Vec<Sched>,
     /// Rounds over all schedulers.
@@ -235,8 +235,14 @@ fn main() -> Result<()> {
             let morpheus_socket = if sched.is_morpheus() { socket.as_deref() } else { None };
             let outcome = (|| -> Result<()> {
                 if has("latency") {
+                    let trace = std::env::var_os("COMPARE_DEBUG").is_some();
                     for (cell, shape) in latency_cells(&opts, false) {
+                        let before = morpheus_socket.filter(|_| trace).map(morpheus_starvation::read_stats).transpose()?;
                         let r = workloads::latency(shape, morpheus_socket, ncpu, opts.cell_seconds)?;
+                        if let (Some(before), Some(socket)) = (&before, morpheus_socket) {
+                            let after = morpheus_starvation::read_stats(socket)?;
+                            eprintln!("compare: base-trace {} {cell} round {}: {}", sched.name(), round + 1, schedulers::base_trace_delta(before, &after));
+                        }
                         let mut figures = summary(&mut r.all_ns().collect::<Vec<_>>());
                         figures["ops_per_s"] = json!(r.ops() as f64 / r.measured_s.max(1e-9));
                         print_round("latency", &cell, sched, round, figures);

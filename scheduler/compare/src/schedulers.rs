@@ -3,7 +3,8 @@
 //! scx_bpfland, scx_lavd, scx_flash, scx_cosmos and scx_pandemonium with their default options, and
 //! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
 //! base policy's former ordering (`--base-order cputime`), on its slice-lag variant (`--base-order
-//! lag`) and on that with the CPU used since the last sleep added (`--base-order burst`), for a
+//! lag`), on that with the CPU used since the last sleep added (`--base-order burst`) and on that
+//! with only that CPU beyond twice the task's usual burst added (`--base-order spare`), for a
 //! before/after in the same run. Each is
 //! started before a round's cells and stopped after them.
 
@@ -39,6 +40,10 @@ pub enum Sched {
     /// Enforced mode with the slice-lag key plus the CPU used since the last sleep (scx_morpheus
     /// `--base-order burst`): measured against `EnforcedCputime` in the same rounds.
     EnforcedBurst,
+    /// Enforced mode with the burst order's term counting only the CPU beyond twice the task's
+    /// usual burst (scx_morpheus `--base-order spare`): measured against `EnforcedCputime` and
+    /// `EnforcedBurst` in the same rounds.
+    EnforcedSpare,
 }
 
 impl Sched {
@@ -56,11 +61,12 @@ impl Sched {
             Sched::EnforcedCputime => "morpheus_enforced_cputime",
             Sched::EnforcedLag => "morpheus_enforced_lag",
             Sched::EnforcedBurst => "morpheus_enforced_burst",
+            Sched::EnforcedSpare => "morpheus_enforced_spare",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare)
     }
 }
 
@@ -83,7 +89,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare => None,
         }
     }
 }
@@ -156,7 +162,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
@@ -165,11 +171,14 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 Sched::EnforcedCputime => "cputime",
                 Sched::EnforcedLag => "lag",
                 Sched::EnforcedBurst => "burst",
+                Sched::EnforcedSpare => "spare",
                 _ => "deadline",
             };
             let mut child = Command::new(&bins.morpheus)
                 .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--base-order", order, "--socket"])
                 .arg(&socket)
+                // With COMPARE_DEBUG the base policy's debug trace is on (main.rs prints it per cell).
+                .args(std::env::var_os("COMPARE_DEBUG").map(|_| "--debug-base-trace"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -230,6 +239,23 @@ fn cpu_time_ms(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Some(ticks * 1000 / hz)
+}
+
+/// With COMPARE_DEBUG: the base policy's debug trace of one cell (scx_morpheus --debug-base-trace),
+/// the change of each `base_trace_*` backend counter between two stats snapshots (the maxima are
+/// since the scheduler loaded).
+pub fn base_trace_delta(before: &serde_json::Value, after: &serde_json::Value) -> String {
+    let Some(after) = after.pointer("/backend_counters").and_then(|v| v.as_object()) else { return String::new() };
+    after
+        .iter()
+        .filter(|(k, _)| k.starts_with("base_trace_"))
+        .map(|(k, v)| {
+            let (now, was) = (v.as_u64().unwrap_or(0), stats_counter(before, &format!("/backend_counters/{k}")));
+            let v = if k.ends_with("_max_us") { now } else { now.saturating_sub(was) };
+            format!("{}={v}", &k["base_trace_".len()..])
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A counter of scx_morpheus's stats snapshot (0 when absent).

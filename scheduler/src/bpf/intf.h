@@ -181,6 +181,40 @@ enum morpheus_counter {
 	MORPHEUS_NR_COUNTERS,
 };
 
+/*
+ * Indices into main.bpf.c's `base_trace` array: a debug trace of the base policy, filled only when
+ * scx_morpheus runs with --debug-base-trace (all zero otherwise) and read into its stats'
+ * backend_counters as base_trace_<name>. Times in µs. "wake": a task queued in the shared queue as it
+ * woke; "requeue": queued there while still runnable (its slice ended or a waker preempted it);
+ * "direct": a waking task an idle CPU took at once. A wait runs from the queueing to ops.running.
+ */
+enum morpheus_base_trace {
+	MORPHEUS_BT_WAKE_ENQUEUES = 0,
+	MORPHEUS_BT_REQUEUES,
+	MORPHEUS_BT_DIRECT,
+	MORPHEUS_BT_WAKE_WAIT_US,        /* sum of the waits of wake enqueues */
+	MORPHEUS_BT_REQUEUE_WAIT_US,     /* sum of the waits of requeues */
+	MORPHEUS_BT_DIRECT_WAIT_US,      /* sum of the waits of direct dispatches */
+	MORPHEUS_BT_WAKE_WAIT_MAX_US,
+	MORPHEUS_BT_REQUEUE_WAIT_MAX_US,
+	MORPHEUS_BT_WAKE_WAIT_GE1MS,     /* wake enqueues that waited 1 ms or more */
+	MORPHEUS_BT_WAKE_WAIT_GE2MS,
+	MORPHEUS_BT_WAKE_WAIT_GE4MS,
+	MORPHEUS_BT_WAKE_WAIT_GE8MS,
+	MORPHEUS_BT_REQUEUE_WAIT_GE2MS,
+	MORPHEUS_BT_REQUEUE_WAIT_GE8MS,
+	MORPHEUS_BT_WAKE_BEHIND_US,      /* sum over wake enqueues of vtime_now - key, where the key is below vtime_now */
+	MORPHEUS_BT_WAKE_AHEAD_US,       /* sum over wake enqueues of key - vtime_now, where the key is above it */
+	MORPHEUS_BT_REQUEUE_BEHIND_US,
+	MORPHEUS_BT_REQUEUE_AHEAD_US,
+	MORPHEUS_BT_WAKE_EXEC_US,        /* BURST: sum of the exec-runtime term in wake enqueues' keys */
+	MORPHEUS_BT_REQUEUE_EXEC_US,     /* BURST: the same in requeues' keys */
+	MORPHEUS_BT_RUNS_PREEMPTED,      /* runs that ended with the task still runnable */
+	MORPHEUS_BT_RUNS_SLEPT,          /* runs that ended with the task going to sleep */
+	MORPHEUS_BT_RUN_US,              /* sum of the lengths of all runs */
+	MORPHEUS_NR_BASE_TRACE,
+};
+
 /* Counter arrays indexed by gate verdict (enum morpheus_gate_verdict) and by policy. */
 #define MORPHEUS_NR_GATE_VERDICTS MORPHEUS_GATE_NR_VERDICTS
 #define MORPHEUS_NR_POLICIES (MORPHEUS_ESCALATION_POLICY_HYBRID + 1)

@@ -5,7 +5,8 @@
  * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
  * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
  * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag;
- * (--base-order burst) lag's key plus the CPU the task used since it last slept, capped; or
+ * (--base-order burst) lag's key plus the CPU the task used since it last slept, capped; (--base-order
+ * spare) the same counting only that CPU beyond twice the task's usual burst; or
  * (--base-order deadline) a deadline, the time a task was queued plus the CPU time it used since it
  * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
@@ -36,13 +37,58 @@ const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
  */
 u64 vtime_now;
 
-/* Per task: what the DEADLINE and BURST orders keep (morpheus_policy.h), created at its first run's end. */
+/* Per task: what the DEADLINE, BURST and SPARE orders keep (morpheus_policy.h), created at its first run's end. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct morpheus_base_task);
 } base_tasks SEC(".maps");
+
+/* BURST and SPARE: the task's vtime is kept apart from its key (struct morpheus_base_task). */
+static __always_inline bool vtime_kept_apart(void)
+{
+	return base_order == MORPHEUS_BASE_ORDER_BURST || base_order == MORPHEUS_BASE_ORDER_SPARE;
+}
+
+/*
+ * Debug trace of the base policy (scx_morpheus --debug-base-trace; off by default, and then nothing
+ * below it is reached): counts, sums and maxima by enum morpheus_base_trace (intf.h), read by the
+ * agent. Only measurement: no scheduling decision reads them.
+ */
+const volatile bool base_trace_on;
+u64 base_trace[MORPHEUS_NR_BASE_TRACE];
+
+/* How a traced task last entered a queue, and when (its wait ends at ops.running). */
+#define TRACE_NONE 0
+#define TRACE_WAKE 1
+#define TRACE_REQUEUE 2
+#define TRACE_DIRECT 3
+
+struct trace_task {
+	u64 queued_ns;
+	u64 kind; /* TRACE_*; TRACE_NONE once its wait was counted */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct trace_task);
+} trace_tasks SEC(".maps");
+
+static __always_inline void trace_add(u32 idx, u64 v)
+{
+	if (idx < MORPHEUS_NR_BASE_TRACE)
+		__sync_fetch_and_add(&base_trace[idx], v);
+}
+
+/* A maximum (not atomic: a debug figure, one lost update at worst). */
+static __always_inline void trace_max(u32 idx, u64 v)
+{
+	if (idx < MORPHEUS_NR_BASE_TRACE && base_trace[idx] < v)
+		base_trace[idx] = v;
+}
 
 /* Per CPU: the task running there (any task), for charging its vtime and for wake-up preemption. */
 struct cpu_run {
@@ -89,6 +135,95 @@ static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
 }
 
 /*
+ * Trace (base_trace_on): p enters a queue as `kind` with `key` (TRACE_DIRECT: no key). Notes where
+ * the key stands against vtime_now and, under BURST and SPARE, the exec-runtime term it carries.
+ */
+static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 key)
+{
+	struct morpheus_base_task *t;
+	struct trace_task *tt;
+	bool wake = kind == TRACE_WAKE;
+	u64 now_v, cap, exec;
+
+	if (!base_trace_on)
+		return;
+	tt = bpf_task_storage_get(&trace_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tt)
+		return;
+	tt->queued_ns = bpf_ktime_get_ns();
+	tt->kind = kind;
+	if (kind == TRACE_DIRECT) {
+		trace_add(MORPHEUS_BT_DIRECT, 1);
+		return;
+	}
+	trace_add(wake ? MORPHEUS_BT_WAKE_ENQUEUES : MORPHEUS_BT_REQUEUES, 1);
+	now_v = READ_ONCE(vtime_now);
+	if (time_before(key, now_v))
+		trace_add(wake ? MORPHEUS_BT_WAKE_BEHIND_US : MORPHEUS_BT_REQUEUE_BEHIND_US, (now_v - key) / 1000);
+	else
+		trace_add(wake ? MORPHEUS_BT_WAKE_AHEAD_US : MORPHEUS_BT_REQUEUE_AHEAD_US, (key - now_v) / 1000);
+	if (!vtime_kept_apart())
+		return;
+	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
+	if (!t)
+		return;
+	cap = base_slice() * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	exec = base_order == MORPHEUS_BASE_ORDER_SPARE ? morpheus_base_spare_term(t, base_slice()) : t->exec_ns < cap ? t->exec_ns : cap;
+	trace_add(wake ? MORPHEUS_BT_WAKE_EXEC_US : MORPHEUS_BT_REQUEUE_EXEC_US, exec / 1000);
+}
+
+/* Trace (base_trace_on): p starts to run; the wait since it was queued is counted by its kind. */
+static __always_inline void trace_running(struct task_struct *p)
+{
+	struct trace_task *tt;
+	u64 wait;
+
+	if (!base_trace_on)
+		return;
+	tt = bpf_task_storage_get(&trace_tasks, p, 0, 0);
+	if (!tt || tt->kind == TRACE_NONE)
+		return;
+	wait = (bpf_ktime_get_ns() - tt->queued_ns) / 1000;
+	if (tt->kind == TRACE_WAKE) {
+		trace_add(MORPHEUS_BT_WAKE_WAIT_US, wait);
+		trace_max(MORPHEUS_BT_WAKE_WAIT_MAX_US, wait);
+		if (wait >= 1000)
+			trace_add(MORPHEUS_BT_WAKE_WAIT_GE1MS, 1);
+		if (wait >= 2000)
+			trace_add(MORPHEUS_BT_WAKE_WAIT_GE2MS, 1);
+		if (wait >= 4000)
+			trace_add(MORPHEUS_BT_WAKE_WAIT_GE4MS, 1);
+		if (wait >= 8000)
+			trace_add(MORPHEUS_BT_WAKE_WAIT_GE8MS, 1);
+	} else if (tt->kind == TRACE_REQUEUE) {
+		trace_add(MORPHEUS_BT_REQUEUE_WAIT_US, wait);
+		trace_max(MORPHEUS_BT_REQUEUE_WAIT_MAX_US, wait);
+		if (wait >= 2000)
+			trace_add(MORPHEUS_BT_REQUEUE_WAIT_GE2MS, 1);
+		if (wait >= 8000)
+			trace_add(MORPHEUS_BT_REQUEUE_WAIT_GE8MS, 1);
+	} else {
+		trace_add(MORPHEUS_BT_DIRECT_WAIT_US, wait);
+	}
+	tt->kind = TRACE_NONE;
+}
+
+/* Trace (base_trace_on): the run of the task on `cpu` ends (before vtime_stopping clears its record). */
+static __always_inline void trace_stopping(u32 cpu, bool runnable)
+{
+	struct cpu_run *run;
+	u64 now;
+
+	if (!base_trace_on)
+		return;
+	trace_add(runnable ? MORPHEUS_BT_RUNS_PREEMPTED : MORPHEUS_BT_RUNS_SLEPT, 1);
+	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
+	now = bpf_ktime_get_ns();
+	if (run && run->weight && now > run->start_ns)
+		trace_add(MORPHEUS_BT_RUN_US, (now - run->start_ns) / 1000);
+}
+
+/*
  * p's key in the shared queue now, by base_order (morpheus_policy.h). A task with no base state yet
  * (it has not finished a run under this scheduler) has used no CPU since it last slept. A task that
  * cpu.max held goes back with queue_vtime() (cpumax.bpf.c) under every order: under DEADLINE and BURST
@@ -98,11 +233,13 @@ static __always_inline u64 queue_key(struct task_struct *p)
 {
 	struct morpheus_base_task none = {}, *t;
 
-	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE && base_order != MORPHEUS_BASE_ORDER_BURST)
+	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE && !vtime_kept_apart())
 		return queue_vtime(p);
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
 	if (base_order == MORPHEUS_BASE_ORDER_BURST)
 		return morpheus_base_burst_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
+	if (base_order == MORPHEUS_BASE_ORDER_SPARE)
+		return morpheus_base_spare_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
 }
 
@@ -118,7 +255,7 @@ static __always_inline void burst_queued(struct task_struct *p)
 {
 	struct morpheus_base_task *t;
 
-	if (base_order != MORPHEUS_BASE_ORDER_BURST)
+	if (!vtime_kept_apart())
 		return;
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
 	if (t)
@@ -132,8 +269,10 @@ s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	/* An idle CPU takes the task at once, unless its cgroup is out of quota (enqueue holds it). */
-	if (is_idle && cpumax_may_run(p))
+	if (is_idle && cpumax_may_run(p)) {
+		trace_queued(p, TRACE_DIRECT, 0);
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, base_slice(), 0);
+	}
 	return cpu;
 }
 
@@ -217,6 +356,8 @@ void BPF_STRUCT_OPS(morpheus_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
 		return;
 	}
+	/* Before the insertion: once in the queue, p may start to run on another CPU. */
+	trace_queued(p, enq_flags & SCX_ENQ_WAKEUP ? TRACE_WAKE : TRACE_REQUEUE, vtime);
 	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, base_slice(), vtime, enq_flags);
 	if (enq_flags & SCX_ENQ_WAKEUP)
 		preempt_on_wakeup(p, vtime);
@@ -288,10 +429,10 @@ static __always_inline void vtime_running(struct task_struct *p)
 {
 	struct cpu_run *run;
 	u32 cpu = scx_bpf_task_cpu(p);
-	u64 vtime = base_order == MORPHEUS_BASE_ORDER_DEADLINE || base_order == MORPHEUS_BASE_ORDER_BURST ?
+	u64 vtime = base_order == MORPHEUS_BASE_ORDER_DEADLINE || vtime_kept_apart() ?
 			    queue_key(p) : p->scx.dsq_vtime, clock = vtime, share;
 
-	if (base_order == MORPHEUS_BASE_ORDER_BURST)
+	if (vtime_kept_apart())
 		clock = morpheus_base_burst_vtime(bpf_task_storage_get(&base_tasks, p, 0, 0), READ_ONCE(p->scx.dsq_vtime));
 	if (time_before(READ_ONCE(vtime_now), clock))
 		WRITE_ONCE(vtime_now, clock);
@@ -319,20 +460,20 @@ static __always_inline void vtime_stopping(struct task_struct *p, bool runnable)
 	u32 cpu = scx_bpf_task_cpu(p);
 	u64 now = bpf_ktime_get_ns(), scaled = 0;
 
-	if (base_order == MORPHEUS_BASE_ORDER_DEADLINE || base_order == MORPHEUS_BASE_ORDER_BURST)
+	if (base_order == MORPHEUS_BASE_ORDER_DEADLINE || vtime_kept_apart())
 		t = bpf_task_storage_get(&base_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	run = bpf_map_lookup_elem(&cpu_runs, &cpu);
 	if (run && run->weight) {
 		if (now > run->start_ns) {
 			scaled = scale_by_weight(now - run->start_ns, run->weight);
-			if (!t || base_order != MORPHEUS_BASE_ORDER_BURST)
+			if (!t || !vtime_kept_apart())
 				scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime + scaled);
 		}
 		run->weight = 0;
 	}
 	if (!t)
 		return;
-	if (base_order == MORPHEUS_BASE_ORDER_BURST)
+	if (vtime_kept_apart())
 		morpheus_base_burst_charge(t, READ_ONCE(p->scx.dsq_vtime), scaled);
 	else
 		morpheus_base_charge(t, scaled);
@@ -364,6 +505,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 {
 	s32 cpu;
 
+	trace_running(p);
 	vtime_running(p);
 	cpumax_running(p);
 	cpu = scx_bpf_task_cpu(p);
@@ -386,6 +528,7 @@ void BPF_STRUCT_OPS(morpheus_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(morpheus_stopping, struct task_struct *p, bool runnable)
 {
+	trace_stopping(scx_bpf_task_cpu(p), runnable);
 	vtime_stopping(p, runnable);
 	cpumax_stopping(p);
 	worker_stopping(p->pid, p->start_time, scx_bpf_task_cpu(p), runnable);

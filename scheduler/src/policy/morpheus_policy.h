@@ -448,6 +448,11 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     before a sleep buys. The term is in the queue key only, never in the task's vtime (what it is
  *     charged for its runs), so it does not accumulate over the task's queueings; the vtime is kept
  *     apart from the key (struct morpheus_base_task) once the task has run.
+ *   SPARE: BURST, but the second term counts only the CPU used since the last sleep beyond
+ *     MORPHEUS_BASE_SPARE_MUL times the task's usual burst (its average CPU between two sleeps,
+ *     burst_avg_ns): a task that sleeps after short runs and was preempted part-way into one keeps its
+ *     place among the tasks waking, while a task that has never slept under this scheduler (a hog:
+ *     no usual burst) still goes behind them by its whole exec runtime, up to the cap.
  * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
  * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
@@ -456,22 +461,24 @@ enum morpheus_base_order {
 	MORPHEUS_BASE_ORDER_CPUTIME = 1,
 	MORPHEUS_BASE_ORDER_LAG = 2,
 	MORPHEUS_BASE_ORDER_BURST = 3,
+	MORPHEUS_BASE_ORDER_SPARE = 4,
 };
 
-/* LAG and BURST orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
+/* LAG, BURST and SPARE orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
 #define MORPHEUS_BASE_LAG_DIV 8
 
 /*
  * The credit, in vtime (CPU time * 100 / weight), that a task of `weight` (100 = nice 0, 0 taken as
  * 100) keeps below vtime_now when it is queued: a whole slice under CPUTIME (and for a task cpu.max
- * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG and BURST.
+ * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG, BURST and
+ * SPARE.
  * Never 0 for a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, morpheus_u64 slice_ns, morpheus_u64 weight)
 {
 	morpheus_u64 lag;
 
-	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST)
+	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST && order != MORPHEUS_BASE_ORDER_SPARE)
 		return slice_ns;
 	lag = slice_ns / MORPHEUS_BASE_LAG_DIV * 100 / (weight ? weight : 100);
 	return lag ? lag : (slice_ns ? 1 : 0);
@@ -494,7 +501,9 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_key(morpheus_u64 vtime, morp
 #define MORPHEUS_BASE_RATE_FULL 512
 /* The whole credit for waking often: one base slice divided by this. */
 #define MORPHEUS_BASE_CREDIT_DIV 4
-/* Weight of the newest interval in the wake-up rate's moving average: 1 / this. */
+/* SPARE order: the CPU since the last sleep that goes unpenalised, in multiples of the usual burst. */
+#define MORPHEUS_BASE_SPARE_MUL 2
+/* Weight of the newest interval in the wake-up rate's (and the usual burst's) moving average: 1 / this. */
 #define MORPHEUS_BASE_RATE_SMOOTHING 4
 
 /* What the base policy keeps per task (all zero for a task never seen to run). */
@@ -504,6 +513,7 @@ struct morpheus_base_task {
 	morpheus_u64 last_sleep_ns; /* when it last went to sleep; 0: never */
 	morpheus_u64 vtime;         /* BURST: its weighted vtime, apart from its queue key; valid if has_vtime */
 	morpheus_u64 has_vtime;     /* BURST: 0 until its first run's end (its vtime is its key until then) */
+	morpheus_u64 burst_avg_ns;  /* moving average of exec_ns at its sleeps (its usual burst); 0: never slept */
 };
 
 /* A run of `scaled_ns` (CPU time scaled by weight) ended: it adds to the exec runtime (saturating). */
@@ -513,9 +523,10 @@ MORPHEUS_POLICY_FN void morpheus_base_charge(struct morpheus_base_task *t, morph
 }
 
 /*
- * The task goes to sleep at `now_ns`: its exec runtime starts again from zero, and the interval since
- * its previous sleep (its period) updates the wake-up rate. The first sleep only notes the time; a
- * clock that did not advance counts as the fastest rate.
+ * The task goes to sleep at `now_ns`: the exec runtime it ends updates its usual burst (the first
+ * sleep sets it), the exec runtime starts again from zero, and the interval since its previous sleep
+ * (its period) updates the wake-up rate. The first sleep only notes the time; a clock that did not
+ * advance counts as the fastest rate.
  */
 MORPHEUS_POLICY_FN void morpheus_base_sleep(struct morpheus_base_task *t, morpheus_u64 now_ns)
 {
@@ -527,6 +538,10 @@ MORPHEUS_POLICY_FN void morpheus_base_sleep(struct morpheus_base_task *t, morphe
 			rate = MORPHEUS_BASE_RATE_FULL;
 		t->wake_rate = t->wake_rate - t->wake_rate / MORPHEUS_BASE_RATE_SMOOTHING + rate / MORPHEUS_BASE_RATE_SMOOTHING;
 	}
+	if (t->last_sleep_ns)
+		t->burst_avg_ns = t->burst_avg_ns - t->burst_avg_ns / MORPHEUS_BASE_RATE_SMOOTHING + t->exec_ns / MORPHEUS_BASE_RATE_SMOOTHING;
+	else
+		t->burst_avg_ns = t->exec_ns;
 	t->last_sleep_ns = now_ns;
 	t->exec_ns = 0;
 }
@@ -577,7 +592,35 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_key(const struct morpheus_ba
 }
 
 /*
- * BURST order: the task is queued. Its vtime is raised to the floor its key was (the credit it keeps
+ * SPARE order: the second term of the key of a task (state `t`, NULL: none yet): the exec runtime
+ * beyond MORPHEUS_BASE_SPARE_MUL times its usual burst, capped at MORPHEUS_BASE_EXEC_CAP_SLICES base
+ * slices (BURST's cap). 0 while it has used no more than that since it last slept.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_term(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
+{
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES, spare, over;
+
+	if (!t)
+		return 0;
+	spare = t->burst_avg_ns * MORPHEUS_BASE_SPARE_MUL;
+	over = t->exec_ns > spare ? t->exec_ns - spare : 0;
+	return over < cap ? over : cap;
+}
+
+/*
+ * SPARE order: the key of a task (arguments as morpheus_base_burst_key's): BURST's vtime raised to
+ * the slice-lag floor, plus morpheus_base_spare_term instead of the whole capped exec runtime.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
+							 morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
+{
+	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_SPARE, slice_ns, weight);
+
+	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + morpheus_base_spare_term(t, slice_ns);
+}
+
+/*
+ * BURST (and SPARE) order: the task is queued. Its vtime is raised to the floor its key was (the credit it keeps
  * is the lag, as the insertion does for LAG's vtime), so a task that slept long does not keep its
  * old lead over the runs that follow.
  */

@@ -762,4 +762,61 @@ TEST(BaseBurst, QueueingRaisesTheKeptVtimeToTheFloorSoALongSleeperDoesNotKeepIts
 	EXPECT_EQ(none.has_vtime, 0u);
 }
 
+// The SPARE order: BURST with the term counting only the CPU beyond twice the usual burst.
+TEST(BaseSpare, UsualBurstIsTheMovingAverageOfTheExecRuntimeAtEachSleep)
+{
+	const morpheus_u64 ms = 1000 * 1000;
+	morpheus_base_task t{};
+	morpheus_base_charge(&t, 4 * ms);
+	morpheus_base_sleep(&t, 1 * kSecond);
+	EXPECT_EQ(t.burst_avg_ns, 4 * ms); // the first sleep sets it
+	morpheus_base_charge(&t, 8 * ms);
+	morpheus_base_sleep(&t, 2 * kSecond);
+	EXPECT_EQ(t.burst_avg_ns, 4 * ms - 4 * ms / MORPHEUS_BASE_RATE_SMOOTHING + 8 * ms / MORPHEUS_BASE_RATE_SMOOTHING);
+	EXPECT_EQ(t.exec_ns, 0u);
+}
+
+TEST(BaseSpare, TermIsTheExecRuntimeBeyondTwiceTheUsualBurstCapped)
+{
+	const morpheus_u64 ms = 1000 * 1000;
+	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	EXPECT_EQ(morpheus_base_spare_term(nullptr, kBaseSlice), 0u);
+	morpheus_base_task t{};
+	t.burst_avg_ns = 1 * ms;
+	t.exec_ns = MORPHEUS_BASE_SPARE_MUL * ms;
+	EXPECT_EQ(morpheus_base_spare_term(&t, kBaseSlice), 0u);
+	t.exec_ns = MORPHEUS_BASE_SPARE_MUL * ms + 3 * ms;
+	EXPECT_EQ(morpheus_base_spare_term(&t, kBaseSlice), 3 * ms);
+	t.exec_ns = 100 * kBaseSlice;
+	EXPECT_EQ(morpheus_base_spare_term(&t, kBaseSlice), cap);
+	// A task that has never slept has no usual burst: its whole exec runtime counts, as under BURST.
+	morpheus_base_task hog{};
+	morpheus_base_burst_charge(&hog, 0, 7 * ms);
+	EXPECT_EQ(morpheus_base_spare_term(&hog, kBaseSlice), 7 * ms);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_SPARE, kBaseSlice, 100),
+		  morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100));
+}
+
+TEST(BaseSpare, AWorkerPreemptedInsideItsUsualBurstQueuesLevelWithWakersAHogStillGoesBehind)
+{
+	// Traced in the VM at w8 (scheduler/BENCHMARKS.md): under BURST a worker preempted part-way into
+	// its op was requeued behind every worker that woke meanwhile by the CPU of its op so far. Under
+	// SPARE a worker whose run so far is within twice its usual burst keeps its lag key; a hog (never
+	// slept) still goes behind the worker by its exec runtime, as under BURST.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task worker{}, waker{}, hog{};
+	morpheus_base_burst_charge(&worker, now - 1 * ms, 0);
+	morpheus_base_charge(&worker, 5 * ms);
+	morpheus_base_sleep(&worker, 1 * kSecond);   // usual burst 5 ms
+	morpheus_base_burst_charge(&worker, 0, 6 * ms); // preempted 6 ms into its next op; vtime now + 5 ms
+	morpheus_base_burst_charge(&waker, now + 5 * ms, 0);
+	morpheus_base_charge(&waker, 5 * ms);
+	morpheus_base_sleep(&waker, 1 * kSecond);       // woke with the same vtime, no exec runtime
+	EXPECT_EQ(morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&waker, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&waker, 0, now, kBaseSlice, 100) + 5 * ms);
+	morpheus_base_burst_charge(&hog, now - 32 * ms, 30 * ms); // vtime now - 2 ms, never slept
+	EXPECT_GT(morpheus_base_spare_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_spare_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+}
+
 } // namespace
