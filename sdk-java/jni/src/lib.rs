@@ -135,6 +135,13 @@ pub extern "system" fn Java_dev_morpheus_JniNative_unregister(_env: Env, _class:
     }
 }
 
+/// The token of the calling thread's worker (the kit's thread slot, whoever registered it through this
+/// library), or 0 when the thread holds none: the one registry `Morpheus.current()` asks.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_currentToken(_env: Env, _class: Class) -> jlong {
+    thread::current().map_or(0, |token| token as jlong)
+}
+
 /// A direct buffer over the word the calling thread's fast path loads ([`FastPath::word`]: the slot's
 /// `preempt_seq`, or the wake word while the worker waits for a scheduler, SCB.md §6.1), or null when
 /// it loads none of the core's (Java then loads its own zero word). Valid until the slow path reports

@@ -6,8 +6,18 @@ interface Backend {
     /** "ffm" or "jni". */
     String name();
 
-    /** Register the calling platform thread (the caller has checked it holds no worker). */
-    Worker register(Options options);
+    /**
+     * Register the calling platform thread in the core, which keeps its worker (the binding kit's thread
+     * slot) and refuses in the order of spec/SCB.md §4; returns the core's name of the registration
+     * (nonzero), for {@link #worker(long)}.
+     */
+    long registerThread(Options options);
+
+    /** The core's name of the calling thread's registration, or 0 when the core holds no worker for it. */
+    long currentHandle();
+
+    /** A handle object for the calling thread's registration {@code handle} (from the two above). */
+    Worker worker(long handle);
 
     /** See {@link Morpheus#checkRegion(String)}. */
     boolean checkRegion(String path);

@@ -15,9 +15,18 @@ final class JniBackend implements Backend {
     }
 
     @Override
-    public Worker register(Options options) {
-        long token = JniNative.check(JniNative.register(bytes(options.regionPath), bytes(options.agentSocket),
+    public long registerThread(Options options) {
+        return JniNative.check(JniNative.register(bytes(options.regionPath), bytes(options.agentSocket),
                 options.directSlot, options.escapableArgument(), options.priority));
+    }
+
+    @Override
+    public long currentHandle() {
+        return JniNative.currentToken();
+    }
+
+    @Override
+    public Worker worker(long token) {
         return new JniWorker(Thread.currentThread(), token);
     }
 

@@ -27,6 +27,9 @@ final class JniNative {
 
     static native int unregister(long token);
 
+    /** The token of the calling thread's worker (the kit's, whoever registered it), or 0 when it holds none. */
+    static native long currentToken();
+
     /** 0: a region a worker can attach to; 1: none (detached); else a negated error. region null discovers. */
     static native int checkRegion(byte[] region);
 

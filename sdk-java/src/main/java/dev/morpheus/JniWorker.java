@@ -149,6 +149,11 @@ final class JniWorker extends Worker {
     }
 
     @Override
+    long handle() {
+        return token;
+    }
+
+    @Override
     void unregister0() {
         word = ZeroHolder.ZERO;
         expected = 0;

@@ -25,7 +25,13 @@ public final class Morpheus {
     private Morpheus() {}
 
     private static final System.Logger LOG = System.getLogger("dev.morpheus");
-    private static final ThreadLocal<Worker> CURRENT = new ThreadLocal<>();
+    /**
+     * The handle object of the calling thread's worker, as {@link #register} or {@link #current()} last gave
+     * it: what the static {@link #checkpoint()} and critical sections use, so that they cost one thread-local
+     * lookup. It is never the registry: whether the thread holds a worker is the core's answer (the binding
+     * kit's thread slot, through JNI or libmorpheus alike), which {@link #register} and {@link #current()} ask.
+     */
+    private static final ThreadLocal<Worker> HANDLE = new ThreadLocal<>();
     private static final MethodHandle IS_VIRTUAL = isVirtualHandle();
 
     private static Backend backend;
@@ -37,8 +43,10 @@ public final class Morpheus {
     }
 
     /**
-     * Register the calling platform thread. {@code ALREADY_REGISTERED} if it holds a worker;
-     * {@code INVALID_ARGUMENT} on a virtual thread; region and registration errors as the core reports them.
+     * Register the calling platform thread. {@code INVALID_ARGUMENT} on a virtual thread; otherwise the core
+     * decides, in the order of spec/SCB.md §4: options it refuses ({@code INVALID_ARGUMENT}, e.g. a priority
+     * outside -20..19) before a thread that already holds a worker ({@code ALREADY_REGISTERED}, whichever way
+     * it registered) before the slot's and the region's errors. Nothing is written on a refusal.
      */
     public static Worker register(Options options) {
         Thread thread = Thread.currentThread();
@@ -47,13 +55,9 @@ public final class Morpheus {
                     + "virtual thread " + thread + "; a worker is an OS thread, register the carrier's executor "
                     + "threads instead (MorpheusExecutors)");
         }
-        Worker held = CURRENT.get();
-        if (held != null) {
-            throw MorpheusException.of(ErrorCode.ALREADY_REGISTERED, "register: thread \"" + thread.getName()
-                    + "\" already holds " + held + "; close it first");
-        }
-        Worker worker = backend().register(options);
-        CURRENT.set(worker);
+        Backend backend = backend();
+        Worker worker = backend.worker(backend.registerThread(options));
+        HANDLE.set(worker);
         return worker;
     }
 
@@ -67,18 +71,36 @@ public final class Morpheus {
         return backend().checkRegion(path);
     }
 
-    /** The calling thread's worker, if it registered one through this SDK. Empty on virtual threads. */
+    /**
+     * The calling thread's worker: the one the core holds for this OS thread, whichever way it registered.
+     * Empty on virtual threads, and before any backend was chosen (nothing can have registered then).
+     */
     public static Optional<Worker> current() {
-        return Optional.ofNullable(CURRENT.get());
+        Backend backend = chosenBackend();
+        if (backend == null || isVirtual(Thread.currentThread())) {
+            return Optional.empty();
+        }
+        long handle = backend.currentHandle();
+        Worker held = HANDLE.get();
+        if (handle == 0) {
+            HANDLE.remove();
+            return Optional.empty();
+        }
+        if (held == null || held.closed || held.handle() != handle) {
+            held = backend.worker(handle);
+            HANDLE.set(held);
+        }
+        return Optional.of(held);
     }
 
     /**
      * The calling thread's checkpoint: its worker's {@link Worker#checkpoint()}, or false (the detached
      * checkpoint, nothing read or written) on a thread without one, virtual threads included. For code that
-     * does not hold its worker; {@link Worker#checkpoint()} is cheaper (no thread-local lookup).
+     * does not hold its worker; {@link Worker#checkpoint()} is cheaper (no thread-local lookup). It uses the
+     * worker {@link #register} or {@link #current()} gave this thread.
      */
     public static boolean checkpoint() {
-        Worker worker = CURRENT.get();
+        Worker worker = HANDLE.get();
         return worker != null && worker.checkpoint();
     }
 
@@ -89,7 +111,7 @@ public final class Morpheus {
      * {@code INVALID_ARGUMENT} on a virtual thread (it would count on whichever carrier it runs on).
      */
     public static void criticalEnter() {
-        Worker worker = CURRENT.get();
+        Worker worker = HANDLE.get();
         if (worker != null) {
             worker.criticalEnter();
         } else {
@@ -99,7 +121,7 @@ public final class Morpheus {
 
     /** Exit a section opened by {@link #criticalEnter()}; {@code NOT_IN_CRITICAL} at depth 0. */
     public static void criticalExit() {
-        Worker worker = CURRENT.get();
+        Worker worker = HANDLE.get();
         if (worker != null) {
             worker.criticalExit();
         } else {
@@ -109,7 +131,7 @@ public final class Morpheus {
 
     /** The calling thread's critical nesting depth, worker or not. */
     public static int criticalDepth() {
-        Worker worker = CURRENT.get();
+        Worker worker = HANDLE.get();
         return worker != null ? worker.criticalDepth() : platformThreadBackend("criticalDepth").threadCriticalDepth();
     }
 
@@ -128,9 +150,14 @@ public final class Morpheus {
     }
 
     static void forget(Worker worker) {
-        if (CURRENT.get() == worker) {
-            CURRENT.remove();
+        if (HANDLE.get() == worker) {
+            HANDLE.remove();
         }
+    }
+
+    /** The backend chosen so far, or null: none yet, or it failed to load. */
+    private static synchronized Backend chosenBackend() {
+        return backend;
     }
 
     static synchronized Backend backend() {

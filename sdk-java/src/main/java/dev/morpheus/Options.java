@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 package dev.morpheus;
 
-import dev.morpheus.abi.Abi;
 import dev.morpheus.abi.ErrorCode;
 
 /**
@@ -59,18 +58,15 @@ public final class Options {
         return this;
     }
 
-    /** Advisory priority, {@code PRIORITY_MIN} (-20, most important) to {@code PRIORITY_MAX} (19). */
+    /**
+     * Advisory priority, {@code PRIORITY_MIN} (-20, most important) to {@code PRIORITY_MAX} (19). The range is
+     * the core's rule, checked once there (through JNI or libmorpheus alike): {@link Morpheus#register} refuses
+     * a value outside it with {@code INVALID_ARGUMENT} naming the value, before any other refusal, and writes
+     * nothing.
+     */
     public Options priority(int priority) {
-        this.priority = checkPriority(priority);
+        this.priority = priority;
         return this;
-    }
-
-    static int checkPriority(int priority) {
-        if (priority < Abi.PRIORITY_MIN || priority > Abi.PRIORITY_MAX) {
-            throw MorpheusException.of(ErrorCode.INVALID_ARGUMENT, "priority: expected " + Abi.PRIORITY_MIN + ".."
-                    + Abi.PRIORITY_MAX + ", found " + priority);
-        }
-        return priority;
     }
 
     /** -1 (the ABI's default for Java), 0 or 1, as the native layers take it. */

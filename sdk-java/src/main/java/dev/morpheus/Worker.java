@@ -65,10 +65,13 @@ public abstract class Worker implements AutoCloseable {
     /** Whether the worker accepts escalation, as the SDK believes it. */
     public abstract boolean escapable();
 
-    /** Set the advisory priority; outside -20..19 is {@code INVALID_ARGUMENT} and nothing is written. */
+    /**
+     * Set the advisory priority; outside -20..19 the core (through JNI or libmorpheus alike) refuses it with
+     * {@code INVALID_ARGUMENT} naming the range and the value, and nothing is written.
+     */
     public final void setPriority(int priority) {
         checkOwner("setPriority");
-        setPriority0(Options.checkPriority(priority));
+        setPriority0(priority);
     }
 
     abstract void setPriority0(int priority);
@@ -103,6 +106,9 @@ public abstract class Worker implements AutoCloseable {
 
     /** The backend driving this worker: "ffm" or "jni". */
     public abstract String backend();
+
+    /** The core's name of the registration this handle stands for ({@link Backend#currentHandle()}). */
+    abstract long handle();
 
     /**
      * Shut the worker down (QUIESCING, DEAD, slot released). Closing twice does nothing; a worker lost to a

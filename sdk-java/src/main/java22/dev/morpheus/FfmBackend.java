@@ -78,7 +78,22 @@ final class FfmBackend implements Backend {
     }
 
     @Override
-    public Worker register(Options options) {
+    public long currentHandle() {
+        try {
+            return ((MemorySegment) FfmLibmorpheus.WORKER_CURRENT.invokeExact()).address();
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    @Override
+    public Worker worker(long raw) {
+        return new FfmWorker(Thread.currentThread(), raw);
+    }
+
+    /** Returns the address of the thread's {@code struct morpheus_worker}, libmorpheus's name of the worker. */
+    @Override
+    public long registerThread(Options options) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment opts = arena.allocate(OPTIONS_SIZE, 8);
             FfmLibmorpheus.OPTIONS_INIT.invokeExact(opts);
@@ -92,7 +107,7 @@ final class FfmBackend implements Backend {
             opts.set(JAVA_INT, RUNTIME_KIND, RuntimeKind.JAVA.value);
             MemorySegment out = arena.allocate(ADDRESS);
             FfmLibmorpheus.check((int) FfmLibmorpheus.REGISTER.invokeExact(opts, out));
-            return new FfmWorker(Thread.currentThread(), out.get(ADDRESS, 0).address());
+            return out.get(ADDRESS, 0).address();
         } catch (MorpheusException e) {
             throw e;
         } catch (Throwable t) {

@@ -38,6 +38,7 @@ final class FfmLibmorpheus {
     static final MethodHandle OPTIONS_INIT = function("morpheus_options_init", FunctionDescriptor.ofVoid(ADDRESS));
     static final MethodHandle REGION_CHECK = function("morpheus_region_check", FunctionDescriptor.of(JAVA_INT, ADDRESS));
     static final MethodHandle REGISTER = function("morpheus_worker_register", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+    static final MethodHandle WORKER_CURRENT = function("morpheus_worker_current", FunctionDescriptor.of(ADDRESS), CRITICAL);
     static final MethodHandle UNREGISTER = function("morpheus_worker_unregister", FunctionDescriptor.of(JAVA_INT, ADDRESS));
     static final MethodHandle CHECKPOINT_SLOW =
             function("morpheus_checkpoint_slow", FunctionDescriptor.of(JAVA_BOOLEAN, ADDRESS, JAVA_LONG), CRITICAL);

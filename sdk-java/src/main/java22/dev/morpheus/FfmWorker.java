@@ -298,6 +298,11 @@ final class FfmWorker extends Worker {
     }
 
     @Override
+    long handle() {
+        return raw;
+    }
+
+    @Override
     void unregister0() {
         call(() -> (int) FfmLibmorpheus.UNREGISTER.invokeExact(rawHandle));
     }

@@ -93,11 +93,72 @@ class WorkerTest {
             assertEquals(19, region.load32(2, ScbOffsets.PRIORITY));
             byte[] before = region.snapshot();
             MorpheusException e = expect(ErrorCode.INVALID_ARGUMENT, () -> worker.setPriority(20));
-            assertTrue(e.getMessage().contains("-20..19") && e.getMessage().contains("found 20"), e.getMessage());
+            // The core's refusal (validate_priority), the only range check.
+            assertTrue(e.getMessage().contains("priority in -20..=19, found 20"), e.getMessage());
             assertArrayEquals(before, region.snapshot());
             assertEquals(19, worker.priority());
         }
-        expect(ErrorCode.INVALID_ARGUMENT, () -> Options.defaults().priority(-21));
+    }
+
+    @Test
+    void anOutOfRangePriorityIsRefusedByTheCoreAtRegisterAndWritesNothing() {
+        // Options holds the value; the binding kit's option rules refuse it, under JNI and FFM alike.
+        byte[] before = region.snapshot();
+        for (int priority : new int[] {-21, 20, Integer.MIN_VALUE}) {
+            MorpheusException e = expect(ErrorCode.INVALID_ARGUMENT, () -> Morpheus.register(
+                    Options.defaults().regionPath(region.pathString()).directSlot(1).priority(priority)));
+            assertTrue(e.getMessage().contains("priority in -20..=19, found " + priority), e.getMessage());
+            assertArrayEquals(before, region.snapshot());
+            assertFalse(Morpheus.current().isPresent());
+        }
+    }
+
+    @Test
+    void aRegisteredThreadWithAnOutOfRangePriorityIsInvalidArgumentBeforeAlreadyRegistered() {
+        // spec/SCB.md §4's refusal order, decided once by the core: the options first, then the thread's worker,
+        // then the slot (its own busy slot 1, a free one, one past scb_count 8). Conformance's
+        // register_refusal_order_* scenarios pin the same, with a slot another worker holds.
+        try (Worker worker = register(1)) {
+            byte[] before = region.snapshot();
+            for (int slot : new int[] {1, 2, 8}) {
+                MorpheusException e = expect(ErrorCode.INVALID_ARGUMENT, () -> Morpheus.register(
+                        Options.defaults().regionPath(region.pathString()).directSlot(slot).priority(20)));
+                assertTrue(e.getMessage().contains("found 20"), e.getMessage());
+                expect(ErrorCode.ALREADY_REGISTERED, () -> Morpheus.register(
+                        Options.defaults().regionPath(region.pathString()).directSlot(slot).priority(19)));
+            }
+            assertArrayEquals(before, region.snapshot());
+            assertEquals(Morpheus.current().get(), worker);
+            region.bump(1);
+            assertTrue(worker.checkpoint(), "the first worker still works");
+        }
+    }
+
+    @Test
+    void aThreadTheCoreRegisteredWithoutTheJavaApiIsTheCurrentWorkerAndRefusesASecond() {
+        // The core holds the thread's worker, not Java: a registration made in the native library directly (no
+        // Worker object, as another caller of the same library would) is what Morpheus.current() finds, and
+        // Morpheus.register is ALREADY_REGISTERED for it.
+        Backend backend = Morpheus.backend();
+        long handle = backend.registerThread(Options.defaults().regionPath(region.pathString()).directSlot(3));
+        assertEquals(handle, backend.currentHandle());
+        assertEquals(WorkerState.RUNNING.value, region.load32(3, ScbOffsets.WORKER_STATE));
+        Worker found = Morpheus.current().orElseThrow();
+        assertEquals(3, found.slot().getAsInt());
+        assertEquals(found, Morpheus.current().get(), "one handle object while the registration lives");
+        MorpheusException e = expect(ErrorCode.ALREADY_REGISTERED, () -> register(4));
+        assertTrue(e.getMessage().contains("slot 3"), e.getMessage());
+        assertEquals(WorkerState.INIT.value, region.load32(4, ScbOffsets.WORKER_STATE));
+        region.bump(3);
+        assertTrue(Morpheus.checkpoint(), "the static checkpoint uses the worker current() found");
+        found.close();
+        assertEquals(WorkerState.INIT.value, region.load32(3, ScbOffsets.WORKER_STATE));
+        assertEquals(0, backend.currentHandle());
+        assertFalse(Morpheus.current().isPresent());
+        try (Worker again = register(3)) {
+            assertEquals(again, Morpheus.current().get());
+            assertEquals(again.handle(), backend.currentHandle(), "the Java API's registration is the core's");
+        }
     }
 
     @Test
