@@ -136,6 +136,7 @@ class BrokenRuleTest(unittest.TestCase):
         "reclaim_clear_whole_stride[async]", "region_unknown_optional_features_ignored[async]",
         "register_inside_critical[async]", "restart_during_async_yield[async]", "restart_reregister[async]",
         "explicit_yield_acknowledges[async]", "mode_yield_request_during_suspension[async]",
+        "channel_register_request[async]", "watcher_reregister_after_restart[async]",
     }
 
     def test_ack_before_yield_turns_exactly_the_expected_cells_red(self):
