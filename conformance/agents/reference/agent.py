@@ -355,20 +355,9 @@ class Worker:
             conn.close()
             raise SdkError(m.ErrorCode.IO, f"connecting to {path}: {err.strerror}") from None
         tid = threading.get_native_id()
-        R = {f.name: f for f in m.RegRequest.FIELDS}
-        req = bytearray(m.RegRequest.SIZE)
-        values = {"magic": m.REG_MAGIC, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
-                  "op": m.RegOp.REGISTER, "tid": tid, "runtime_kind": self.kind, "message_size": m.RegRequest.SIZE,
-                  "escapable": {None: m.RegEscapable.DEFAULT, False: m.RegEscapable.NO,
-                                True: m.RegEscapable.YES}[escapable],
-                  "priority": priority or 0}
-        if BREAK == "channel_legacy_request":
-            req = req[:32]
-            values = {k: v for k, v in values.items() if R[k].offset < 32}
-            values["message_size"] = 0
-        for name, value in values.items():
-            struct.pack_into(R[name].struct_format, req, R[name].offset, int(value))
-        conn.sendall(bytes(req))
+        conn.sendall(self._request(m.RegOp.REGISTER, tid=tid, escapable={
+            None: m.RegEscapable.DEFAULT, False: m.RegEscapable.NO, True: m.RegEscapable.YES}[escapable],
+            priority=priority or 0))
         data, fds = b"", []
         while len(data) < m.RegReply.SIZE:
             chunk, got, _, _ = socket.recv_fds(conn, m.RegReply.SIZE - len(data), 4)
@@ -481,15 +470,23 @@ class Worker:
         self.cached_ack = self.acked = 0
         return {}
 
-    def _unregister(self):
-        """UNREGISTER of the worker's slot on its connection (SCB.md §4.1)."""
+    def _request(self, op, **fields) -> bytes:
+        """One sized reg_request (SCB.md §4.1) of this client: magic, ABI, kind, size, then `fields`."""
         R = {f.name: f for f in m.RegRequest.FIELDS}
         req = bytearray(m.RegRequest.SIZE)
-        for name, value in {"magic": m.REG_MAGIC, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
-                            "op": m.RegOp.UNREGISTER, "slot": self.slot, "runtime_kind": self.kind,
-                            "message_size": m.RegRequest.SIZE}.items():
+        values = {"magic": m.REG_MAGIC, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR, "op": op,
+                  "runtime_kind": self.kind, "message_size": m.RegRequest.SIZE, **fields}
+        if BREAK == "channel_legacy_request":  # the 1.2 request: 32 bytes, no size, no options
+            req = req[:32]
+            values = {k: v for k, v in values.items() if R[k].offset < 32}
+            values["message_size"] = 0
+        for name, value in values.items():
             struct.pack_into(R[name].struct_format, req, R[name].offset, int(value))
-        self.conn.sendall(bytes(req))
+        return bytes(req)
+
+    def _unregister(self):
+        """UNREGISTER of the worker's slot on its connection (SCB.md §4.1)."""
+        self.conn.sendall(self._request(m.RegOp.UNREGISTER, slot=self.slot))
         data = b""
         while len(data) < m.RegReply.SIZE:
             chunk = self.conn.recv(m.RegReply.SIZE - len(data))
