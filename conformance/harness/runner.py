@@ -22,7 +22,8 @@ import stores
 from abi import HEADER_FIELDS, SCB_FIELDS, m
 from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
-from region import Region, constants, first_difference, resolve_enum
+from region import DEFAULT_GENERATION, Region, RegionSpec, constants, first_difference, resolve_enum
+from regsocket import AgentSocket
 from scenario import EXPR_ARGS, OPTIONAL_OPS, Scenario, Step
 
 
@@ -123,6 +124,17 @@ class CellRun:
         self.region: Region | None = None
         self.expected = b""
         self.tid: int | None = None
+        # The harness playing the agent (regsocket.py): its current instance, the requests it received,
+        # the regions retired by restarts with the image each must keep, and the lock that orders the
+        # socket threads' registrar writes with the runner's expected image.
+        self.tmp = ""
+        self.socket_path = ""
+        self.socket_agent: AgentSocket | None = None
+        self.listen_slot = 0
+        self.answers: list[str] = []
+        self.requests: list[dict] = []
+        self.retired: list[tuple[Region, bytes]] = []
+        self.lock = threading.RLock()
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -306,6 +318,7 @@ class CellRun:
         watcher = self._watch(step) if step.expect.get("watch") else None
         tracer = self._tracer(step) if step.expect.get("stores") or step.expect.get("at_store") else None
         pages = self._page_watch(step) if step.expect.get("untouched") else None
+        requests_before = len(self.requests)
         try:
             reply = self.agent.request(step.op, args, on_suspended=on_suspended)
         finally:
@@ -336,7 +349,7 @@ class CellRun:
                 raise StepFailure(
                     f"{step.describe()}: async checkpoint returned yielded={yielded} after "
                     f"{reply['_suspensions']} suspension(s); a yield suspends exactly once, no yield never")
-        if step.op == "register" and reply.get("ok"):
+        if step.op in ("register", "register_agent") and reply.get("ok"):
             tid = reply.get("tid")
             pid = self.agent.hello.get("pid")
             if not isinstance(tid, int) or not os.path.exists(f"/proc/{pid}/task/{tid}"):
@@ -346,7 +359,9 @@ class CellRun:
         self._check_reply(step, reply)
         if step.op == "state" and reply.get("ok"):
             self._check_state_fields(step, reply)
-        # self.expected holds the image before the step plus the harness's own writes during the yield.
+        self._check_channel(step, requests_before)
+        # self.expected holds the image before the step plus the harness's own writes during the yield
+        # and the registrar's writes of the harness's agent.
         self._check_bytes(step, self.expected, reply)
 
     def _check_state_fields(self, step: Step, reply: dict) -> None:
@@ -442,6 +457,135 @@ class CellRun:
     def _watch(self, step: Step) -> "_Watcher":
         return _Watcher(self.region, step.slot, step.expect["watch"])
 
+    # -- the harness as the agent (registration channel, SCB.md §4.1 and §6.1) --------------------------
+
+    def _registrar_store(self, region: Region, slot: int, name: str, value: int) -> None:
+        """One store of the registrar, to the region and to the expected image (lock held)."""
+        region.write_scb(slot, name, value)
+        if region is self.region:
+            image = bytearray(self.expected)
+            self._apply(image, region.scb_offset(slot), SCB_FIELDS[name], value)
+            self.expected = bytes(image)
+
+    def _assign(self, record: dict, pid: int) -> tuple[int, int] | None:
+        """The agent's INIT -> CLAIMED -> REGISTERED (SCB.md §4) for an accepted REGISTER, with the data
+        in the table's order while CLAIMED; escapable and priority from the request (§4.1: DEFAULT is the
+        request's runtime_kind's default). None when the slot is not INIT (the agent has no free slot)."""
+        region, slot = self.region, self.listen_slot
+        if region.read_scb(slot, "worker_state") != int(m.WorkerState.INIT):
+            return None
+        store = lambda name, value: self._registrar_store(region, slot, name, value)  # noqa: E731
+        store("worker_state", int(m.WorkerState.CLAIMED))
+        store("tid", record["tid"])
+        store("pid", pid)
+        generation = (region.read_scb(slot, "slot_generation") + 1) & 0xFFFFFFFF or 1
+        store("slot_generation", generation)
+        store("last_ack_seq", region.read_scb(slot, "preempt_seq"))
+        kind = record["runtime_kind"]
+        default = m.ESCAPABLE_DEFAULT.get(m.RuntimeKind(kind), False) if kind in m.RuntimeKind._value2member_map_ else False
+        escapable = {int(m.RegEscapable.DEFAULT): default, int(m.RegEscapable.NO): False,
+                     int(m.RegEscapable.YES): True}[record["escapable"]]
+        store("escapable", int(escapable))
+        store("priority", record["priority"])
+        store("worker_state", int(m.WorkerState.REGISTERED))
+        return slot, generation
+
+    def _release(self, slot: int) -> None:
+        """UNREGISTER: the registrar's DEAD -> CLAIMED, the reclaim clear, INIT (SCB.md §4)."""
+        region = self.region
+        self._registrar_store(region, slot, "worker_state", int(m.WorkerState.CLAIMED))
+        base, stride = region.scb_offset(slot), region.header["scb_stride"]
+        abi.scb_clear_for_reuse(region.mapping(), base, stride)
+        image = bytearray(self.expected)
+        image[base:base + stride] = region.snapshot()[base:base + stride]
+        self.expected = bytes(image)
+        self._registrar_store(region, slot, "worker_state", int(m.WorkerState.INIT))
+
+    def _listen(self) -> None:
+        self.socket_agent = AgentSocket(self.socket_path, self.answers, self._assign, self._release,
+                                        self.region.path, self.region.header["generation"], self.lock,
+                                        self.requests)
+
+    def _restart(self, step: Step) -> None:
+        """A restart inside the agent's own process (SCB.md §6.1): the old region retired (generation 0)
+        and unlinked, the socket replaced, a new region in new memory with the next generation."""
+        if self.socket_agent is None:
+            raise StepFailure(f"{step.describe()}: restart before listen (scenario error)")
+        with self.lock:
+            self._harness_write({"generation": 0}, None)
+            # The socket file stays until the new one is renamed over it: a new inode, never a reused one.
+            self.socket_agent.close(unlink=False)
+            self.retired.append((self.region, self.expected))
+            os.unlink(self.region.path)
+            old = self.scenario.region
+            spec = RegionSpec(scb_count=old.scb_count, header={**old.header, "generation": DEFAULT_GENERATION
+                                                              + len(self.retired)})
+            self.region = Region(os.path.join(self.tmp, f"region.{len(self.retired)}"), spec)
+            self.expected = self.region.snapshot()
+            self._listen()
+
+    def _check_channel(self, step: Step, since: int) -> None:
+        """After an agent step: the retired regions kept every byte (a lost worker writes nothing to them,
+        SCB.md §6), no request was malformed, and `expect.requests` holds for the requests of the step."""
+        for old, image in self.retired:
+            actual = old.snapshot()
+            if actual != image:
+                raise _diff_report(old, image, actual, f"{step.describe()}: the retired region {old.path}")
+        with self.lock:
+            received = list(self.requests[since:])
+        for record in received:
+            if "malformed" in record:
+                raise StepFailure(f"{step.describe()}: the SDK sent a malformed registration request "
+                                  f"({record['malformed']}): {record}")
+        if "requests" not in step.expect:
+            return
+        want = step.expect["requests"]
+        ops = [m.RegOp(r["op"]).name for r in received]
+        if len(received) != len(want):
+            raise StepFailure(f"{step.describe()}: the SDK sent {len(received)} registration request(s) {ops}, "
+                              f"expected {len(want)}")
+        # The agent's names (pid, tid, runtime_kind from its hello and replies), never the SCB's fields of
+        # the same names: a request is compared with what the SDK is, not with what a slot holds.
+        names = {**constants(), **self._names(b"", step.slot, {}), "reg_request_size": m.RegRequest.SIZE}
+        enums = {"op": m.RegOp, "escapable": m.RegEscapable}
+        for i, (record, fields) in enumerate(zip(received, want)):
+            for name, value in fields.items():
+                if name in enums and isinstance(value, str) and value in enums[name].__members__:
+                    value = int(enums[name][value])
+                else:
+                    try:
+                        value = int(evaluate(value, names, name))
+                    except ExprError as err:
+                        raise StepFailure(f"{step.describe()}: expect.requests[{i}].{name}: {err}") from None
+                if record[name] != value:
+                    raise StepFailure(f"{step.describe()}: registration request {i + 1} ({ops[i]}) has {name} = "
+                                      f"{record[name]}, expected {value} ({fields[name]})")
+
+    def _until_registered(self, step: Step) -> None:
+        """Checkpoints, one request at a time, until the harness's agent has received a REGISTER during
+        the step (the SDK's watcher, SCB.md §6.1, decides when): only the outcome is judged, never how
+        many checkpoints it took. Bounded by the cell's timeout."""
+        mode = step.args.get("mode", self.variant)
+        since = len(self.requests)
+        deadline = time.monotonic() + self.timeout
+        count = 0
+        while True:
+            reply = self.agent.request("checkpoint", {"mode": mode})
+            count += 1
+            if not reply.get("ok"):
+                raise StepFailure(f"{step.describe()}: checkpoint {count} failed with {reply.get('error')} "
+                                  f"({reply.get('message', '')}); a lost worker's checkpoint is never an error")
+            with self.lock:
+                done = any(r["op"] == int(m.RegOp.REGISTER) for r in self.requests[since:])
+            if done:
+                break
+            if time.monotonic() > deadline:
+                raise StepFailure(f"{step.describe()}: no REGISTER on the agent's socket after {count} checkpoints "
+                                  f"in {self.timeout:.0f} s: the SDK did not register again")
+            time.sleep(0.01)
+        self._check_channel(step, since)
+        self._check_bytes(step, self.expected, {})
+
     def _concurrent_step(self, step: Step) -> None:
         """The agent checkpoints in a loop while the harness bumps preempt_seq and samples the SCB."""
         args = dict(step.args)
@@ -512,12 +656,15 @@ class CellRun:
         result = CellResult(self.scenario.name, self.variant, self.spec.name, "pass")
         with tempfile.TemporaryDirectory(prefix="morpheus-conf-") as tmp:
             path = os.path.join(tmp, "region")
+            self.tmp = tmp
+            self.socket_path = os.path.join(tmp, "agent.sock")
             current: Step | None = None
             try:
                 self.region = Region(path, self.scenario.region)
                 self.expected = self.region.snapshot()
                 env = {k: v for k, v in os.environ.items() if k not in (m.ENV_REGION, m.ENV_SOCKET)}
-                env[m.ENV_SOCKET] = os.path.join(tmp, "no-agent.sock")  # direct registration only
+                # Nobody listens there unless a `listen` step makes the harness play the agent.
+                env[m.ENV_SOCKET] = self.socket_path
                 if self.scenario.env_region is not None:
                     env[m.ENV_REGION] = path if self.scenario.env_region == "@region" else self.scenario.env_region
                 env.update(self.spec.env)
@@ -544,6 +691,19 @@ class CellRun:
                         self._bump(step.slot, step.by)
                     elif step.kind == "concurrent":
                         self._concurrent_step(step)
+                    elif step.kind == "listen":
+                        if self.socket_agent is not None:
+                            self.socket_agent.close(unlink=False)
+                        self.listen_slot, self.answers = step.slot, list(step.args["answers"])
+                        self._listen()
+                    elif step.kind == "agent_gone":
+                        if self.socket_agent is not None:
+                            self.socket_agent.close(unlink=False)
+                            self.socket_agent = None
+                    elif step.kind == "restart":
+                        self._restart(step)
+                    elif step.kind == "until_registered":
+                        self._until_registered(step)
             except StepFailure as err:
                 result.status, result.message, result.first_diff = "fail", str(err), err.first_diff
             except StepSkipped as err:
@@ -559,8 +719,12 @@ class CellRun:
                     result.step, result.step_label = current.index, current.label
                 if self.agent is not None:
                     self.agent.close()
+                if self.socket_agent is not None:
+                    self.socket_agent.close(unlink=True)
                 if self.region is not None:
                     self.region.close()
+                for old, _ in self.retired:
+                    old.close()
                 result.seconds = time.monotonic() - start
         return result
 

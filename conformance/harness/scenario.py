@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abi import HEADER_FIELDS, SCB_FIELDS
+from abi import HEADER_FIELDS, SCB_FIELDS, m
 from region import RegionSpec
 
 TARGETS = ("sdk", "gate")
@@ -20,6 +20,7 @@ CHECKPOINT_MODES = ("sync", "async")
 AGENT_OPS = {
     "attach": {"path"},
     "register": {"slot", "escapable", "priority"},
+    "register_agent": {"escapable", "priority"},
     "checkpoint": {"mode"},
     "checkpoint_loop": {"mode", "duration_ms"},
     "critical_enter": set(),
@@ -45,8 +46,11 @@ OPTIONAL_OPS = {
 GATE_OPS = ("gate", "escalate", "hint")
 EXPR_ARGS = ("runtime_ns", "now_ns")
 EXPECT_KEYS = {"ok", "error", "reply", "scb", "header", "check", "during_yield", "slot", "watch", "stores",
-               "fill", "reclaimed", "at_store", "untouched"}
-STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent", "fill")
+               "fill", "reclaimed", "at_store", "untouched", "requests"}
+STEP_KINDS = ("agent", "write", "write_header", "bump", "concurrent", "fill", "listen", "agent_gone", "restart",
+              "until_registered")
+# Fields of a registration request (spec/abi.toml reg_request) that `expect.requests` may name.
+REQUEST_FIELDS = {f.name for f in m.RegRequest.FIELDS if f.struct_format}
 MAX_STORE_WATCHES = 4  # hardware watchpoints of the CPU (harness/stores.py)
 
 
@@ -91,7 +95,8 @@ class Scenario:
     attach_maps: bool = False
 
     def uses_checkpoint_mode(self) -> bool:
-        return any(s.op in ("checkpoint", "checkpoint_loop") and "mode" not in s.args for s in self.steps)
+        return any((s.op in ("checkpoint", "checkpoint_loop") or s.kind == "until_registered") and "mode" not in s.args
+                   for s in self.steps)
 
     def variants(self) -> list[str | None]:
         """Checkpoint flavours the scenario runs under; None when it does not depend on one."""
@@ -210,6 +215,12 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         if "write_header" in dy:
             _check_fields(path, where + " expect.during_yield.write_header", dy["write_header"], HEADER_FIELDS,
                           "region_header")
+    if "requests" in expect:
+        reqs = expect["requests"]
+        if not isinstance(reqs, list) or not all(isinstance(r, dict) for r in reqs):
+            raise _fail(path, where, "expect.requests must be the list of requests, each { field = value }")
+        for r in reqs:
+            _check_fields(path, where + " expect.requests", r, REQUEST_FIELDS, "reg_request")
     if "check" in expect and not (
         isinstance(expect["check"], list) and all(isinstance(c, str) for c in expect["check"])):
         raise _fail(path, where, "expect.check must be a list of expressions")
@@ -257,6 +268,36 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
             raise _fail(path, where, "bump = N needs a positive integer")
         step.by = by
         step.label = step.label or f"bump preempt_seq by {by}"
+    elif kind == "listen":
+        answers = raw["listen"]
+        from regsocket import ANSWERS
+        if not (isinstance(answers, list) and answers and all(a in ANSWERS for a in answers)):
+            raise _fail(path, where, f"listen takes the list of answers to REGISTER, each one of {list(ANSWERS)}")
+        extra = set(raw) - common
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        step.args = {"answers": answers}
+        step.label = step.label or "the harness's agent listens, answering " + ", ".join(answers)
+    elif kind in ("agent_gone", "restart"):
+        if raw[kind] is not True:
+            raise _fail(path, where, f"{kind} takes only `true`")
+        extra = set(raw) - common
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        step.label = step.label or {"agent_gone": "the agent is killed (its socket file stays)",
+                                    "restart": "the agent restarts: region retired, a new one, a new socket"}[kind]
+    elif kind == "until_registered":
+        if raw[kind] is not True:
+            raise _fail(path, where, "until_registered takes only `true` (and an optional `mode`)")
+        extra = set(raw) - common - {"mode"}
+        if extra:
+            raise _fail(path, where, f"unknown keys {sorted(extra)}")
+        if "mode" in raw:
+            if raw["mode"] not in CHECKPOINT_MODES:
+                raise _fail(path, where, f"mode {raw['mode']!r} is not one of {CHECKPOINT_MODES}")
+            step.args["mode"] = raw["mode"]
+        step.op = "checkpoint"
+        step.label = step.label or "checkpoints until the SDK registers again"
     elif kind == "concurrent":
         op = raw["concurrent"]
         if op != "checkpoint_loop":

@@ -70,19 +70,23 @@ static void op_attach(long long id, const char *line)
 	printf("{\"id\":%lld,\"ok\":true,\"attached\":true}\n", id);
 }
 
-static void op_register(long long id, const char *line)
+/* register: direct registration of `slot` on the attached region; register_agent (slot < 0): through
+ * the agent by discovery (SCB.md §1.2, §4.1), the defaults of morpheus_options_init. */
+static void op_register(long long id, const char *line, bool via_agent)
 {
-	long long slot;
+	long long slot = -1;
 	struct morpheus_options opts;
 	struct morpheus_worker *w = NULL;
 
-	if (json_i64(line, "slot", &slot) || slot < 0 || slot > INT32_MAX) {
+	if (!via_agent && (json_i64(line, "slot", &slot) || slot < 0 || slot > INT32_MAX)) {
 		reply_error(id, "BAD_REQUEST", "slot must be a non-negative integer");
 		return;
 	}
 	morpheus_options_init(&opts);
-	opts.region_path = region_path; /* "" (never attached or refused): a detached worker */
-	opts.direct_slot = (int32_t)slot;
+	if (!via_agent) {
+		opts.region_path = region_path; /* "" (never attached or refused): a detached worker */
+		opts.direct_slot = (int32_t)slot;
+	}
 	/* Optional: what the registration request asks for (SCB.md §4: written before REGISTERED). */
 	bool escapable;
 	long long priority;
@@ -130,7 +134,9 @@ static void handle(long long id, const char *op, const char *line)
 	if (!strcmp(op, "attach")) {
 		op_attach(id, line);
 	} else if (!strcmp(op, "register")) {
-		op_register(id, line);
+		op_register(id, line, false);
+	} else if (!strcmp(op, "register_agent")) {
+		op_register(id, line, true);
 	} else if (!strcmp(op, "checkpoint")) {
 		char mode[16];
 		if (json_str(line, "mode", mode, sizeof(mode)) || strcmp(mode, "sync")) {

@@ -93,6 +93,8 @@ public final class Agent {
                 return attach(id, request.containsKey("path") ? request.get("path") : ABSENT);
             case "register":
                 return register(id, request);
+            case "register_agent":
+                return registerAgent(id, request);
             case "checkpoint":
                 if (!"sync".equals(request.get("mode"))) {
                     return error(id, "UNSUPPORTED", "the Java SDK has only the sync checkpoint");
@@ -173,6 +175,20 @@ public final class Agent {
         } else {
             options.regionPath(regionPath);
         }
+        if (request.get("escapable") instanceof Boolean) {
+            options.escapable((Boolean) request.get("escapable"));
+        }
+        if (request.get("priority") instanceof Long) {
+            options.priority(Math.toIntExact((Long) request.get("priority")));
+        }
+        worker = Morpheus.register(options);
+        String got = worker.slot().isPresent() ? Integer.toString(worker.slot().getAsInt()) : "null";
+        return ok(id, "\"tid\":" + tid() + ",\"attached\":" + worker.slot().isPresent() + ",\"slot\":" + got);
+    }
+
+    /** Registration through the agent (SCB.md §4.1) by discovery (§1.2): the default options. */
+    private String registerAgent(long id, Map<String, Object> request) {
+        Options options = Options.defaults();
         if (request.get("escapable") instanceof Boolean) {
             options.escapable((Boolean) request.get("escapable"));
         }

@@ -189,6 +189,14 @@ async function handle(id, request) {
       }
       return { slot: worker.slot, tid: gettid(), attached: worker.attached };
     }
+    case 'register_agent': {
+      // Registration through the agent (SCB.md §4.1) by discovery (§1.2): no region, no slot.
+      const asked = {};
+      if (request.escapable !== undefined && request.escapable !== null) asked.escapable = request.escapable;
+      if (request.priority !== undefined && request.priority !== null) asked.priority = request.priority;
+      worker = morpheus.initWorker(asked);
+      return { slot: worker.slot, tid: gettid(), attached: worker.attached };
+    }
     case 'checkpoint': {
       let yielded;
       if (request.mode === 'sync') yielded = morpheus.shouldYield();

@@ -74,6 +74,17 @@ class Agent:
         self.worker = worker
         return {"slot": worker.slot, "tid": threading.get_native_id(), "attached": worker.attached}
 
+    def register_agent(self, req: dict) -> dict:
+        """Registration through the agent (SCB.md §4.1) by discovery (§1.2): no region, no slot."""
+        options = {}
+        if req.get("escapable") is not None:
+            options["escapable"] = bool(req["escapable"])
+        if req.get("priority") is not None:
+            options["priority"] = int(req["priority"])
+        worker = morpheus.Worker(**options)
+        self.worker = worker
+        return {"slot": worker.slot, "tid": threading.get_native_id(), "attached": worker.attached}
+
     def checkpoint_sync(self) -> bool:
         # A lost worker's checkpoint is a plain no-yield, never an error (SCB.md §6): reported as is.
         return morpheus.checkpoint()
@@ -166,6 +177,8 @@ class Agent:
             return self.attach(req)
         if op == "register":
             return self.register(req)
+        if op == "register_agent":
+            return self.register_agent(req)
         if op == "checkpoint":
             mode = req.get("mode")
             if mode == "sync":

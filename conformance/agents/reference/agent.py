@@ -57,7 +57,23 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   rotation_ignores_critical  on the event loop (`tasks`), a task yields for a request inside the loop
                         thread's critical section (SCB.md §5.7: a section holds any step aside);
   turn_end_counted      a turn that ends on the wall clock (SCB.md §5.7) is counted as a yield in the SCB
-                        (it is a step aside that writes nothing).
+                        (it is a step aside that writes nothing);
+  channel_legacy_request  registration through the agent sends the 32-byte 1.2 request (message_size 0),
+                        so the escapable and priority asked for never reach the registrar (SCB.md §4.1:
+                        a 1.3 client sends its size and the options);
+  channel_refusal_detaches  a REGISTER the agent refuses returns a detached worker (SCB.md §4.1, §6.1: a
+                        refusal is the error REGISTRATION_REFUSED; only an absent scheduler detaches);
+  leftover_socket_errors  a socket nobody accepts on (ECONNREFUSED) is the error IO (SCB.md §6.1: a killed
+                        agent's leftover is the scheduler's absence, detached mode);
+  reregister_defaults   after a restart the worker registers again with the defaults, not the options it
+                        registered with (SCB.md §6.1: its original options);
+  reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
+                        §6.1: outside one only).
+
+Registration through the agent (`register_agent`): this agent has no watcher thread; it looks at the
+socket path at each checkpoint instead (SCB.md §6.1 allows looking at the path at an interval where no
+directory watch can be had), so a replaced socket loses the worker at its next checkpoint, and the
+checkpoint after a loss registers again if a new socket accepts.
 """
 
 from __future__ import annotations
@@ -67,6 +83,8 @@ import ctypes
 import json
 import mmap
 import os
+import socket
+import struct
 import sys
 import threading
 import time
@@ -114,6 +132,11 @@ class Worker:
         self.last_dropped = 0
         self.last_yield_ns = 0
         self.last_eval_ns = 0
+        # Registration through the agent (SCB.md §4.1, §6.1).
+        self.conn = None  # the connection kept for UNREGISTER
+        self.socket_id = None  # (st_dev, st_ino) of the socket of the instance the worker registered with
+        self.awaiting = False  # lost or detached by an absent agent: registers again on a new instance
+        self.options = (None, None)  # escapable and priority as the application asked (None: absent)
 
     # -- raw access -------------------------------------------------------------------------------
 
@@ -152,6 +175,10 @@ class Worker:
             if BREAK == "refused_attach_drops":
                 self.attached, self.mm = False, None
             raise SdkError(m.ErrorCode.IO, f"open {path}: {err.strerror}") from None
+        return self._map(fd, path, from_env)
+
+    def _map(self, fd: int, path: str, from_env: bool):
+        """Map the region behind `fd` (closed here) and validate its header (SCB.md §1.3)."""
         try:
             size = os.fstat(fd).st_size
             if size < m.RegionHeader.SIZE:
@@ -208,6 +235,7 @@ class Worker:
     def _lose(self):
         if self.slot is not None:
             self.lost = True
+            self.awaiting = self.conn is not None
         self.slot = None  # write nothing more to this region, ever
         self.cached_ack = 0
 
@@ -281,6 +309,129 @@ class Worker:
         self.last_yield_ns = self.last_eval_ns = time.monotonic_ns()
         return {"slot": slot, "tid": tid, "attached": True}
 
+    def _socket_path(self) -> str:
+        return os.environ.get(m.ENV_SOCKET) or m.DEFAULT_SOCKET_PATH
+
+    def _socket_identity(self):
+        try:
+            st = os.stat(self._socket_path())
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def register_agent(self, escapable=None, priority=None):
+        """Registration through the agent by discovery (SCB.md §1.2 step 2, §4.1)."""
+        p = 0 if priority is None else priority
+        if not m.PRIORITY_MIN <= p <= m.PRIORITY_MAX:
+            raise SdkError(m.ErrorCode.INVALID_ARGUMENT,
+                           f"priority {p} is outside {m.PRIORITY_MIN}..{m.PRIORITY_MAX}")
+        if self.registered:
+            raise SdkError(m.ErrorCode.ALREADY_REGISTERED, "this thread already holds a worker")
+        self.options = (escapable, priority)
+        return self._register_agent(escapable, priority)
+
+    def _detached(self, escapable, priority, awaiting):
+        self.registered, self.lost, self.slot, self.attached = True, False, None, False
+        self.awaiting = awaiting
+        self.escapable = m.ESCAPABLE_DEFAULT[self.kind] if escapable is None else bool(escapable)
+        self.priority = priority or 0
+        return {"slot": None, "tid": threading.get_native_id(), "attached": False}
+
+    def _register_agent(self, escapable, priority):
+        path = self._socket_path()
+        if not os.path.exists(path):
+            return self._detached(escapable, priority, False)  # no agent: the default paths, then detached
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+        except ConnectionRefusedError:
+            conn.close()
+            if BREAK == "leftover_socket_errors":
+                raise SdkError(m.ErrorCode.IO, f"connecting to {path}: connection refused") from None
+            # §6.1: a killed agent's leftover is the scheduler's absence; wait for a new instance.
+            self.socket_id = self._socket_identity()
+            return self._detached(escapable, priority, True)
+        except OSError as err:
+            conn.close()
+            raise SdkError(m.ErrorCode.IO, f"connecting to {path}: {err.strerror}") from None
+        tid = threading.get_native_id()
+        conn.sendall(self._request(m.RegOp.REGISTER, tid=tid, escapable={
+            None: m.RegEscapable.DEFAULT, False: m.RegEscapable.NO, True: m.RegEscapable.YES}[escapable],
+            priority=priority or 0))
+        data, fds = b"", []
+        while len(data) < m.RegReply.SIZE:
+            chunk, got, _, _ = socket.recv_fds(conn, m.RegReply.SIZE - len(data), 4)
+            fds += got
+            if not chunk:
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                raise SdkError(m.ErrorCode.IO, f"the agent at {path} closed the connection without a reply")
+            data += chunk
+        P = {f.name: f for f in m.RegReply.FIELDS}
+        reply = {name: struct.unpack_from(f.struct_format, data, f.offset)[0] for name, f in P.items()
+                 if f.struct_format}
+        if reply["status"] != m.RegStatus.OK:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            if BREAK == "channel_refusal_detaches":
+                return self._detached(escapable, priority, False)
+            raise SdkError(m.ErrorCode.REGISTRATION_REFUSED,
+                           f"the agent refused: {m.RegStatus(reply['status']).name}")
+        if not fds:
+            conn.close()
+            raise SdkError(m.ErrorCode.IO, "the agent's OK carried no region descriptor")
+        for fd in fds[1:]:
+            os.close(fd)
+        self._map(fds[0], "the agent's region", False)
+        if reply["generation"] != self.attach_generation:
+            conn.close()
+            raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the region changed since the agent assigned the slot")
+        slot = reply["slot"]
+        self.scb_base = self.header_size + slot * self.stride
+        self.escapable = m.ESCAPABLE_DEFAULT[self.kind] if escapable is None else bool(escapable)
+        self.priority = priority or 0
+        # REGISTERED -> RUNNING, the runtime's part (SCB.md §4): escapable and priority are left as the
+        # registrar wrote them when they are what was asked (a 1.2 registrar did not know them).
+        if self.load(S.ESCAPABLE) != int(self.escapable):
+            self.store(S.ESCAPABLE, self.escapable)
+        if self.load(S.PRIORITY) != self.priority:
+            self.store(S.PRIORITY, self.priority)
+        self.store(S.RUNTIME_KIND, self.kind)
+        self.store(S.RUNTIME_MODE, Mode.DETERMINISTIC)
+        self.store(S.IN_CRITICAL, 1 if self.depth > 0 else 0)
+        self.store(S.WORKER_STATE, W.RUNNING)
+        self.slot, self.conn, self.socket_id = slot, conn, self._socket_identity()
+        self.registered, self.lost, self.awaiting = True, False, False
+        seq = self.load(S.LAST_ACK_SEQ)
+        self.acked = self.cached_ack = seq
+        self.mode, self.pressured, self.pressure_snapshot = Mode.DETERMINISTIC, False, None
+        self.last_dropped = self.load(S.HINTS_DROPPED)
+        self.last_yield_ns = self.last_eval_ns = time.monotonic_ns()
+        return {"slot": slot, "tid": tid, "attached": True}
+
+    def _watch(self):
+        """The watcher's part (SCB.md §6.1), looked at per checkpoint: a replaced or removed socket loses
+        a worker registered through it; a waiting worker outside a critical section registers again,
+        with its original options, once a new socket accepts (a refusal waits for the next one)."""
+        if self.slot is not None and self.conn is not None and self._socket_identity() != self.socket_id:
+            self._lose()
+        if not self.awaiting or (self.depth > 0 and BREAK != "reregister_in_critical"):
+            return
+        current = self._socket_identity()
+        if current is None or current == self.socket_id:
+            return
+        self.socket_id = current  # one attempt per instance
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        escapable, priority = (None, None) if BREAK == "reregister_defaults" else self.options
+        try:
+            self._register_agent(escapable, priority)
+        except SdkError:
+            self.registered, self.awaiting = True, True
+
     def _need_worker(self):
         if not self.registered:
             raise SdkError(m.ErrorCode.NOT_REGISTERED, "this thread holds no worker")
@@ -301,17 +452,50 @@ class Worker:
         if self.slot is not None and self.generation_ok():
             self.store(S.WORKER_STATE, W.QUIESCING)
             self.store(S.WORKER_STATE, W.DEAD)
-            # Direct registration: the registrar's DEAD -> CLAIMED -> INIT rows (SCB.md §4), with the
-            # reclaim clear over the whole stride in between.
-            self.store(S.WORKER_STATE, W.CLAIMED)
-            # The generated reclaim clear (worker_state stays CLAIMED through it), then INIT.
-            scb_clear_for_reuse(self.mm, self.scb_base, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride)
-            self.store(S.WORKER_STATE, W.INIT)
-        # A lost worker: nothing written, no error (SCB.md §6).
+            if self.conn is not None:
+                self._unregister()
+            else:
+                # Direct registration: the registrar's DEAD -> CLAIMED -> INIT rows (SCB.md §4), with the
+                # reclaim clear over the whole stride in between.
+                self.store(S.WORKER_STATE, W.CLAIMED)
+                # The generated reclaim clear (worker_state stays CLAIMED through it), then INIT.
+                scb_clear_for_reuse(self.mm, self.scb_base, m.Scb.SIZE if BREAK == "reclaim_128" else self.stride)
+                self.store(S.WORKER_STATE, W.INIT)
+        # A lost worker: nothing written, no error (SCB.md §6), no UNREGISTER.
+        if self.conn is not None:
+            self.conn.close()
+        self.conn, self.awaiting = None, False
         self.slot = None
         self.registered = self.lost = False
         self.cached_ack = self.acked = 0
         return {}
+
+    def _request(self, op, **fields) -> bytes:
+        """One sized reg_request (SCB.md §4.1) of this client: magic, ABI, kind, size, then `fields`."""
+        R = {f.name: f for f in m.RegRequest.FIELDS}
+        req = bytearray(m.RegRequest.SIZE)
+        values = {"magic": m.REG_MAGIC, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR, "op": op,
+                  "runtime_kind": self.kind, "message_size": m.RegRequest.SIZE, **fields}
+        if BREAK == "channel_legacy_request":  # the 1.2 request: 32 bytes, no size, no options
+            req = req[:32]
+            values = {k: v for k, v in values.items() if R[k].offset < 32}
+            values["message_size"] = 0
+        for name, value in values.items():
+            struct.pack_into(R[name].struct_format, req, R[name].offset, int(value))
+        return bytes(req)
+
+    def _unregister(self):
+        """UNREGISTER of the worker's slot on its connection (SCB.md §4.1)."""
+        self.conn.sendall(self._request(m.RegOp.UNREGISTER, slot=self.slot))
+        data = b""
+        while len(data) < m.RegReply.SIZE:
+            chunk = self.conn.recv(m.RegReply.SIZE - len(data))
+            if not chunk:
+                raise SdkError(m.ErrorCode.IO, "the agent closed the connection before answering UNREGISTER")
+            data += chunk
+        status = struct.unpack_from("<I", data, m.RegReply.STATUS.offset)[0]
+        if status != m.RegStatus.OK:
+            raise SdkError(m.ErrorCode.REGISTRATION_REFUSED, f"UNREGISTER refused: {m.RegStatus(status).name}")
 
     # -- runtime modes (SCB.md §5.4) ---------------------------------------------------------------
 
@@ -358,6 +542,7 @@ class Worker:
 
     def _decide(self):
         """(seq, reason) for a checkpoint that yields, or None. Writes nothing except a changed mode."""
+        self._watch()
         if self.slot is None:
             return None  # no worker, detached or lost: the static zeroed SCB
         seq = self.load(S.PREEMPT_SEQ)
@@ -570,6 +755,8 @@ def main() -> int:
                 result = worker.attach(req.get("path"))
             elif op == "register":
                 result = worker.register(req["slot"], req.get("escapable"), req.get("priority"))
+            elif op == "register_agent":
+                result = worker.register_agent(req.get("escapable"), req.get("priority"))
             elif op == "checkpoint":
                 if req["mode"] == "sync":
                     result = {"yielded": worker.checkpoint_sync()}

@@ -136,6 +136,7 @@ class BrokenRuleTest(unittest.TestCase):
         "reclaim_clear_whole_stride[async]", "region_unknown_optional_features_ignored[async]",
         "register_inside_critical[async]", "restart_during_async_yield[async]", "restart_reregister[async]",
         "explicit_yield_acknowledges[async]", "mode_yield_request_during_suspension[async]",
+        "channel_register_request[async]", "watcher_reregister_after_restart[async]",
     }
 
     def test_ack_before_yield_turns_exactly_the_expected_cells_red(self):
@@ -326,6 +327,51 @@ class DecidedPlacesTest(unittest.TestCase):
         self.assertEqual(set(red), self.both("mode_defensive_leave_without_snapshot"))
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
+
+
+class RegistrationChannelTest(unittest.TestCase):
+    """The registration channel (SCB.md §4.1) and the watcher (§6.1), reached with the harness playing the
+    agent on the socket (`listen`, `agent_gone`, `restart`, `until_registered`, `expect.requests`): the
+    reference agent, switched to the other reading, turns exactly the scenarios that pin the rule red, at
+    the step that tells the readings apart."""
+
+    def red(self, brk):
+        results, _, _ = run([reference({"MORPHEUS_CONFORMANCE_BREAK": brk}, name="broken")], None)
+        return {r.row: r for r in results if r.status == "fail"}
+
+    def both(self, name):
+        return {f"{name}[sync]", f"{name}[async]"}
+
+    def test_the_request_carries_its_size_and_the_options(self):
+        red = self.red("channel_legacy_request")
+        self.assertEqual(set(red), self.both("channel_register_request") | {"channel_register_options"}
+                         | self.both("watcher_reregister_after_restart"))
+        for name in self.both("channel_register_request") | {"channel_register_options"}:
+            self.assertIn("has message_size = 0, expected 40", red[name].message)
+
+    def test_a_refusal_is_an_error_not_a_detached_worker(self):
+        red = self.red("channel_refusal_detaches")
+        self.assertEqual(set(red), {"channel_refusal_is_error"})
+        self.assertIn("succeeded, expected error REGISTRATION_REFUSED", red["channel_refusal_is_error"].message)
+
+    def test_a_leftover_socket_is_the_schedulers_absence(self):
+        red = self.red("leftover_socket_errors")
+        self.assertEqual(set(red), self.both("channel_leftover_socket_detaches"))
+        for r in red.values():
+            self.assertIn("failed with IO", r.message)
+
+    def test_registering_again_keeps_the_original_options(self):
+        red = self.red("reregister_defaults")
+        self.assertEqual(set(red), self.both("watcher_reregister_after_restart"))
+        for r in red.values():
+            self.assertIn("checkpoints until the SDK registers again", r.message)
+            self.assertIn("has escapable = 0, expected 1 (NO)", r.message)
+
+    def test_no_registration_inside_a_critical_section(self):
+        red = self.red("reregister_in_critical")
+        self.assertEqual(set(red), self.both("watcher_no_reregister_in_critical"))
+        for r in red.values():
+            self.assertIn("the SDK sent 1 registration request(s) ['REGISTER'], expected 0", r.message)
 
 
 class Protocol14Test(unittest.TestCase):

@@ -131,6 +131,28 @@ impl Agent {
         Ok(reply)
     }
 
+    /// Registration through the agent (SCB.md §4.1) by discovery (§1.2): the default configuration,
+    /// MORPHEUS_SOCKET naming the harness's socket, no region attached.
+    fn register_agent(&mut self, req: &Request) -> Reply {
+        let mut config = Config::default().runtime_kind(RuntimeKind::Rust);
+        match req.get("escapable") {
+            Some(Value::Bool(v)) => config = config.escapable(*v),
+            None | Some(Value::Null) => {}
+            other => return Err(protocol_err(format!("escapable must be a boolean, got {other:?}"))),
+        }
+        if let Some(Value::Int(_)) = req.get("priority") {
+            let priority = i32::try_from(arg_int(req, "priority")?).map_err(|_| protocol_err("priority out of i32 range"))?;
+            config = config.priority(priority);
+        }
+        if self.worker.is_some() {
+            return Err(sdk_err(config.register().err().unwrap_or(Error::AlreadyRegistered { slot: None })));
+        }
+        let worker = config.register().map_err(sdk_err)?;
+        let reply = Obj::new().opt_int("slot", worker.slot()).int("tid", gettid()).bool("attached", worker.is_attached());
+        self.worker = Some(worker);
+        Ok(reply)
+    }
+
     fn checkpoint_sync(&mut self) -> Result<bool, (String, String)> {
         // A lost worker's checkpoint is a plain no-yield, never an error (SCB.md §6): reported as is.
         Ok(morpheus::checkpoint_sync())
@@ -190,6 +212,7 @@ impl Agent {
             "exit" => return None,
             "attach" => self.attach(req),
             "register" => self.register(req),
+            "register_agent" => self.register_agent(req),
             "checkpoint" => match req.get("mode") {
                 Some(Value::Str(m)) if m == "sync" => self.checkpoint_sync().map(|y| Obj::new().bool("yielded", y)),
                 Some(Value::Str(m)) if m == "async" => {
