@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 #
 # The release gate refuses, and says why, in a scratch copy of this tree committed as its own repository:
-#   * an SDK not releasable yet (an entry whose directory is missing), an unknown SDK, a dirty tree, a
+#   * an SDK not releasable yet (an entry whose directory is missing), an unknown SDK, a conformance column
+#     no platform's artifact carries (sdk-c's c-arm64 taken off its arm64 tarball), a dirty tree, a
 #     kernel column that is missing, from another commit or red, a red live-kernel column of the SDK (sdk-c;
 #     sdk-java, whose two live columns, FFM and JNI, must both be green: one missing, then one red);
 #   * sdk-rust with its conformance agent broken on purpose (MORPHEUS_CONFORMANCE_BREAK=ack_before_yield):
@@ -77,6 +78,13 @@ kernel_column() { # COMMIT [RED_SCENARIO]: the kernel column, and the live colum
 
 expect_refusal "is not releasable yet: sdk-ruby/ does not exist" ruby
 expect_refusal "no SDK named 'cobol'" cobol
+
+# A column the gate runs must be carried by exactly one platform's artifact (sdks.toml `platforms`): sdk-c with
+# its arm64 column taken off the arm64 tarball is refused, naming the column (checked before the tree's state).
+cp "$repo/release/sdks.toml" "$scratch/sdks.toml"
+sed -i 's/linux-arm64-gnu = \["c-arm64"\]/linux-arm64-gnu = []/' "$repo/release/sdks.toml"
+expect_refusal "column 'c-arm64' is carried by 0 platforms" c
+cp "$scratch/sdks.toml" "$repo/release/sdks.toml"
 
 touch "$repo/stray-file"
 expect_refusal "the tree is not clean" c

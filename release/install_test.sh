@@ -319,6 +319,17 @@ test_java() {
 		fail "a fresh Maven project against the jar in a temporary local repository"
 	unzip -p "$dir/morpheus-$version.jar" META-INF/morpheus/RELEASE.json >"$work/java-stamp.json"
 	check_stamp "$work/java-stamp.json" java
+	# Beside each platform's natives, that platform's RELEASE.json (its own conformance columns when gated).
+	local machine platform
+	for machine in x86_64 aarch64; do
+		platform=linux-x64-gnu
+		[[ $machine == aarch64 ]] && platform=linux-arm64-gnu
+		unzip -p "$dir/morpheus-$version.jar" "dev/morpheus/native/linux-$machine/RELEASE.json" >"$work/java-stamp-$machine.json" ||
+			fail "the jar has no dev/morpheus/native/linux-$machine/RELEASE.json"
+		check_stamp "$work/java-stamp-$machine.json" java
+		python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["platform"] == sys.argv[2]' "$work/java-stamp-$machine.json" "$platform" ||
+			fail "the jar's linux-$machine RELEASE.json does not name $platform"
+	done
 	local jar=$repo/dev/morpheus/morpheus/$version/morpheus-$version.jar
 	# Outputs go to files, then grep reads them whole (no `java | grep -q`: under pipefail that fails when
 	# grep stops early and java takes SIGPIPE, which depends on timing).

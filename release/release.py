@@ -142,12 +142,38 @@ def version_info(name: str, entry: dict) -> dict:
     return {"sdk": name, "version": version, "abi": declared, "spec_abi": f"{spec_major}.{spec_minor}"}
 
 
+def platform_problems(name: str, entry: dict) -> list[str]:
+    """An SDK's `platforms` (sdks.toml) must name platforms of PLATFORMS and only the SDK's own columns, and
+    give each of its conformance and live columns to exactly one platform: a platform's artifact then
+    carries its own results, and a column added to the gate cannot be missing from every artifact's stamp."""
+    platforms = entry.get("platforms")
+    if platforms is None:
+        return []
+    problems = []
+    unknown = sorted(set(platforms) - {p["name"] for p in PLATFORMS})
+    if unknown:
+        problems.append(f"{name}: release/sdks.toml `platforms` names unknown platforms {unknown}")
+    own = columns(entry, "conformance") + columns(entry, "live")
+    for column in own:
+        carriers = [platform for platform, names in platforms.items() if column in names]
+        if len(carriers) != 1:
+            problems.append(f"{name}: column {column!r} is carried by {len(carriers)} platforms in release/sdks.toml "
+                            f"`platforms` ({', '.join(carriers) or 'none'}), expected exactly one")
+    for platform, names in platforms.items():
+        stray = sorted(set(names) - set(own))
+        if stray:
+            problems.append(f"{name}: release/sdks.toml `platforms` gives {platform} {stray}, which are not among "
+                            f"its conformance or live columns")
+    return problems
+
+
 def check_versions() -> list[str]:
     problems = []
     table = load_table()
     for name, entry in table["sdk"].items():
         if not (ROOT / entry["dir"]).is_dir() or "version" not in entry:
             continue
+        problems += platform_problems(name, entry)
         try:
             info = version_info(name, entry)
             print(f"{name:8} {info['version']:10} ABI {info['abi']} (spec {info['spec_abi']})")
@@ -437,8 +463,11 @@ def build_jar(info: dict, stamp: dict, out: Path) -> list[Path]:
                        for lib in ("libmorpheus_c.so", "libmorpheus_jni.so")} - set(z.namelist())
         if missing:
             raise Refused(f"{jar.name} lacks its natives {sorted(missing)} (built without cargo?)")
+        # Every column in META-INF; beside each platform's natives, that platform's own (sdks.toml `platforms`).
         add_to_zip(made[0], {"META-INF/morpheus/RELEASE.json": release_json(stamp),
-                             "META-INF/morpheus/CHANGELOG.md": (ROOT / "sdk-java/CHANGELOG.md").read_bytes()})
+                             "META-INF/morpheus/CHANGELOG.md": (ROOT / "sdk-java/CHANGELOG.md").read_bytes(),
+                             **{f"dev/morpheus/native/linux-{platform['machine']}/RELEASE.json":
+                                release_json(platform_stamp(stamp, platform)) for platform in PLATFORMS}})
         shutil.copy2(ROOT / "sdk-java/pom.xml", made[1])
         run([str(JDK / "bin/jar"), "--create", "--file", str(made[2])]
             + [arg for src in JAVA_SOURCES for arg in ("-C", src, ".")], "sources jar")
@@ -482,6 +511,9 @@ def build_into(name: str, entry: dict, info: dict, stamp: dict, final: Path) -> 
 def gate(name: str, run_vm: bool, dist: Path) -> int:
     entry = sdk_entry(name)
     info = version_info(name, entry)
+    problems = platform_problems(name, entry)
+    if problems:
+        raise Refused("\n  ".join(problems))
     commit = clean_commit()
     kernel = vm_column(KERNEL_COLUMN, commit, run_vm)
     print(f"release: {name}: kernel column of {commit[:12]}: {len(kernel['rows'])} scenarios pass", file=sys.stderr)

@@ -40,6 +40,18 @@ step_scx_arm64() {
   tools/arm64/scx-env.sh cargo test -p scx_morpheus --target aarch64-unknown-linux-gnu --test bpf_release --test cli
 }
 
+# The arm64 conformance columns too slow for tools/test.sh's budget: python-arm64 (the agent on Debian's
+# arm64 python3.11 over the arm64 wheel) and java-ffm-arm64, java-jni-arm64 (the Java agent on Temurin's arm64 JRE, the jar's aarch64
+# natives), each agent under qemu-aarch64-static and started afresh for every cell (a JVM's start under
+# emulation is most of a Java cell). The release gates run the same columns (release/sdks.toml
+# `conformance`) and stamp them into the arm64 wheel and beside the jar's linux-aarch64 natives. Measured
+# on 2 cores shared with other builds: python-arm64 11.5 to 12 minutes at load 35-80, the Java arm64 columns
+# about 50 minutes at load 20-87 (conformance/README.md). c-arm64, node-arm64 and
+# rust-arm64 run in `bazel test` (//conformance:c_arm64, ...).
+step_conformance_arm64() {
+  python3 conformance/harness/cli.py gate python-arm64 java-ffm-arm64 java-jni-arm64
+}
+
 # The scheduler on arm64 in an arm64 VM: Debian sid's arm64 kernel (sched_ext, BTF) under trixie's
 # qemu-system-aarch64 -M virt -cpu max, TCG (installed by tools/setup.sh --qemu-trixie the first time),
 # with the cross-built scx_morpheus and morpheus-e2e-worker (the same debug build as scx_arm64): the
@@ -147,6 +159,7 @@ STEPS=(
   abi_check
   abi_report
   scx_arm64
+  conformance_arm64
   trace_arm64_vm
   starvation
   trace_bench
