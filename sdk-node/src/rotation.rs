@@ -18,9 +18,13 @@
 
 use std::cell::{Cell, RefCell};
 
-use morpheus::kit::{
-    fast_state::FastState,
-    rotation::{Pass, Rotation, Seen, Step, YIELD_PASSES},
+use morpheus::{
+    kit::{
+        self,
+        fast_state::FastState,
+        rotation::{Pass, Rotation, Seen, Step, YIELD_PASSES},
+    },
+    raw::FORCE_SLOW_PATH,
 };
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
@@ -136,7 +140,9 @@ fn carries_on(env: &Env, r: &mut Rotation<u64>, others_queued: bool) -> bool {
 
 /// `yieldRequested()` when the JS check could not answer: whether the caller should await
 /// `checkpoint()` now, deciding nothing and acknowledging nothing. True during a yield's passes and
-/// while a request is stepped aside for; at a timed turn's deadline, whether the turn is over, or it
+/// while a request is stepped aside for; while the one-load fast path is on (DETERMINISTIC, or
+/// waiting for a scheduler) whenever its word differs, a request a critical section defers included
+/// (the core's checkpoint is not polled then: it would count the deferral); at a timed turn's deadline, whether the turn is over, or it
 /// carries on as [`step_aside`] would let it (timed afresh, so a hot loop leaves only to step aside or
 /// yield); otherwise whether the core's checkpoint would yield now (its future polled once and
 /// dropped: it writes nothing before its second poll), a request or, outside the DETERMINISTIC mode,
@@ -145,6 +151,10 @@ fn carries_on(env: &Env, r: &mut Rotation<u64>, others_queued: bool) -> bool {
 pub fn checkpoint_would_yield(env: &Env, mut state: Float64ArraySlice, others_queued: bool, clock: f64) -> Result<bool, Code> {
     drive(&mut state, clock, "checkpointWouldYield", |r| {
         if r.passing() || r.unacknowledged() {
+            return true;
+        }
+        let (loaded, cached) = kit::fast_path_view();
+        if cached != FORCE_SLOW_PATH && loaded != cached {
             return true;
         }
         match r.checkpoint() {

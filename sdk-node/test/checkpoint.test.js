@@ -318,6 +318,16 @@ test('the addon writes the kit\'s fast state into JS\'s Float64Array by its own 
   assert.equal(region.scb(SLOT, 'yield_count'), 1n);
 });
 
+test('yieldRequested() inside a critical section: the deferred request is pending, so a hot loop leaves for checkpoint()', async () => {
+  register();
+  region.bump(SLOT);
+  morpheus.critical(() => {
+    assert.equal(morpheus.yieldRequested(), true, 'a request is pending, deferred or not');
+    assert.equal(morpheus.shouldYield(), false, 'the section defers it');
+  });
+  assert.equal(morpheus.shouldYield(), true, 'served after the section');
+});
+
 /** Count the calls of the addon's checkpoint slow paths from now on (the object lib/index.js calls). */
 function countNativeCheckpoints() {
   const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
