@@ -55,7 +55,9 @@ if (!worker.attached) throw new Error('bench: the worker did not attach');
 
 // The mapped slot's scheduler-written line, read directly (the design alternatives the fast path
 // was chosen from: two Int32 halves, one BigInt64, or the 8 bytes as one Float64 element).
-const slot32 = new Int32Array(native.scbView(native.currentToken()));
+// The word's view the fast state names (the slot's preempt_seq), with the addon's state array.
+const fastState = new Float64Array(native.FastStateField.Len);
+const slot32 = new Int32Array(native.fastWord(fastState, -1));
 const slot64 = new BigInt64Array(slot32.buffer);
 const slotF64 = new Float64Array(slot32.buffer);
 const sab32 = new Int32Array(new SharedArrayBuffer(64));
@@ -115,7 +117,7 @@ const sync = {
   },
   'native checkpoint (napi call into the core; not the fast path)': () => {
     let n = 0;
-    for (let i = 0; i < INNER; i++) if (native.checkpointSync()) n++;
+    for (let i = 0; i < INNER; i++) if (native.checkpointSync(fastState, -1)) n++;
     return n;
   },
 };

@@ -6,10 +6,12 @@
 //! attaching are the core's, reached through its safe API only. This addon adds what Node needs
 //! around them:
 //!
-//! * the **fast-path view** ([`scb_view`], [`fast_state`]): the SCB's scheduler-written line as an
-//!   external `ArrayBuffer` over the mapped slot, and the value the JS fast path compares
-//!   `preempt_seq` with. The buffer holds the region (`Arc<Region>`) until V8 collects it, so it can
-//!   never outlive the mapping. JS calls into this addon only when the view shows something new;
+//! * the **fast state** ([`fast_state`], [`fast_word`]): the binding kit's typed
+//!   `morpheus::kit::fast_state::FastState`, translated into JS's `Float64Array` by the indexes of
+//!   [`FastStateField`], and an external `ArrayBuffer` over the word it names. The buffer holds the
+//!   region (`Arc<Region>`) until V8 collects it, so it can never outlive the mapping. The rules of the
+//!   state (what is compared, the mode's quiet window, the rotation's turn) are the kit's; JS keeps
+//!   the one-load check inline and calls into this addon only when the state sends it here;
 //! * the slow paths: the synchronous checkpoint ([`checkpoint_sync`]), and the asynchronous one, which
 //!   is the binding kit's §5.7 rotation driven from JS's `setImmediate` callbacks ([`rotation`]);
 //! * workers held per OS thread by the binding kit (`morpheus::kit::thread`: the event-loop thread and
@@ -20,21 +22,19 @@
 
 use std::{
     cell::{Cell, RefCell},
-    future::Future,
     path::PathBuf,
-    pin::Pin,
     sync::Arc,
-    task::{Context, Waker},
 };
 
 use morpheus::{
     kit::{
+        fast_state::Lasts,
         options::{Options, RegionChoice},
         thread,
     },
-    CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, RuntimeMode, Worker, YieldReason,
+    raw::FORCE_SLOW_PATH,
+    CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, Worker, YieldReason,
 };
-use morpheus_abi::CACHE_LINE_SIZE;
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
 
@@ -78,9 +78,6 @@ fn not_registered(operation: &str) -> napi::Error<Code> {
 // handle carries (a JS number: tokens count registrations of the process, far below 2^53).
 
 thread_local! {
-    /// Whether [`scb_view`] handed out a live view of the mapped slot of this thread's registration
-    /// (false when the runtime copied the bytes instead: then every check goes to the native side).
-    static VIEW_LIVE: Cell<bool> = const { Cell::new(false) };
     /// Open critical sections of this thread, innermost last. The core counts the depth per thread;
     /// these guards are how JS holds them (exit = drop the innermost).
     static CRITICAL: RefCell<Vec<CriticalSection<'static>>> = const { RefCell::new(Vec::new()) };
@@ -288,7 +285,6 @@ pub fn register(options: RegisterOptions, region: Option<&Region>) -> Result<i64
         napi::Error::new(Code(err.code().name()), format!("initWorker(options): {err}"))
     })?;
     let token = thread::register(&config).map_err(to_js)?;
-    VIEW_LIVE.set(false);
     Ok(token as i64)
 }
 
@@ -307,157 +303,116 @@ pub fn current_token() -> Option<i64> {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The fast path's view
+// The fast state (the binding kit's `morpheus::kit::fast_state::FastState`, translated for JS)
 
-/// `kind` values of [`fast_state`].
-const VIEW: i32 = 0;
-const ALWAYS_SLOW: i32 = 1;
-const ZEROES: i32 = 2;
-const WAKE: i32 = 3;
-const MODE_QUIET: i32 = 4;
-
-/// What the JS fast path compares with, as `[ack_low, ack_high, kind, registration, notices,
-/// until_low, until_high]`:
-///
-/// * `kind` 0 compares the SCB view's `preempt_seq` with the acknowledged sequence; 1 goes to the
-///   native side on every check (PRESSURED and DEFENSIVE modes disable the fast path, spec/SCB.md
-///   §5.4; also when no live view exists); 2 reads zeroes (no worker, or one that never registers
-///   again: detached on request or by the environment, or registered directly, §7); 3 compares the
-///   wake view ([`wake_view`]) with the ack: the worker waits for a scheduler (lost, or detached
-///   because the agent was not running) and the core's watcher bumps that word when a new instance
-///   accepts, so the next checkpoint takes the slow path and registers again (§6.1); 4 is 1 in the
-///   PRESSURED and DEFENSIVE modes with a live view, with the acknowledged sequence and the core's
-///   [`morpheus::Worker::mode_quiet_until_ns`] (`until`, `CLOCK_MONOTONIC` ns, two halves): until
-///   then a check that finds `preempt_seq` equal to the acknowledged sequence is answered "no yield"
-///   by JS without calling the core, which would decide nothing and write nothing (§5.4); from then
-///   on every check goes to the native side, as in kind 1.
-/// * `registration` counts the worker's registrations (the core's re-registrations): when it moved
-///   since JS took its SCB view, JS takes a new one ([`scb_view`]) before comparing.
-/// * `notices` is 1 when the core left notices for [`take_notices`].
-///
-/// Which kind is the core's answer, never a rule of this addon: attached or not, and waiting for a
-/// scheduler or not, are what the core reports (the same state its own fast path follows). Called at
-/// registration and after every slow path, so it makes no system call: a pending wake-up registers
-/// the worker again in the core's slow path (§6.1), which the wake view sends the next check to.
-///
-/// Written into `out` (an `Int32Array` of at least [`FAST_STATE_LEN`] elements, JS's own, allocated
-/// once), element `i` the `i`-th value above: JS reads it by constant index, and neither side
-/// allocates an array per call.
+/// Where each value of the kit's [`FastState`] goes in JS's state array: a `Float64Array` of at
+/// least `Len` elements that JS allocates once, written by every call that may change the state (the
+/// slow paths, the rotation's calls, [`fast_state`], [`fast_word`]), so neither side allocates per
+/// call. JS takes these indexes from the addon (napi's exported enum): one source. What the values
+/// mean, and the order a check uses them in, are the kit's; JS keeps the one-load check inline.
 #[napi]
-pub fn fast_state(mut out: Int32ArraySlice) -> Result<(), Code> {
-    fast_state_out(&mut out, "fastState")?.copy_from_slice(&fast_state_now());
-    Ok(())
+pub enum FastStateField {
+    /// `expected`'s 64 bits as one double: JS compares the word's 8 bytes read as one `Float64Array`
+    /// element with it (NaN patterns, `FORCE_SLOW_PATH`'s among them, equal nothing: every check
+    /// looks further). Its low half is element `2 * Expected` of an `Int32Array` over the same buffer.
+    Expected,
+    /// `settled`'s 64 bits as one double; `FORCE_SLOW_PATH`'s (a NaN) when None.
+    Settled,
+    /// The quiet window, in ns from the time of the call: `Infinity` (always), a count, or
+    /// `-Infinity` (never).
+    Quiet,
+    /// The turn window, the same way, in ns of the rotation's clock (the tests' clock when set).
+    Turn,
+    /// The word's address (0: none, JS loads a zero word of its own): when it changes JS takes a view
+    /// of the new word ([`fast_word`]). An address is never reused while a view of it lives: the view
+    /// keeps its mapping.
+    Word,
+    /// 1 when the core left notices for [`take_notices`].
+    Notices,
+    /// The count the rotation's keeper hands back (`rotation::rotation_keeper`).
+    KeeperTurns,
+    /// How many elements the array has at least.
+    Len,
 }
 
-/// How many elements [`fast_state`] writes.
-const FAST_STATE_LEN: usize = 7;
+thread_local! {
+    /// The address of a word whose view the runtime refused (it copies external buffers): its state
+    /// is translated with [`always_slow`](morpheus::kit::fast_state::FastState::always_slow), so every check that looks further asks the core.
+    static REFUSED_WORD: Cell<usize> = const { Cell::new(0) };
+}
 
-/// The elements of JS's array that receive the fast state; INVALID_ARGUMENT naming `operation` and the
-/// length when it is too short (checked before the call does anything, so nothing is done then).
-fn fast_state_out<'a>(out: &'a mut Int32ArraySlice, operation: &str) -> Result<&'a mut [i32], Code> {
+/// The elements of JS's state array; INVALID_ARGUMENT naming `operation` and the length when it is too
+/// short (checked before the call does anything, so a refused call does nothing).
+pub(crate) fn state_out<'a>(state: &'a mut Float64ArraySlice, operation: &str) -> Result<&'a mut [f64], Code> {
     // SAFETY: the typed array's elements, which nothing else reads or writes during this call (JS
     // runs on this thread only, and no JS runs during it).
-    let out = unsafe { out.as_mut() };
-    let len = out.len();
-    out.get_mut(..FAST_STATE_LEN)
-        .ok_or_else(|| invalid(format!("{operation}(out): expected an Int32Array of at least {FAST_STATE_LEN} elements, got {len}")))
+    let state = unsafe { state.as_mut() };
+    let len = state.len();
+    let need = FastStateField::Len as usize;
+    state.get_mut(..need).ok_or_else(|| invalid(format!("{operation}(state): expected a Float64Array of at least {need} elements, got {len}")))
 }
 
-fn fast_state_now() -> [i32; FAST_STATE_LEN] {
-    let held = thread::current().and_then(|token| thread::with(token, "fastState", fast_state_of).ok());
-    let state = held.unwrap_or([0, 0, ZEROES, 0, 0, 0]);
-    [state[0], state[1], state[2], state[3], i32::from(notices_pending()), state[4], state[5]]
-}
-
-/// The fast state of this thread's registered `worker`, without the notices flag.
-fn fast_state_of(worker: &Worker) -> [i32; 6] {
-    let registration = worker.reattachments() as u32 as i32;
-    // Attached as the core's own fast path sees it (RawWorker: `in_critical` is NULL exactly
-    // when detached). Not `Worker::is_attached`, which also asks the agent's process handle
-    // and socket (two system calls) and would cost every slow path that much; a gone agent
-    // reaches the fast path anyway, through the core's watcher (its retired view, §6.1).
-    // SAFETY: this thread's worker state, read on its own thread.
-    let attached = unsafe { !(*worker.as_raw()).in_critical.is_null() };
-    if !attached {
-        if worker.is_waiting_for_scheduler() {
-            // SAFETY: this thread's worker state, read on its own thread.
-            let ack = unsafe { (*worker.as_raw()).cached_ack };
-            [ack as u32 as i32, (ack >> 32) as u32 as i32, WAKE, registration, 0, 0]
-        } else {
-            [0, 0, ZEROES, registration, 0, 0]
-        }
-    } else if !VIEW_LIVE.get() {
-        [0, 0, ALWAYS_SLOW, registration, 0, 0]
-    } else if worker.runtime_mode() != RuntimeMode::Deterministic {
-        let ack = worker.acknowledged_seq();
-        let until = worker.mode_quiet_until_ns().unwrap_or(0);
-        [ack as u32 as i32, (ack >> 32) as u32 as i32, MODE_QUIET, registration, until as u32 as i32, (until >> 32) as u32 as i32]
-    } else {
-        let ack = worker.acknowledged_seq();
-        [ack as u32 as i32, (ack >> 32) as u32 as i32, VIEW, registration, 0, 0]
+/// A window in ns from now, as JS reads it (module doc of [`FastStateField`]).
+fn window(lasts: Lasts) -> f64 {
+    match lasts {
+        Lasts::Never => f64::NEG_INFINITY,
+        Lasts::For(ns) => ns as f64,
+        Lasts::Always => f64::INFINITY,
     }
 }
 
-/// The scheduler-written line (bytes 0..CACHE_LINE_SIZE) of this thread's SCB as an external
-/// `ArrayBuffer` over the mapping, for `Atomics.load` at the generated offsets. Null when the worker
-/// has no SCB, or when the runtime refuses external buffers (it would hand back a copy, which never
-/// changes: the fast path then always asks the native side).
+/// Write this thread's fast state into `out` (checked by [`state_out`]).
+pub(crate) fn write_state(out: &mut [f64]) {
+    let mut state = rotation::fast_state();
+    let word = state.word.map_or(0, |w| w as usize);
+    if word != 0 && word == REFUSED_WORD.get() {
+        state = state.always_slow();
+    }
+    out[FastStateField::Expected as usize] = f64::from_bits(state.expected);
+    out[FastStateField::Settled as usize] = f64::from_bits(state.settled.unwrap_or(FORCE_SLOW_PATH));
+    out[FastStateField::Quiet as usize] = window(state.quiet);
+    out[FastStateField::Turn as usize] = window(state.turn);
+    out[FastStateField::Word as usize] = word as f64;
+    out[FastStateField::Notices as usize] = f64::from(u8::from(notices_pending()));
+    out[FastStateField::KeeperTurns as usize] = rotation::keeper_turns() as f64;
+}
+
+/// Write this thread's fast state into `state` (at registration, and after a call that may have
+/// changed it outside the slow paths: the worker's status, an explicit yield, close). `clock`: the
+/// tests' clock (ns) or negative, as for the rotation's calls.
 #[napi]
-pub fn scb_view<'env>(env: &'env Env, token: i64) -> Result<Option<ArrayBuffer<'env>>, Code> {
-    let target = with_held(token, "scbView", |h| {
-        let (Some(region), Some(slot)) = (h.region(), h.slot()) else { return Ok(None) };
-        if !h.is_attached() {
-            return Ok(None);
-        }
-        let scb = region.scb_ptr(slot).map_err(to_js)?;
-        Ok(Some((region.clone(), scb.cast::<u8>())))
-    })?;
-    let Some((region, data)) = target else {
-        set_view_live(false);
+pub fn fast_state(mut state: Float64ArraySlice, clock: f64) -> Result<(), Code> {
+    let out = state_out(&mut state, "fastState")?;
+    rotation::set_clock(clock);
+    write_state(out);
+    Ok(())
+}
+
+/// An external `ArrayBuffer` over the 8 bytes of the word the fast state names (`Word`), for the JS
+/// check's one load, then the fast state written into `state`; null when it names none, or when the
+/// runtime refuses external buffers (it would hand back a copy, which never changes: the fast state
+/// then sends every further look to the core). The buffer keeps the worker's region (`Arc<Region>`)
+/// until V8 collects it, so it never outlives the mapping that holds the SCB's word; the wake word is
+/// the core's static, alive as long as the process. JS only loads it.
+#[napi]
+pub fn fast_word<'env>(env: &'env Env, mut state: Float64ArraySlice, clock: f64) -> Result<Option<ArrayBuffer<'env>>, Code> {
+    let out = state_out(&mut state, "fastWord")?;
+    rotation::set_clock(clock);
+    let Some(word) = rotation::fast_state().word else {
+        write_state(out);
         return Ok(None);
     };
-    let len = CACHE_LINE_SIZE as usize;
-    // SAFETY: `data` points at `len` bytes of the mapping that `region` keeps alive; the hint moves a
-    // clone of the Arc into the buffer, dropped only by the finalizer, so the mapping outlives every
-    // JS view of it. JS may write into it: the bytes are atomics the scheduler writes, and the JS
-    // wrapper only ever loads them.
-    let buffer = unsafe { ArrayBuffer::from_external(env, data, len, region, |_, region| drop(region)) }
+    let owner = thread::current().and_then(|token| thread::with(token, "fastWord", |w| w.region().cloned()).ok().flatten());
+    // SAFETY: `word` is 8 aligned bytes that live as long as the buffer: inside the mapping `owner`
+    // keeps alive (the SCB's word), or the core's static wake word; the finalizer drops the owner.
+    let buffer = unsafe { ArrayBuffer::from_external(env, word.cast::<u8>().cast_mut(), 8, owner, |_, owner| drop(owner)) }
         .map_err(|e| napi::Error::new(Code(morpheus::ErrorCode::Io.name()), e.reason.clone()))?;
-    let live = buffer.as_ptr() == data.cast_const();
-    set_view_live(live);
+    let live = buffer.as_ptr() == word.cast::<u8>();
+    REFUSED_WORD.set(if live { 0 } else { word as usize });
+    write_state(out);
     Ok(live.then_some(buffer))
 }
 
-fn set_view_live(live: bool) {
-    VIEW_LIVE.set(live);
-}
-
-/// The word the core's fast path reads while the worker waits for a scheduler (kind 3 of
-/// [`fast_state`]): 8 bytes as an external `ArrayBuffer`, read by the JS fast path as it reads
-/// `preempt_seq`. Null when the worker does not wait, or when the runtime refuses external buffers
-/// (then JS asks the native side on every check while waiting).
-///
-/// The pointer is the core's own (`RawWorker::preempt_seq` while waiting, spec/SCB.md §6.1: "a wake
-/// sequence in the SDK's own memory"): the core's process-wide wake sequence, a static that lives as
-/// long as the process, so the buffer needs no owner and its finalizer frees nothing. JS takes it
-/// once per thread and keeps it.
-#[napi]
-pub fn wake_view<'env>(env: &'env Env, token: i64) -> Result<Option<ArrayBuffer<'env>>, Code> {
-    let word = with_held(token, "wakeView", |h| {
-        if h.is_attached() || !h.is_waiting_for_scheduler() {
-            return Ok(None);
-        }
-        // SAFETY: this thread's worker state, read on its own thread.
-        Ok(Some(unsafe { (*h.as_raw()).preempt_seq }.cast::<u8>().cast_mut()))
-    })?;
-    let Some(data) = word else { return Ok(None) };
-    // SAFETY: while the worker waits, `data` is the core's static wake sequence (8 bytes, aligned,
-    // never freed); JS only loads it.
-    let buffer = unsafe { ArrayBuffer::from_external(env, data, std::mem::size_of::<u64>(), (), |_, ()| {}) }
-        .map_err(|e| napi::Error::new(Code(morpheus::ErrorCode::Io.name()), e.reason.clone()))?;
-    let live = buffer.as_ptr() == data.cast_const();
-    Ok(live.then_some(buffer))
-}
 
 /// How many times the worker registered again on its own after the scheduler restarted or came up
 /// (spec/SCB.md §6.1).
@@ -477,61 +432,21 @@ pub fn worker_detach_detail(token: i64) -> Result<Option<String>, Code> {
 pub fn worker_waiting_for_scheduler(token: i64) -> Result<bool, Code> {
     with_held(token, "waitingForScheduler", |h| Ok(h.is_waiting_for_scheduler()))
 }
-
 // ------------------------------------------------------------------------------------------------
 // Checkpoints (slow paths; the JS fast path decides when to call them)
 
-/// [`checkpoint_sync`]'s answers when it did not yield: whether [`fast_state`] changed meanwhile
-/// (then JS reads it again; otherwise it keeps what it compares with and saves that call: outside
-/// the DETERMINISTIC mode every check comes here, spec/SCB.md §5.4).
-const NO_YIELD: u32 = 0;
-const NO_YIELD_STATE_CHANGED: u32 = 1;
-/// The scheduler asked: the request is acknowledged, yield now (the fast state changed: the ack).
-const YIELDED: u32 = 2;
-
-/// The synchronous checkpoint: YIELDED (2) when the scheduler asked (acknowledged: yield now),
-/// otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1).
+/// The synchronous checkpoint (the JS check found something to look at): true when the scheduler
+/// asked (acknowledged: yield now). The rotation's unacknowledged request, if any, is acknowledged
+/// first (the kit's rule: a synchronous check yields only for a newer request, §5.7). The fast state
+/// is written into `state`.
 #[napi]
-pub fn checkpoint_sync() -> u32 {
-    let before = fast_state_now();
-    outcome(morpheus::checkpoint_sync(), before)
-}
-
-/// The three-way answer of the synchronous checks: YIELDED, or whether the fast state moved since
-/// `before` (so JS re-reads it only then).
-fn outcome(yielded: bool, before: [i32; FAST_STATE_LEN]) -> u32 {
-    if yielded {
-        YIELDED
-    } else if fast_state_now() != before {
-        NO_YIELD_STATE_CHANGED
-    } else {
-        NO_YIELD
-    }
-}
-
-/// Whether a checkpoint would yield now, deciding nothing and acknowledging nothing: the core's
-/// decision, its future dropped unpolled again (it writes nothing before its second poll). WOULD_YIELD
-/// (2), otherwise NO_YIELD (0) or NO_YIELD_STATE_CHANGED (1). For `yieldRequested()` outside the
-/// DETERMINISTIC mode (spec/SCB.md §5.4), where every check reaches the addon: a hot loop then leaves
-/// only for a yield, not at every check.
-#[napi]
-pub fn checkpoint_would_yield() -> u32 {
-    let before = fast_state_now();
-    let mut future = morpheus::checkpoint();
-    let mut cx = Context::from_waker(Waker::noop());
-    let would_yield = Pin::new(&mut future).poll(&mut cx).is_pending();
-    drop(future);
-    outcome(would_yield, before)
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds, the clock of `until` in [`fast_state`] (JS takes the offset of
-/// its `performance.now()`, which reads the same clock from another origin, once per thread).
-#[napi]
-pub fn monotonic_ns() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+pub fn checkpoint_sync(mut state: Float64ArraySlice, clock: f64) -> Result<bool, Code> {
+    let out = state_out(&mut state, "checkpointSync")?;
+    rotation::set_clock(clock);
+    rotation::acknowledge();
+    let yielded = morpheus::checkpoint_sync();
+    write_state(out);
+    Ok(yielded)
 }
 
 /// libuv's `uv_metrics_t` (uv.h, libuv 1.45 and later): `events` counts the events the loop's poll

@@ -8,25 +8,28 @@
 //! JavaScript queues the `setImmediate` passes and keepers these calls ask for, and tells the kit what
 //! it sees of the loop (its own immediates' neighbours; [`crate::loop_idle`] for libuv's poll). The
 //! inline fast path stays in JavaScript (one load in each language is the point): it calls here only
-//! when the SCB's `preempt_seq` differs from the acknowledged sequence, during a yield's passes, or
-//! once a timed turn reached the deadline this module hands it ([`ROTATION_LEN`]).
+//! when the kit's fast state sends it (a request, a yield's passes, a timed turn at its deadline).
 //!
-//! Every call writes the thread's fast state into JS's `Int32Array` (as `fastState` does: an
-//! acknowledgement changes it) and the rotation's state into JS's `Float64Array`
-//! `[passing, unacknowledged, turn_deadline, keeper_turns]`; both are checked for length before the
-//! call does anything, so a refused call acknowledges nothing. `clock`: the tests' clock (ns) in place
-//! of the thread's CPU time and the wall clock (`Rotation::set_clock`), or negative for both clocks.
+//! Every call writes the thread's fast state into JS's `Float64Array` (the kit's `FastState`, with
+//! the rotation's passes and timed turn in it, and the count a keeper hands back: [`crate::write_state`]);
+//! it is checked for length before the call does anything, so a refused call acknowledges nothing.
+//! `clock`: the tests' clock (ns) in place of the thread's CPU time and the wall clock
+//! (`Rotation::set_clock`), or negative for both clocks.
 
 use std::cell::{Cell, RefCell};
 
-use morpheus::kit::rotation::{Pass, Rotation, Seen, Step, YIELD_PASSES};
+use morpheus::{
+    kit::{
+        self,
+        fast_state::FastState,
+        rotation::{Pass, Rotation, Seen, Step, YIELD_PASSES},
+    },
+    raw::FORCE_SLOW_PATH,
+};
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
 
-use crate::{fast_state_now, fast_state_out, invalid, loop_idle, Code};
-
-/// How many elements the rotation's state array receives.
-const ROTATION_LEN: usize = 4;
+use crate::{loop_idle, state_out, write_state, Code};
 
 /// Node has no current task: every task is this one, so a yield during a resumed task's turn is taken
 /// to be that task's (the kit's rule for a binding that cannot tell tasks apart).
@@ -48,37 +51,35 @@ pub fn yield_passes() -> u32 {
     YIELD_PASSES
 }
 
-/// Run `f` on this thread's rotation with `clock`, then write the fast state into `state` and the
-/// rotation's state into `rotation` (both checked first: nothing is done when one is too short).
-fn drive<T>(
-    state: &mut Int32ArraySlice,
-    rotation: &mut Float64ArraySlice,
-    clock: f64,
-    operation: &str,
-    f: impl FnOnce(&mut Rotation<u64>) -> T,
-) -> Result<T, Code> {
-    let state = fast_state_out(state, operation)?;
-    // SAFETY: the typed array's elements, which nothing else reads or writes during this call (JS runs
-    // on this thread only, and no JS runs during it).
-    let rotation = unsafe { rotation.as_mut() };
-    let len = rotation.len();
-    let rotation = rotation.get_mut(..ROTATION_LEN).ok_or_else(|| {
-        invalid(format!("{operation}(rotation): expected a Float64Array of at least {ROTATION_LEN} elements, got {len}"))
-    })?;
-    let out = ROTATION.with(|r| {
-        let mut r = r.borrow_mut();
-        r.set_clock((clock >= 0.0).then_some(clock as u64));
-        f(&mut r)
-    });
-    state.copy_from_slice(&fast_state_now());
-    ROTATION.with(|r| {
-        let r = r.borrow();
-        rotation[0] = f64::from(u8::from(r.passing()));
-        rotation[1] = f64::from(u8::from(r.unacknowledged()));
-        rotation[2] = r.turn_deadline() as f64;
-    });
-    rotation[3] = KEEPER_TURNS.get() as f64;
-    Ok(out)
+/// Run `f` on this thread's rotation with `clock`, then write the fast state into `state` (checked
+/// first: nothing is done when it is too short).
+fn drive<T>(state: &mut Float64ArraySlice, clock: f64, operation: &str, f: impl FnOnce(&mut Rotation<u64>) -> T) -> Result<T, Code> {
+    let out = state_out(state, operation)?;
+    set_clock(clock);
+    let value = ROTATION.with(|r| f(&mut r.borrow_mut()));
+    write_state(out);
+    Ok(value)
+}
+
+/// Measure turns with the tests' `clock` (ns), or with the kit's clocks when it is negative.
+pub(crate) fn set_clock(clock: f64) {
+    ROTATION.with(|r| r.borrow_mut().set_clock((clock >= 0.0).then_some(clock as u64)));
+}
+
+/// The thread's fast state, with its rotation.
+pub(crate) fn fast_state() -> FastState {
+    ROTATION.with(|r| FastState::current(&r.borrow()))
+}
+
+/// What the kit's `resumed` returned at the last resume.
+pub(crate) fn keeper_turns() -> u64 {
+    KEEPER_TURNS.get()
+}
+
+/// Acknowledge the last yielder's request now if it is not yet (the kit's `acknowledge`: a
+/// synchronous checkpoint is about to ask the core).
+pub(crate) fn acknowledge() {
+    ROTATION.with(|r| r.borrow_mut().acknowledge());
 }
 
 /// A new waiter token, encoded for JS with what the task resolves to (`yielded`: true after a yield
@@ -97,12 +98,11 @@ fn wait(yielded: bool, push: impl FnOnce(u64) -> bool) -> f64 {
 #[napi]
 pub fn rotation_checkpoint(
     env: &Env,
-    mut state: Int32ArraySlice,
-    mut rotation: Float64ArraySlice,
+    mut state: Float64ArraySlice,
     others_queued: bool,
     clock: f64,
 ) -> Result<f64, Code> {
-    drive(&mut state, &mut rotation, clock, "rotationCheckpoint", |r| match r.checkpoint() {
+    drive(&mut state, clock, "rotationCheckpoint", |r| match r.checkpoint() {
         Step::Continue => 0.0,
         Step::StepAside { turn_over } => step_aside(env, r, turn_over, others_queued),
         Step::Request(request) => match r.see_request(request) {
@@ -138,21 +138,30 @@ fn carries_on(env: &Env, r: &mut Rotation<u64>, others_queued: bool) -> bool {
     idle
 }
 
-/// `yieldRequested()` at a timed turn's deadline: whether the turn is over (the caller then awaits
-/// `checkpoint()`, which steps aside), or carries on as [`step_aside`] would let it (timed afresh,
-/// so a hot loop leaves only to step aside or yield). True also for a request or a yield's passes.
+/// `yieldRequested()` when the JS check could not answer: whether the caller should await
+/// `checkpoint()` now, deciding nothing and acknowledging nothing. True during a yield's passes and
+/// while a request is stepped aside for; while the one-load fast path is on (DETERMINISTIC, or
+/// waiting for a scheduler) whenever its word differs, a request a critical section defers included
+/// (the core's checkpoint is not polled then: it would count the deferral); at a timed turn's deadline, whether the turn is over, or it
+/// carries on as [`step_aside`] would let it (timed afresh, so a hot loop leaves only to step aside or
+/// yield); otherwise whether the core's checkpoint would yield now (its future polled once and
+/// dropped: it writes nothing before its second poll), a request or, outside the DETERMINISTIC mode,
+/// the mode's own yield (spec/SCB.md §5.4).
 #[napi]
-pub fn rotation_turn_over(
-    env: &Env,
-    mut state: Int32ArraySlice,
-    mut rotation: Float64ArraySlice,
-    others_queued: bool,
-    clock: f64,
-) -> Result<bool, Code> {
-    drive(&mut state, &mut rotation, clock, "rotationTurnOver", |r| match r.checkpoint() {
-        Step::Continue => false,
-        Step::StepAside { turn_over: true } => !carries_on(env, r, others_queued),
-        Step::StepAside { turn_over: false } | Step::Request(_) => true,
+pub fn checkpoint_would_yield(env: &Env, mut state: Float64ArraySlice, others_queued: bool, clock: f64) -> Result<bool, Code> {
+    drive(&mut state, clock, "checkpointWouldYield", |r| {
+        if r.passing() || r.unacknowledged() {
+            return true;
+        }
+        let (loaded, cached) = kit::fast_path_view();
+        if cached != FORCE_SLOW_PATH && loaded != cached {
+            return true;
+        }
+        match r.checkpoint() {
+            Step::Continue => false,
+            Step::StepAside { turn_over: true } => !carries_on(env, r, others_queued),
+            Step::StepAside { turn_over: false } | Step::Request(_) => true,
+        }
     })
 }
 
@@ -176,12 +185,11 @@ fn resume(r: &mut Rotation<u64>) -> f64 {
 #[napi]
 pub fn rotation_pass(
     env: &Env,
-    mut state: Int32ArraySlice,
-    mut rotation: Float64ArraySlice,
+    mut state: Float64ArraySlice,
     others_queued: bool,
     clock: f64,
 ) -> Result<f64, Code> {
-    drive(&mut state, &mut rotation, clock, "rotationPass", |r| {
+    drive(&mut state, clock, "rotationPass", |r| {
         let idle = !others_queued && loop_idle(env);
         match r.pass(idle) {
             Pass::Again => -1.0,
@@ -193,15 +201,8 @@ pub fn rotation_pass(
 /// The keeper behind a resumed task's step, with the count the resume wrote: if the task gave control
 /// back without a yield, the next task's token (or 0), else 0.
 #[napi]
-pub fn rotation_keeper(mut state: Int32ArraySlice, mut rotation: Float64ArraySlice, turns: f64, clock: f64) -> Result<f64, Code> {
-    drive(&mut state, &mut rotation, clock, "rotationKeeper", |r| if r.idle_since(turns as u64) { resume(r) } else { 0.0 })
-}
-
-/// Before a synchronous checkpoint asks the core: acknowledge the last yielder's request if it is not
-/// yet (the kit's `acknowledge`). Whether one was pending.
-#[napi]
-pub fn rotation_acknowledge(mut state: Int32ArraySlice, mut rotation: Float64ArraySlice, clock: f64) -> Result<bool, Code> {
-    drive(&mut state, &mut rotation, clock, "rotationAcknowledge", Rotation::acknowledge)
+pub fn rotation_keeper(mut state: Float64ArraySlice, turns: f64, clock: f64) -> Result<f64, Code> {
+    drive(&mut state, clock, "rotationKeeper", |r| if r.idle_since(turns as u64) { resume(r) } else { 0.0 })
 }
 
 /// No turn is timed any more: the thread's worker is closed.

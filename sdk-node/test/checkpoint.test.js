@@ -270,41 +270,62 @@ test('DEFENSIVE mode (§5.4): yieldRequested() asks the core; a request is still
   assert.equal(await morpheus.checkpoint(), false);
 });
 
-test('the addon\'s fast state goes into JS\'s Int32Array; one too short is refused by name, before anything is acknowledged', async () => {
+test('the addon writes the kit\'s fast state into JS\'s Float64Array by its own indexes; one too short is refused by name, before anything is acknowledged', async () => {
   const native = require(require.resolve('@morpheus-sched/node').replace(/index\.js$/, 'native.js'));
+  const F = native.FastStateField;
+  assert.deepEqual(
+    Object.keys(F).filter((k) => Number.isNaN(Number(k))),
+    ['Expected', 'Settled', 'Quiet', 'Turn', 'Word', 'Notices', 'KeeperTurns', 'Len'],
+    'the indexes are the addon\'s (one source)',
+  );
   register();
-  const state = new Int32Array(7);
-  native.fastState(state);
-  // [ack_low, ack_high, kind, registration, notices, until_low, until_high]: attached, nothing acknowledged.
-  assert.equal(state[0], 0);
-  assert.equal(state[2], 0, 'kind: the SCB view (DETERMINISTIC)');
-  const short = new Int32Array(6).fill(-1);
-  const refused = (operation) => (e) => e.code === 'INVALID_ARGUMENT' && e.message === `${operation}(out): expected an Int32Array of at least 7 elements, got 6`;
-  assert.throws(() => native.fastState(short), refused('fastState'));
+  const state = new Float64Array(F.Len);
+  const low = new Int32Array(state.buffer);
+  native.fastState(state, -1);
+  // Attached, DETERMINISTIC, nothing acknowledged, no turn timed: the one load decides alone.
+  assert.equal(state[F.Expected], 0);
+  assert.equal(state[F.Settled], 0);
+  assert.equal(state[F.Quiet], Infinity);
+  assert.equal(state[F.Turn], Infinity);
+  assert.notEqual(state[F.Word], 0, 'the slot\'s word');
+  const word = new Float64Array(native.fastWord(state, -1));
+  assert.equal(word.length, 1, 'a view of the 8 bytes of the word');
+  const short = new Float64Array(F.Len - 1).fill(-1);
+  const refused = (operation) => (e) => e.code === 'INVALID_ARGUMENT' && e.message === `${operation}(state): expected a Float64Array of at least ${F.Len} elements, got ${F.Len - 1}`;
+  assert.throws(() => native.fastState(short, -1), refused('fastState'));
+  assert.throws(() => native.fastWord(short, -1), refused('fastWord'));
   // The rotation (the kit's) holds the yielder's request unacknowledged until the loop has control.
   region.bump(SLOT);
+  assert.equal(word[0], new Float64Array(new BigUint64Array([1n]).buffer)[0], 'the view reads the slot\'s preempt_seq');
   const yielder = morpheus.checkpoint();
-  const rotation = new Float64Array(4);
   const before = region.bytes();
-  assert.throws(() => native.rotationAcknowledge(short, rotation, -1), refused('rotationAcknowledge'));
-  const shortRotation = new Float64Array(3).fill(-1);
-  assert.throws(
-    () => native.rotationAcknowledge(state, shortRotation, -1),
-    (e) => e.code === 'INVALID_ARGUMENT' && e.message === 'rotationAcknowledge(rotation): expected a Float64Array of at least 4 elements, got 3',
-  );
-  assert.deepEqual(short, new Int32Array(6).fill(-1), 'nothing written into the short array');
-  assert.deepEqual(shortRotation, new Float64Array(3).fill(-1), 'nothing written into the short rotation array');
+  assert.throws(() => native.checkpointSync(short, -1), refused('checkpointSync'));
+  assert.throws(() => native.checkpointWouldYield(short, false, -1), refused('checkpointWouldYield'));
+  assert.deepEqual(short, new Float64Array(F.Len - 1).fill(-1), 'nothing written into the short array');
   assert.deepEqual(region.bytes(), before, 'nothing acknowledged');
-  assert.equal(native.rotationAcknowledge(state, rotation, -1), true, 'the kept request is acknowledged now');
+  native.fastState(state, -1);
+  assert.equal(state[F.Turn], -Infinity, 'during the passes every asynchronous check goes to the rotation');
+  assert.ok(Number.isNaN(state[F.Expected]), 'so the one load never decides alone (FORCE_SLOW_PATH)');
+  assert.equal(low[2 * F.Expected], -1, 'its low half, as the synchronous check\'s Atomics.load compares');
+  assert.equal(state[F.Settled], 0, 'a synchronous check sees the unacknowledged request');
+  assert.equal(native.checkpointSync(state, -1), false, 'the kept request is acknowledged first, and no newer one is pending');
   assert.equal(region.scb(SLOT, 'last_ack_seq'), 1n);
-  assert.equal(state[0], 1, 'and the fast state written with it: the new acknowledged sequence');
-  assert.equal(rotation[1], 0, 'and the rotation\'s state: nothing unacknowledged');
-  const again = new Int32Array(8);
-  native.fastState(again);
-  assert.deepEqual(again.subarray(0, 7), state, 'the same as fastState() reads');
-  assert.equal(native.rotationAcknowledge(state, rotation, -1), false, 'nothing left to acknowledge');
+  assert.equal(state[F.Settled], new Float64Array(new BigUint64Array([1n]).buffer)[0], 'and the fast state written with it: the new acknowledged sequence');
+  const again = new Float64Array(F.Len + 1);
+  native.fastState(again, -1);
+  assert.deepEqual(again.subarray(0, F.Len), state, 'the same as fastState() reads');
   assert.equal(await yielder, true);
   assert.equal(region.scb(SLOT, 'yield_count'), 1n);
+});
+
+test('yieldRequested() inside a critical section: the deferred request is pending, so a hot loop leaves for checkpoint()', async () => {
+  register();
+  region.bump(SLOT);
+  morpheus.critical(() => {
+    assert.equal(morpheus.yieldRequested(), true, 'a request is pending, deferred or not');
+    assert.equal(morpheus.shouldYield(), false, 'the section defers it');
+  });
+  assert.equal(morpheus.shouldYield(), true, 'served after the section');
 });
 
 /** Count the calls of the addon's checkpoint slow paths from now on (the object lib/index.js calls). */

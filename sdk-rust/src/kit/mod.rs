@@ -12,6 +12,8 @@
 //!   the fast path); the kit says what that load reads ([`FastPath::word`], [`FastPath::expected`]).
 //!   [`checkpoint_slow`] is the synchronous slow path behind it: a [`SlowPath`] says whether to yield
 //!   and whether the word moved.
+//! * [`fast_state`]: the same handshake for an event-loop binding that keeps its checks cheap in every
+//!   mode: [`FastPath`] widened with the mode's quiet window (§5.4) and the rotation's turn (§5.7).
 //! * [`critical_enter`], [`critical_exit`], [`critical_depth`]: the thread's critical sections, with
 //!   or without a worker (spec/SCB.md §5.3).
 //! * [`thread`]: the calling thread's worker, owned by the kit and named by a token, so that a
@@ -57,6 +59,7 @@
 //! and keeper: slow path only, next to a `setImmediate` a napi call costs nothing measurable), with
 //! `W = u64` tokens; its JavaScript keeps only the inline fast-path compare and the promise map.
 
+pub mod fast_state;
 pub mod options;
 pub mod rotation;
 pub mod thread;

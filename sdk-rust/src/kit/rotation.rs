@@ -411,4 +411,11 @@ impl<W> Rotation<W> {
     pub fn turn_deadline(&self) -> u64 {
         self.turn_deadline.get()
     }
+
+    /// How long the running task's timed turn lasts from now (ns of the rotation's wall clock, 0 once
+    /// its deadline passed), or None when no turn is timed.
+    pub fn turn_left_ns(&self) -> Option<u64> {
+        let deadline = self.turn_deadline.get();
+        (deadline != 0).then(|| deadline.saturating_sub(self.wall_ns()))
+    }
 }
