@@ -60,6 +60,21 @@ fn arg_int(req: &Request, key: &str) -> Result<i128, (String, String)> {
     }
 }
 
+/// The options a registration request may carry (SCB.md §4: written before REGISTERED): `escapable`
+/// (a boolean, or absent for the SDK's default) and `priority` (an integer, or absent).
+fn requested_options(req: &Request, mut config: Config) -> Result<Config, (String, String)> {
+    match req.get("escapable") {
+        Some(Value::Bool(v)) => config = config.escapable(*v),
+        None | Some(Value::Null) => {}
+        other => return Err(protocol_err(format!("escapable must be a boolean, got {other:?}"))),
+    }
+    if let Some(Value::Int(_)) = req.get("priority") {
+        let priority = i32::try_from(arg_int(req, "priority")?).map_err(|_| protocol_err("priority out of i32 range"))?;
+        config = config.priority(priority);
+    }
+    Ok(config)
+}
+
 impl Agent {
     fn send(&mut self, line: String) {
         let mut out = self.out.lock();
@@ -102,48 +117,25 @@ impl Agent {
 
     fn register(&mut self, req: &Request) -> Reply {
         let slot = u32::try_from(arg_int(req, "slot")?).map_err(|_| protocol_err("slot out of u32 range"))?;
-        let mut config = Config::default().runtime_kind(RuntimeKind::Rust).direct_slot(slot);
-        // Optional: what the registration request asks for (SCB.md §4: written before REGISTERED).
-        match req.get("escapable") {
-            Some(Value::Bool(v)) => config = config.escapable(*v),
-            None | Some(Value::Null) => {}
-            other => return Err(protocol_err(format!("escapable must be a boolean, got {other:?}"))),
-        }
-        if let Some(Value::Int(_)) = req.get("priority") {
-            let priority = i32::try_from(arg_int(req, "priority")?).map_err(|_| protocol_err("priority out of i32 range"))?;
-            config = config.priority(priority);
-        }
+        let mut config = requested_options(req, Config::default().runtime_kind(RuntimeKind::Rust).direct_slot(slot))?;
         config = match &self.attachment {
             Some(Attachment::Region(r)) => config.region(r.clone()),
             // Not attached (never asked, or the region was refused): a detached worker, SCB.md §7.
             _ => config.detached(),
         };
-        if self.worker.is_some() {
-            // The SDK itself must refuse: ask it (it knows this thread holds a worker).
-            return Err(sdk_err(config.register().err().unwrap_or(Error::AlreadyRegistered { slot: None })));
-        }
-        let worker = config.register().map_err(sdk_err)?;
-        let reply = Obj::new()
-            .opt_int("slot", worker.slot())
-            .int("tid", gettid())
-            .bool("attached", worker.is_attached());
-        self.worker = Some(worker);
-        Ok(reply)
+        self.register_with(config)
     }
 
     /// Registration through the agent (SCB.md §4.1) by discovery (§1.2): the default configuration,
     /// MORPHEUS_SOCKET naming the harness's socket, no region attached.
     fn register_agent(&mut self, req: &Request) -> Reply {
-        let mut config = Config::default().runtime_kind(RuntimeKind::Rust);
-        match req.get("escapable") {
-            Some(Value::Bool(v)) => config = config.escapable(*v),
-            None | Some(Value::Null) => {}
-            other => return Err(protocol_err(format!("escapable must be a boolean, got {other:?}"))),
-        }
-        if let Some(Value::Int(_)) = req.get("priority") {
-            let priority = i32::try_from(arg_int(req, "priority")?).map_err(|_| protocol_err("priority out of i32 range"))?;
-            config = config.priority(priority);
-        }
+        let config = requested_options(req, Config::default().runtime_kind(RuntimeKind::Rust))?;
+        self.register_with(config)
+    }
+
+    /// Register this thread with `config`. A thread that already holds a worker asks the SDK anyway:
+    /// the SDK itself must refuse (it knows this thread holds a worker), in its own refusal order.
+    fn register_with(&mut self, config: Config) -> Reply {
         if self.worker.is_some() {
             return Err(sdk_err(config.register().err().unwrap_or(Error::AlreadyRegistered { slot: None })));
         }
