@@ -16,8 +16,9 @@ use anyhow::{bail, Context, Result};
 
 /// Where the running kernel reports whether a sched_ext scheduler is loaded.
 const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
-/// How long a peer may take to load its BPF scheduler.
-const PEER_LOAD_SECONDS: u64 = 240;
+/// How long any scheduler under comparison (a peer or scx_morpheus) may take to load its BPF program:
+/// under TCG on a loaded host the verifier alone can take minutes.
+const LOAD_SECONDS: u64 = 240;
 /// Name of the loaded sched_ext scheduler.
 const SCHED_EXT_OPS: &str = "/sys/kernel/sched_ext/root/ops";
 
@@ -155,7 +156,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 .spawn()
                 .with_context(|| format!("cannot start {}", bin.display()))?;
             // Generous: under TCG the verifier alone can take minutes for a large BPF scheduler.
-            if let Err(e) = wait_state(&mut child, sched.name(), "enabled", PEER_LOAD_SECONDS) {
+            if let Err(e) = wait_state(&mut child, sched.name(), "enabled", LOAD_SECONDS) {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(e);
@@ -183,14 +184,14 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .with_context(|| format!("cannot start {}", bins.morpheus.display()))?;
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_secs(LOAD_SECONDS);
             while !socket.exists() {
                 if let Some(status) = child.try_wait()? {
                     bail!("scx_morpheus exited early ({status})");
                 }
                 if Instant::now() > deadline {
                     let _ = child.kill();
-                    bail!("scx_morpheus did not open {} within 60 s", socket.display());
+                    bail!("scx_morpheus did not open {} within {LOAD_SECONDS} s", socket.display());
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
