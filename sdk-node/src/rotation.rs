@@ -37,7 +37,7 @@ const TASK: usize = 0;
 
 thread_local! {
     /// The rotation of this thread's event loop (Node runs one loop per thread, for its lifetime, so
-    /// it is never reset: the kit's `reset(false)` state, one look per slice; see [`step_aside`]).
+    /// it is never reset: the kit's `reset(false)` state, one look per slice, at the slice's end).
     static ROTATION: RefCell<Rotation<u64>> = const { RefCell::new(Rotation::new()) };
     /// The next waiter token (from 1: 0 means "none" to JS).
     static NEXT_WAITER: Cell<u64> = const { Cell::new(1) };
@@ -114,11 +114,7 @@ pub fn rotation_checkpoint(
 }
 
 /// A step aside without a request, unless a critical section holds it, or the timed turn is over and
-/// the loop has nothing else to run: no task waits in the rotation, no immediate of other code is
-/// queued and libuv's poll saw nothing ([`loop_idle`]); the turn then carries on, timed afresh. Node
-/// looks once per slice (the rotation is never reset to `can_look`): a task waiting in the rotation
-/// counts as other work here, so more looks per slice would shorten every contended turn, not only
-/// the uncontended ones.
+/// the kit lets it carry on ([`carries_on`]).
 fn step_aside(env: &Env, r: &mut Rotation<u64>, turn_over: bool, others_queued: bool) -> f64 {
     if !r.may_step_aside() {
         return 0.0;
@@ -129,13 +125,11 @@ fn step_aside(env: &Env, r: &mut Rotation<u64>, turn_over: bool, others_queued: 
     wait(false, |token| r.push_aside(token, TASK, turn_over))
 }
 
-/** A timed turn is over: it carries on, timed afresh, if nothing else waits (see [`step_aside`]). */
+/// A timed turn is over: whether it carries on is the kit's rule (`Rotation::carry_on`, which
+/// weighs the tasks waiting in the rotation itself); the loop has other work when an immediate of
+/// other code is queued or libuv's poll saw something ([`loop_idle`]).
 fn carries_on(env: &Env, r: &mut Rotation<u64>, others_queued: bool) -> bool {
-    let idle = r.waiting() == 0 && !others_queued && loop_idle(env);
-    if idle {
-        r.carry_on();
-    }
-    idle
+    r.carry_on(others_queued || !loop_idle(env))
 }
 
 /// `yieldRequested()` when the JS check could not answer: whether the caller should await

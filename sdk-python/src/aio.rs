@@ -100,7 +100,7 @@ fn asyncio_ready_queue(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResul
 
 /// Whether ending a timed turn would let anything else run: on asyncio, a callback queued, a timer
 /// due or an event the loop's poll would return (the selector asked with timeout 0; it is level
-/// triggered, so the loop's own poll still sees it). A few microseconds, once per slice of wall time,
+/// triggered, so the loop's own poll still sees it). A few microseconds, a few times per slice of wall time,
 /// against the tens a yield costs: on a loaded host the slice of wall time holds little CPU, and a
 /// turn ended for nothing would make yields as frequent, per unit of work, as that host is loaded.
 /// Other loops (uvloop) show none of this: their timed turns always end. Anything unexpected counts
@@ -163,7 +163,8 @@ fn take_turn(py: Python<'_>, request: morpheus::Checkpoint) -> PyResult<Py<PyAny
 
 /// A task's step is over without a request (`Step::StepAside`): it waits on a new future for its
 /// turn and evaluates to None then, unless it is not this loop's, a critical section holds it, or its
-/// timed turn is over and the loop has nothing else to run (the turn carries on).
+/// timed turn is over and the kit lets it carry on (`Rotation::carry_on`: the loop has nothing else
+/// to run and, once the slice is over, no task waits in the rotation).
 fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
     let event_loop = running_loop(py)?;
     let task = if event_loop.is_none() { event_loop.clone() } else { current_task(py)? };
@@ -174,8 +175,7 @@ fn step_aside(py: Python<'_>, turn_over: bool) -> PyResult<Py<PyAny>> {
     if !ROTATION.with(|r| r.borrow().may_step_aside()) {
         return ready(py);
     }
-    if turn_over && !loop_has_work(py, &event_loop) {
-        ROTATION.with(|r| r.borrow_mut().carry_on());
+    if turn_over && ROTATION.with(|r| r.borrow_mut().carry_on(loop_has_work(py, &event_loop))) {
         return ready(py);
     }
     let waiter = event_loop.call_method0("create_future")?;

@@ -255,18 +255,51 @@ def test_a_turn_ends_after_one_slice_of_the_clock_without_a_request(region, loop
 
 
 @pytest.mark.parametrize("loop_factory", _loop_factories())
-def test_a_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, loop_factory):
+def test_a_contended_timed_turn_lasts_its_slice_whatever_the_looks(region, loop_factory):
     turns = _timed_turns(region, loop_factory, busy_loop=False)
-    every = _units_between_looks(loop_factory)
+    # b waits in the rotation during a's turn, and the loop has nothing else to run. asyncio's looks
+    # within the slice end a turn only for the loop's own work, never for b; at the slice's end the
+    # waiting b ends it (the kit's rule, §5.7). So every turn lasts one slice (10 units) on both loops.
+    assert turns[:4] == [["a", 1], ["b", 1], ["a", 10], ["b", 10]], turns
+
+
+@pytest.mark.parametrize("loop_factory", _loop_factories())
+def test_an_uncontended_timed_turn_carries_on_while_the_loop_has_nothing_else_to_run(region, loop_factory):
+    # One CPU-bound task, so nobody waits in the rotation: on asyncio, which shows its queue, timers
+    # and poll, its turn goes past every look and slice that finds nothing else to run, and ends at
+    # the first look after a light task was queued (unit 35); uvloop shows none of them, so its
+    # timed turns end every slice.
+    sched = Scheduler(region, units_per_slice=10, ask=False)
+    order = []
+
+    async def light():
+        order.append("light")
+
+    async def cpu_bound():
+        for unit in range(60):
+            if unit == 35:
+                asyncio.get_running_loop().call_soon(asyncio.ensure_future, light())
+                order.append("spawned")
+            order.append("a")
+            sched.unit_done()
+            if unit == 0:
+                region.bump(0)  # the only request
+            step = morpheus.checkpoint_async()
+            if isinstance(step, morpheus._morpheus.PendingCheckpoint):
+                order.append("aside")  # a yield or a step aside: the task waits for its turn
+            await step
+
+    with morpheus.Worker(region=str(region.path), slot=0):
+        _run(loop_factory, cpu_bound())
+    spawned, ran = order.index("spawned"), order.index("light")
+    between = order[spawned + 1:ran].count("a")
+    asides = order[:spawned].count("aside")
     if loop_factory is asyncio.new_event_loop:
-        # asyncio shows its queue, timers and poll: a's turn goes past every look that finds
-        # nothing else to run, and ends at the first look after the light task was queued (unit 35
-        # of the turn).
-        assert turns[:2] == [["a", 1], ["b", 1]] and turns[2][0] == "a", turns
-        assert 35 <= turns[2][1] < 35 + every, turns
+        assert asides == 1, order[:spawned]  # the yield for the request only
+        assert 1 <= between <= _units_between_looks(loop_factory), order[spawned:ran + 1]
     else:
-        # uvloop shows none of them: its timed turns always end.
-        assert turns[:3] == [["a", 1], ["b", 1], ["a", every]], turns
+        assert asides > 1, order[:spawned]
+        assert 1 <= between <= 10, order[spawned:ran + 1]
 
 
 @pytest.mark.parametrize("loop_factory", _loop_factories())

@@ -527,17 +527,81 @@ fn a_timed_turn_ends_one_slice_of_wall_time_after_it_began() {
     rotation.set_clock(Some(1_000 + SLICE_NS));
     assert!(matches!(rotation.checkpoint(), Step::StepAside { turn_over: true }));
     // Nothing else to run: the turn carries on, timed afresh.
-    rotation.carry_on();
+    assert!(rotation.carry_on(false));
     assert_eq!(rotation.turn_deadline(), 1_000 + 2 * SLICE_NS);
     assert!(matches!(rotation.checkpoint(), Step::Continue));
     // A loop that can look does so LOOKS_PER_SLICE times per slice.
     rotation.reset(true);
-    rotation.carry_on();
+    assert!(rotation.carry_on(false));
     assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS + SLICE_NS / LOOKS_PER_SLICE);
-    // The turn is over and there is work: the task steps aside and the passes start.
+    // The loop has work: the turn does not carry on; the task steps aside and the passes start.
+    assert!(!rotation.carry_on(true));
     assert!(rotation.push_aside(A, A, true));
     assert!(rotation.passing() && rotation.turn_deadline() == 0);
     assert_eq!(last_ack(&region), 1, "a step aside writes nothing to the SCB");
+}
+
+/// The one rule of every binding for a timed turn's looks (§5.7): at a look within the slice only
+/// the loop's own work ends the turn, so a task waiting in the rotation never shortens it; once the
+/// slice of wall time is over, that waiting task ends it too, whether the binding looks once per slice
+/// or LOOKS_PER_SLICE times.
+#[test]
+fn a_waiting_task_ends_a_timed_turn_only_once_its_slice_is_over() {
+    let (region, _token) = registered();
+    for can_look in [true, false] {
+        let mut rotation = Rotation::new();
+        rotation.reset(can_look);
+        rotation.set_clock(Some(1_000));
+        region.request_yield(0);
+        let req = yielder(&mut rotation);
+        let _ = rotation.push_yielder(A, A, req);
+        let _ = rotation.push_aside(B, B, false);
+        let _ = run_passes(&mut rotation);
+        let next = rotation.take_next().unwrap();
+        assert_eq!(next.waiter, A);
+        let _ = rotation.resumed(&next);
+        assert_eq!(rotation.waiting(), 1, "B waits in the rotation during A's turn");
+        let looks = if can_look { LOOKS_PER_SLICE } else { 1 };
+        for look in 1..looks {
+            let at = 1_000 + look * SLICE_NS / looks;
+            assert_eq!(rotation.turn_deadline(), at, "look {look} of {looks}");
+            rotation.set_clock(Some(at));
+            assert!(matches!(rotation.checkpoint(), Step::StepAside { turn_over: true }));
+            assert!(rotation.carry_on(false), "look {look} within the slice ended the turn for the task waiting in the rotation");
+        }
+        assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS, "the last look falls on the slice's end");
+        rotation.set_clock(Some(1_000 + SLICE_NS));
+        assert!(matches!(rotation.checkpoint(), Step::StepAside { turn_over: true }));
+        assert!(!rotation.carry_on(false), "the slice is over and B waits, yet A's turn carried on (can_look {can_look})");
+        assert!(rotation.push_aside(A, A, true));
+        assert_eq!(rotation.take_next().unwrap().waiter, B, "B has the next turn");
+    }
+}
+
+/// At an early look the loop's own work ends the turn at once (a light request waits a quarter of a
+/// slice, not a whole one), and a turn with nobody waiting and nothing else to run goes past its
+/// slice, timed afresh from the look that found its slice over.
+#[test]
+fn loop_work_ends_a_timed_turn_at_any_look_and_an_idle_turn_outlasts_its_slice() {
+    let (region, _token) = registered();
+    let mut rotation = Rotation::new();
+    rotation.reset(true);
+    rotation.set_clock(Some(1_000));
+    region.request_yield(0);
+    let req = yielder(&mut rotation);
+    let _ = rotation.push_yielder(A, A, req);
+    let _ = run_passes(&mut rotation);
+    let next = rotation.take_next().unwrap();
+    let _ = rotation.resumed(&next);
+    let look = SLICE_NS / LOOKS_PER_SLICE;
+    for at in (1..=LOOKS_PER_SLICE).map(|n| 1_000 + n * look) {
+        rotation.set_clock(Some(at));
+        assert!(matches!(rotation.checkpoint(), Step::StepAside { turn_over: true }));
+        assert!(rotation.carry_on(false), "nobody waits and the loop is idle: the turn carries on");
+    }
+    assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS + look, "past its slice the turn is timed afresh");
+    rotation.set_clock(Some(1_000 + SLICE_NS + look));
+    assert!(!rotation.carry_on(true), "an early look that sees the loop's work carried on");
 }
 
 #[test]

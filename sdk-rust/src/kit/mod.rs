@@ -40,9 +40,9 @@
 //!    task is its yielder ([`Seen::Yielder`](rotation::Seen::Yielder)): the binding creates the `W` the
 //!    task will wait on and hands it to [`push_yielder`](rotation::Rotation::push_yielder). For a step
 //!    aside, it checks [`may_step_aside`](rotation::Rotation::may_step_aside) (a critical section holds
-//!    it), asks its loop whether it has other work when the turn is over (else
-//!    [`carry_on`](rotation::Rotation::carry_on)), and hands the `W` to
-//!    [`push_aside`](rotation::Rotation::push_aside). Both pushes return whether the binding must
+//!    it), and when the turn is over tells [`carry_on`](rotation::Rotation::carry_on) whether its
+//!    loop has other work (the kit adds its own waiters): unless the turn carries on, it hands the
+//!    `W` to [`push_aside`](rotation::Rotation::push_aside). Both pushes return whether the binding must
 //!    queue the first pass.
 //! 2. **A pass** is one loop callback queued behind the loop's poll (Python `call_soon`, Node
 //!    `setImmediate`). It calls [`pass`](rotation::Rotation::pass) with whether the loop was idle (its

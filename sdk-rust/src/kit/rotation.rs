@@ -4,7 +4,9 @@
 //! the yielder joins the back of a queue with the CPU time it has run in its turns, and each yield
 //! resumes, after [`YIELD_PASSES`] passes of the loop, the oldest waiting task within half a turn of
 //! the least run time. A turn the rotation gives ends at the first checkpoint one `slice_ns` of wall
-//! time after it began, even without a request.
+//! time after it began, even without a request; a binding that can look at its loop may let it carry
+//! on ([`Rotation::carry_on`]): at a look within the slice only the loop's own work ends it, once the
+//! slice is over a task waiting in the rotation ends it too.
 //!
 //! [`Rotation`] is the state machine alone: it never touches a loop. The binding drives it as the
 //! [kit's documentation](super) describes, and owns the loop's side: creating what a task waits on
@@ -38,7 +40,9 @@ pub const YIELD_PASSES: u32 = 8;
 
 /// How often per slice of wall time a timed turn looks whether the loop has other work, in a binding
 /// that can look cheaply ([`Rotation::reset`]'s `can_look`): a light request then waits about a
-/// quarter of a slice, not a whole one. A binding that cannot look ends its timed turns after a slice.
+/// quarter of a slice, not a whole one. The looks within the slice end the turn only for the loop's
+/// own work, never for a task waiting in the rotation ([`Rotation::carry_on`]), so a contended turn
+/// still lasts its whole slice. A binding that cannot look ends its timed turns after a slice.
 pub const LOOKS_PER_SLICE: u64 = 4;
 
 /// What an asynchronous checkpoint does ([`Rotation::checkpoint`]).
@@ -119,6 +123,9 @@ pub struct Rotation<W> {
     /// asynchronous checkpoint, which only reads the rotation otherwise, drops the deadline of a turn
     /// whose worker has no slice any more ([`Rotation::turn_due`]).
     turn_deadline: Cell<u64>,
+    /// When the running task's slice of wall time ends (ns; meaningful while a turn is timed): the
+    /// last look of the slice falls on it, and from it on a waiting task ends the turn.
+    slice_end: u64,
     /// Looks per slice of a timed turn: [`LOOKS_PER_SLICE`] or 1.
     looks: u64,
     /// A clock the tests set in place of both the thread's CPU time and the wall clock.
@@ -157,6 +164,7 @@ impl<W> Rotation<W> {
             pass_queued: false,
             passing: false,
             turn_deadline: Cell::new(0),
+            slice_end: 0,
             looks: 1,
             clock: None,
         }
@@ -287,10 +295,27 @@ impl<W> Rotation<W> {
         super::critical_depth() == 0
     }
 
-    /// A timed turn is over but the binding saw that its loop has nothing else to run: the turn
-    /// carries on, timed afresh (a look, not a yield).
-    pub fn carry_on(&mut self) {
-        self.time_turn();
+    /// A checkpoint found the timed turn's deadline passed ([`Step::StepAside`] with `turn_over`):
+    /// whether the turn carries on (a look, not a yield). `loop_has_work`: the binding saw that its
+    /// loop has something else to run (a callback, a timer due, an event its poll would return; true
+    /// when it cannot tell). The loop's work always ends the turn; a task waiting in the rotation
+    /// ends it only once the turn's slice of wall time is over, not at an earlier look, so looking
+    /// more often never shortens a contended turn (§5.7: a turn lasts one slice at most, and the
+    /// rotation serves its waiters). When the turn carries on it is timed to its next look: within
+    /// the slice at most one look's share later and never past the slice's end; after the slice, a
+    /// slice afresh. When it does not, the binding steps aside with `turn_over` ([`Rotation::push_aside`]).
+    pub fn carry_on(&mut self, loop_has_work: bool) -> bool {
+        let slice_over = self.wall_ns() >= self.slice_end;
+        if loop_has_work || (slice_over && !self.waiting.is_empty()) {
+            return false;
+        }
+        if slice_over {
+            self.time_turn();
+        } else {
+            let look = super::thread::turn_slice_ns() / self.looks;
+            self.turn_deadline.set(self.wall_ns().saturating_add(look).min(self.slice_end).max(1));
+        }
+        true
     }
 
     /// Task `task`, waiting on `waiter`, steps aside with no request to acknowledge (see
@@ -384,12 +409,14 @@ impl<W> Rotation<W> {
         self.turn_deadline.set(0);
     }
 
-    /// Time the turn that starts now: it ends at the first checkpoint one slice (the region's
-    /// `slice_ns`, divided by the looks per slice) of wall time from now; not at all while the
-    /// thread's worker is detached or waits for a scheduler.
+    /// Time the turn that starts now: its slice (the region's `slice_ns`) of wall time ends one slice
+    /// from now, and its first look is due one look's share of it (the slice divided by the looks per
+    /// slice) from now; not timed at all while the thread's worker is detached or waits for a scheduler.
     fn time_turn(&mut self) {
         let slice = super::thread::turn_slice_ns();
-        self.turn_deadline.set(if slice > 0 { self.wall_ns().saturating_add(slice / self.looks).max(1) } else { 0 });
+        let now = self.wall_ns();
+        self.slice_end = now.saturating_add(slice);
+        self.turn_deadline.set(if slice > 0 { now.saturating_add(slice / self.looks).max(1) } else { 0 });
     }
 
     /// How many tasks wait for their turn.
