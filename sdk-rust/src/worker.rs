@@ -126,8 +126,10 @@ impl Worker {
     }
 
     /// Look for the scheduler's life off the fast path (spec/SCB.md §6.1): a restart or a stop the
-    /// checkpoints have not seen makes the worker lost; a waiting worker whose wake-up came (or that
-    /// was just lost) registers again.
+    /// checkpoints have not seen makes the worker lost (the latch of §6). It never registers again:
+    /// status and "is it attached" report the loss (§6), and only the next checkpoint registers a
+    /// waiting worker again (§6.1), so a setter or status call after a restart is `GENERATION_CHANGED`
+    /// even when a new instance already accepts.
     fn refresh(&self) {
         let Some(inner) = self.owned_inner() else { return };
         // SAFETY: this thread's state; no reference into Inner is held across these calls.
@@ -138,11 +140,6 @@ impl Worker {
                     crate::raw::lose(self.raw);
                 }
             }
-            if (*inner).awaiting.is_some()
-                && (*self.raw).cached_ack != crate::lifeline::WAKE_SEQ.load(std::sync::atomic::Ordering::Acquire)
-            {
-                crate::registration::reattach(self.raw);
-            }
         }
     }
 
@@ -151,7 +148,8 @@ impl Worker {
         unsafe { !(*self.raw).in_critical.is_null() }
     }
 
-    /// Ok while attached to a live region; `GENERATION_CHANGED` once a restart detached the worker;
+    /// Ok while attached to a live region; `GENERATION_CHANGED` once a restart detached the worker
+    /// (until a checkpoint registers it again, spec/SCB.md §6.1: status itself never registers);
     /// `DETACHED` for a worker that never had a region.
     pub fn status(&self) -> Result<()> {
         if self.owned_inner().is_none() {
@@ -199,8 +197,8 @@ impl Worker {
     }
 
     /// Whether the worker drives an SCB of a live scheduler (false when detached, or once the
-    /// scheduler stopped or restarted; true again after it registered again). At most a `poll` and a
-    /// `stat` (spec/SCB.md §6.1).
+    /// scheduler stopped or restarted; true again once a checkpoint registered it again, §6.1). At
+    /// most a `poll` and a `stat` (spec/SCB.md §6.1); never registers.
     pub fn is_attached(&self) -> bool {
         self.refresh();
         self.is_attached_now()

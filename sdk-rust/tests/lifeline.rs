@@ -50,7 +50,7 @@ fn a_socket_nobody_accepts_on_is_detached_mode_with_a_reason_then_a_new_agent_is
 }
 
 #[test]
-fn a_restarted_agent_is_noticed_at_status_and_registered_with_again() {
+fn a_restarted_agent_is_noticed_at_status_and_registered_with_again_at_the_next_checkpoint() {
     let path = unique_path("restart.sock");
     let first = Arc::new(SimRegion::temp(2));
     let agent = FakeAgent::start_at(path.clone(), first.clone(), AgentBehaviour::Normal);
@@ -65,9 +65,17 @@ fn a_restarted_agent_is_noticed_at_status_and_registered_with_again() {
     let _agent = FakeAgent::start_at(path.clone(), second.clone(), AgentBehaviour::Normal);
     let before = first.snapshot(old_slot);
 
-    // One status call notices (the socket is another one) and registers with the new instance.
-    worker.status().expect("registered again at the status call");
+    // One status call notices (the generation and the socket are other ones) and reports the loss,
+    // although the new instance already accepts: status never registers (SCB.md §6, §6.1).
+    assert_eq!(worker.status().unwrap_err().code(), ErrorCode::GenerationChanged);
+    assert!(!worker.is_attached());
+    assert_eq!(worker.set_priority(worker.priority()).unwrap_err().code(), ErrorCode::GenerationChanged);
+    assert_eq!(worker.reattachments(), 0, "status, is_attached and a setter registered again");
+    assert!(worker.is_waiting_for_scheduler());
+    // The next checkpoint registers with the new instance (the loss latched the wake-up).
+    assert!(!worker.checkpoint_sync());
     assert_eq!(worker.reattachments(), 1);
+    worker.status().unwrap();
     assert!(worker.is_attached());
     let slot = worker.slot().unwrap();
     assert_eq!(second.snapshot(slot).worker_state, WorkerState::Running.raw());

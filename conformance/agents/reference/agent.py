@@ -68,7 +68,10 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   reregister_defaults   after a restart the worker registers again with the defaults, not the options it
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
-                        §6.1: outside one only).
+                        §6.1: outside one only);
+  status_reregisters    the status call of a worker lost to a restart registers again when a new instance
+                        accepts and reports it attached (SCB.md §6: status reports GENERATION_CHANGED;
+                        §6.1: the next checkpoint registers again).
 
 Registration through the agent (`register_agent`): this agent has no watcher thread; it looks at the
 socket path at each checkpoint instead (SCB.md §6.1 allows looking at the path at an interval where no
@@ -443,6 +446,8 @@ class Worker:
                 raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted (not latched)")
         if self.slot is not None:
             self.generation_ok()
+        if BREAK == "status_reregisters":
+            self._watch()
         if self.lost:
             raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; the worker is lost")
         return {"attached": self.slot is not None}
@@ -694,6 +699,8 @@ class Worker:
         self._need_worker()
         if self.slot is not None:
             self.generation_ok()
+        if BREAK == "status_reregisters":
+            self._watch()
         if self.lost:
             raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted; nothing written")
 

@@ -367,6 +367,13 @@ class RegistrationChannelTest(unittest.TestCase):
             self.assertIn("checkpoints until the SDK registers again", r.message)
             self.assertIn("has escapable = 0, expected 1 (NO)", r.message)
 
+    def test_status_reports_the_loss_and_never_registers(self):
+        red = self.red("status_reregisters")
+        self.assertEqual(set(red), self.both("watcher_reregister_after_restart"))
+        for r in red.values():
+            self.assertIn("status reports the loss", r.message)
+            self.assertIn("expected error GENERATION_CHANGED", r.message)
+
     def test_no_registration_inside_a_critical_section(self):
         red = self.red("reregister_in_critical")
         self.assertEqual(set(red), self.both("watcher_no_reregister_in_critical"))
