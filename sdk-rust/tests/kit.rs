@@ -484,16 +484,22 @@ fn the_keeper_resumes_the_next_when_the_resumed_task_gave_control_back_otherwise
     assert!(!rotation.idle_since(turns), "A yielded again: its yield resumes the next");
 }
 
-/// A rotation on the test clock at 1,000 ns whose task A yielded for a request on `region` and was
-/// resumed after the passes: A's turn is timed from now.
-fn resumed_at_1000(region: &SimRegion) -> Rotation<usize> {
+/// A rotation on the test clock at 1,000 ns (`reset(can_look)`) whose task A yielded for a request on
+/// `region` while the tasks `aside` stepped aside, and was resumed first after the passes: A's turn is
+/// timed from now, and `aside` wait in the rotation.
+fn resumed_at_1000(region: &SimRegion, can_look: bool, aside: &[usize]) -> Rotation<usize> {
     let mut rotation = Rotation::new();
+    rotation.reset(can_look);
     rotation.set_clock(Some(1_000));
     region.request_yield(0);
     let req = yielder(&mut rotation);
     let _ = rotation.push_yielder(A, A, req);
+    for &task in aside {
+        let _ = rotation.push_aside(task, task, false);
+    }
     let _ = run_passes(&mut rotation);
     let next = rotation.take_next().unwrap();
+    assert_eq!(next.waiter, A, "the yielder is resumed first");
     let _ = rotation.resumed(&next);
     rotation
 }
@@ -505,7 +511,7 @@ fn resumed_at_1000(region: &SimRegion) -> Rotation<usize> {
 #[test]
 fn a_turn_whose_worker_goes_is_no_longer_timed() {
     let (region, token) = registered();
-    let mut rotation = resumed_at_1000(&region);
+    let mut rotation = resumed_at_1000(&region, false, &[]);
     assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS);
     thread::close(token).unwrap();
     assert_eq!(thread::turn_slice_ns(), 0, "no worker, no slice");
@@ -520,7 +526,7 @@ fn a_turn_whose_worker_goes_is_no_longer_timed() {
 #[test]
 fn a_timed_turn_ends_one_slice_of_wall_time_after_it_began() {
     let (region, _token) = registered();
-    let mut rotation = resumed_at_1000(&region);
+    let mut rotation = resumed_at_1000(&region, false, &[]);
     assert_eq!(rotation.turn_deadline(), 1_000 + SLICE_NS, "a loop that cannot look: one slice");
     rotation.set_clock(Some(1_000 + SLICE_NS - 1));
     assert!(matches!(rotation.checkpoint(), Step::Continue));
@@ -549,17 +555,7 @@ fn a_timed_turn_ends_one_slice_of_wall_time_after_it_began() {
 fn a_waiting_task_ends_a_timed_turn_only_once_its_slice_is_over() {
     let (region, _token) = registered();
     for can_look in [true, false] {
-        let mut rotation = Rotation::new();
-        rotation.reset(can_look);
-        rotation.set_clock(Some(1_000));
-        region.request_yield(0);
-        let req = yielder(&mut rotation);
-        let _ = rotation.push_yielder(A, A, req);
-        let _ = rotation.push_aside(B, B, false);
-        let _ = run_passes(&mut rotation);
-        let next = rotation.take_next().unwrap();
-        assert_eq!(next.waiter, A);
-        let _ = rotation.resumed(&next);
+        let mut rotation = resumed_at_1000(&region, can_look, &[B]);
         assert_eq!(rotation.waiting(), 1, "B waits in the rotation during A's turn");
         let looks = if can_look { LOOKS_PER_SLICE } else { 1 };
         for look in 1..looks {
@@ -584,15 +580,7 @@ fn a_waiting_task_ends_a_timed_turn_only_once_its_slice_is_over() {
 #[test]
 fn loop_work_ends_a_timed_turn_at_any_look_and_an_idle_turn_outlasts_its_slice() {
     let (region, _token) = registered();
-    let mut rotation = Rotation::new();
-    rotation.reset(true);
-    rotation.set_clock(Some(1_000));
-    region.request_yield(0);
-    let req = yielder(&mut rotation);
-    let _ = rotation.push_yielder(A, A, req);
-    let _ = run_passes(&mut rotation);
-    let next = rotation.take_next().unwrap();
-    let _ = rotation.resumed(&next);
+    let mut rotation = resumed_at_1000(&region, true, &[]);
     let look = SLICE_NS / LOOKS_PER_SLICE;
     for at in (1..=LOOKS_PER_SLICE).map(|n| 1_000 + n * look) {
         rotation.set_clock(Some(at));
