@@ -23,10 +23,12 @@ into the functions named for that check and no others (the core's morpheus::kit 
 `LocalKey<T>::with` instance that runs a thread-local closure, a guard's drop), never into napi-rs, jni-rs
 or the rest of std. A check is per access, without debug information: it shows that those functions hold
 an instruction of the documented order after the accesses it names, not which source line each
-instruction came from. The functions are the small fast paths themselves (the checkpoint wrapper has one
-atomic load; the critical-section functions also make the acquire load of `generation`, so their check
-is on the store and the fence), and any 64-bit CAS weaker than acq_rel in the acknowledging function is
-an error. The Java and JS sides' own inline checks of the fast-path word are JIT code, not in these
+instruction came from. The checkpoint's load is told from the other 64-bit loads of its function (a
+status check's acquire load of `generation` beside it, as in libmorpheus's try_checkpoint) by where its
+pointer and its comparand come from: the worker's `preempt_seq` field and its `cached_ack` (offsets from
+the generated ABI); the critical-section functions also make the acquire load of `generation`, so their
+check is on the store and the fence; and any 64-bit CAS weaker than acq_rel in the acknowledging
+function is an error. The Java and JS sides' own inline checks of the fast-path word are JIT code, not in these
 files: not checked here.
 
 The negative controls show that each check can fail: the C wrappers compiled with relaxed orders
@@ -48,6 +50,9 @@ import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "abi", "python"))
+from morpheus_abi import Worker  # noqa: E402  (the generated ABI: the fast-path state's layout)
 
 OBJDUMP = os.environ.get("AARCH64_OBJDUMP", "aarch64-linux-gnu-objdump")
 
@@ -131,10 +136,66 @@ OUTLINE_CAS_64 = re.compile(r"^bl [0-9a-f]+ <(__aarch64_cas8_(relax|acq|rel|acq_
 Scope = list[tuple[str, list[str]]]
 
 
+LOAD_64 = re.compile(r"^(ldr|ldur|ldar|ldapr) (x\d+), \[(x\d+|sp)(?:, #(-?(?:0x)?[0-9a-f]+))?\]$")
+LOAD_PAIR_64 = re.compile(r"^ldp (x\d+), (x\d+), \[(x\d+|sp)(?:, #(-?(?:0x)?[0-9a-f]+))?\]$")
+COMPARE_64 = re.compile(r"^cmp (x\d+), (x\d+)$")
+# Instructions that write no general register (a stored register, a compared one, a branch's).
+WRITES_NONE = re.compile(r"^(st\S*|cmp|cmn|ccmp|ccmn|tst|fcmp\S*|b|b\.\S+|cbn?z|tbn?z|ret|dmb|dsb|isb|nop|prfm|hint|bti)\b")
+CALL = re.compile(r"^(bl|blr) ")
+
+
+def checkpoint_loads(insns: list[str]) -> list[str]:
+    """The checkpoint's loads of preempt_seq in one function: a 64-bit load through the pointer read from
+    the worker's `preempt_seq` field whose value is then compared with the same worker's `cached_ack`
+    (the fast path of spec/SCB.md §5.1; offsets from the generated ABI). Other 64-bit loads, such as the
+    acquire load of `generation` that a status check makes in the same function, are not it. A linear
+    scan of the code: a register is known as "loaded from [base, #offset]" until an instruction writes
+    it (a call clobbers x0-x18)."""
+    origin: dict[str, tuple[str, int]] = {}  # register -> (base register, offset) it was loaded from
+    value: dict[str, tuple[str, str]] = {}   # register -> (the load, the worker's base register)
+    found = []
+
+    def written(reg: str) -> None:
+        origin.pop(reg, None)
+        value.pop(reg, None)
+
+    for insn in insns:
+        if m := LOAD_PAIR_64.match(insn):
+            first, second, base, offset = m.group(1), m.group(2), m.group(3), int(m.group(4) or "0", 0)
+            for reg, at in ((first, offset), (second, offset + 8)):
+                written(reg)
+                origin[reg] = (base, at)
+        elif m := LOAD_64.match(insn):
+            dest, base, offset = m.group(2), m.group(3), int(m.group(4) or "0", 0)
+            through = origin.get(base)
+            written(dest)
+            if offset == 0 and through is not None and through[1] == Worker.PREEMPT_SEQ.offset:
+                value[dest] = (insn, through[0])
+            else:
+                origin[dest] = (base, offset)
+        elif m := COMPARE_64.match(insn):
+            for a, b in ((m.group(1), m.group(2)), (m.group(2), m.group(1))):
+                if a in value and origin.get(b) == (value[a][1], Worker.CACHED_ACK.offset):
+                    found.append(value[a][0])
+        elif CALL.match(insn):
+            for n in range(19):
+                written(f"x{n}")
+        elif not WRITES_NONE.match(insn):
+            m = re.match(r"^\S+ ([wx])(\d+)\b", insn)
+            if m:
+                written(f"x{m.group(2)}")
+    return found
+
+
 def check_acquire_load(scope: Scope, binary: Binary) -> list[str]:
-    if any(ACQUIRE_LOAD_64.match(i) for _, insns in scope for i in insns):
-        return []
-    return ["no 64-bit load-acquire (ldar/ldapr): the checkpoint's load of preempt_seq is not acquire"]
+    loads = [insn for _, insns in scope for insn in checkpoint_loads(insns)]
+    if not loads:
+        return ["no 64-bit load through the worker's preempt_seq pointer compared with its cached_ack: "
+                "where is the checkpoint's load of preempt_seq?"]
+    plain = [insn for insn in loads if not ACQUIRE_LOAD_64.match(insn)]
+    if plain:
+        return [f"the checkpoint's load of preempt_seq is not acquire ({', '.join(plain)}; expected ldar/ldapr)"]
+    return []
 
 
 def check_store_then_fence(scope: Scope, binary: Binary) -> list[str]:
