@@ -28,11 +28,10 @@ use std::{
 
 use morpheus::{
     kit::{
-        fast_state::Lasts,
+        fast_state::{Lasts, FORCE_SLOW_PATH},
         options::{Options, RegionChoice},
         thread,
     },
-    raw::FORCE_SLOW_PATH,
     CriticalSection, DetachReason, Discovered, Error, NoticeLevel, RuntimeKind, Worker, YieldReason,
 };
 use napi::{bindgen_prelude::*, Env};

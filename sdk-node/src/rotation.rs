@@ -24,7 +24,6 @@ use morpheus::{
         fast_state::FastState,
         rotation::{Pass, Rotation, Seen, Step, YIELD_PASSES},
     },
-    raw::FORCE_SLOW_PATH,
 };
 use napi::{bindgen_prelude::*, Env};
 use napi_derive::napi;
@@ -147,8 +146,7 @@ pub fn checkpoint_would_yield(env: &Env, mut state: Float64ArraySlice, others_qu
         if r.passing() || r.unacknowledged() {
             return true;
         }
-        let (loaded, cached) = kit::fast_path_view();
-        if cached != FORCE_SLOW_PATH && loaded != cached {
+        if kit::one_load_differs() {
             return true;
         }
         match r.checkpoint() {

@@ -114,15 +114,13 @@ fn checkpoint_async(py: Python<'_>) -> PyResult<Py<PyAny>> {
 /// Enter a critical section on the calling thread (prefer ``with morpheus.critical():``).
 #[pyfunction]
 fn critical_enter() {
-    // SAFETY: current_raw() is the calling thread's own state.
-    unsafe { morpheus::raw::critical_enter_raw(morpheus::raw::current_raw()) }
+    morpheus::kit::critical_enter();
 }
 
 /// Exit a critical section; ``NotInCriticalError`` without a matching enter (nothing is written).
 #[pyfunction]
 fn critical_exit(py: Python<'_>) -> PyResult<()> {
-    // SAFETY: as in critical_enter.
-    py_result(py, unsafe { morpheus::raw::critical_exit_raw(morpheus::raw::current_raw()) })
+    py_result(py, morpheus::kit::critical_exit().map(|_depth| ()))
 }
 
 /// The calling thread's critical-section nesting depth.

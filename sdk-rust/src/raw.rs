@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! The per-thread fast-path state and the FFI entry points the C SDK and the bindings call.
+//! The per-thread fast-path state and the FFI entry points the C SDK calls.
 //!
 //! Each OS thread has one [`RawWorker`] in thread-local storage. It is `#[repr(C)]` and holds exactly
 //! what the fast paths need (a pointer to `preempt_seq`, the cached acknowledgement, the nesting depth,
@@ -7,7 +7,10 @@
 //! bindings all run the same one-load checkpoint on the same state. Everything else (the region, the
 //! agent connection, counters) lives in a boxed slow-path state reached through `RawWorker::inner`.
 //!
-//! Not part of the safe API: Rust code uses [`crate::Worker`] and the crate-root free functions.
+//! Not part of the safe API: Rust code uses [`crate::Worker`] and the crate-root free functions, and the
+//! language bindings (Python, Node, the JNI library) reach this state only through [`crate::kit`], which
+//! translates it into typed values; sdk-c, whose inline functions read the struct itself, is the one
+//! user of this module outside the crate.
 
 use std::{
     cell::{Cell, UnsafeCell},

@@ -27,7 +27,10 @@
 //! a little late ends a little early, which costs a slow path and never hides a decision.
 
 use super::{rotation::Rotation, FastPath};
-use crate::raw::{current_raw, FORCE_SLOW_PATH};
+use crate::raw::current_raw;
+/// The word no sequence reaches (2^64 - 1): an `expected` of this value makes every inline check take
+/// the slow path, and a binding that must put a `settled` of None into a word writes it.
+pub use crate::raw::FORCE_SLOW_PATH;
 
 /// How long a window of the fast state lasts from the time it was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -180,6 +180,15 @@ pub fn fast_path_view() -> (u64, u64) {
     unsafe { ((*((*raw).preempt_seq as *const AtomicU64)).load(Ordering::Acquire), (*raw).cached_ack) }
 }
 
+/// Whether the calling thread's one-load fast path is on (the DETERMINISTIC mode, or a wait for a
+/// scheduler: `cached` is not `FORCE_SLOW_PATH`) and its word differs from what it compares: a
+/// request, a critical section's deferred one included, that the inline check would send to the slow
+/// path. Reads only: nothing is decided, counted or acknowledged.
+pub fn one_load_differs() -> bool {
+    let (loaded, cached) = fast_path_view();
+    cached != FORCE_SLOW_PATH && loaded != cached
+}
+
 /// Enter a critical section on the calling thread, with or without a worker (the depth is the
 /// thread's, §5.3: a section entered before registration covers the worker). Returns the new depth.
 pub fn critical_enter() -> u32 {
