@@ -58,6 +58,12 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         thread's critical section (SCB.md §5.7: a section holds any step aside);
   turn_end_counted      a turn that ends on the wall clock (SCB.md §5.7) is counted as a yield in the SCB
                         (it is a step aside that writes nothing);
+  waiter_at_look        on the event loop (`tasks`), a task waiting in the FIFO ends a timed turn at any
+                        look within the slice (SCB.md §5.7, 1.5: only once the slice is over; a look
+                        within it ends the turn only for the loop's own work);
+  waiter_never          on the event loop (`tasks`), a task waiting in the FIFO never ends a timed turn,
+                        so on a loop with no work of its own one task holds it to its end (SCB.md §5.7:
+                        a turn lasts one slice at most, and a waiter ends it once the slice is over);
   channel_legacy_request  registration through the agent sends the 32-byte 1.2 request (message_size 0),
                         so the escapable and priority asked for never reach the registrar (SCB.md §4.1:
                         a 1.3 client sends its size and the options);
@@ -100,6 +106,9 @@ _CTYPE = {"u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64
 BREAK = os.environ.get("MORPHEUS_CONFORMANCE_BREAK", "")
 # A cached_ack that preempt_seq never reaches: PRESSURED and DEFENSIVE leave the fast path (SCB.md §5.4).
 FORCE_SLOW_PATH = (1 << 64) - 1
+# Looks per slice of a timed turn on the event loop (`tasks`): this loop can see it has no work of its
+# own, so it looks within the slice (SCB.md §5.7 lets it; how often is the SDK's choice).
+LOOKS_PER_SLICE = 4
 S = m.Scb
 W = m.WorkerState
 Mode = m.RuntimeMode
@@ -639,25 +648,41 @@ class Worker:
         self._evaluate_mode(now)
         return {}
 
-    def run_tasks(self, count: int, checkpoints: int) -> dict:
+    def run_tasks(self, count: int, checkpoints: int, tick_ns: int | None = None) -> dict:
         """SCB.md §5.7 on a minimal event loop: `count` CPU-bound tasks, each making `checkpoints`
         async checkpoints back to back, served from one FIFO. A task's turn lasts until a checkpoint
         yields (the yielder goes to the back; the loop acknowledges its request before any other task
-        runs, so no other task yields for it), until one slice of wall time has passed (a step aside that
-        writes nothing), or until the task ends. The yield's passes of a real loop are not modelled: no
-        task here waits for I/O."""
+        runs, so no other task yields for it), until its timed turn is over (a step aside that writes
+        nothing), or until the task ends. A timed turn is looked at LOOKS_PER_SLICE times per slice of
+        wall time: this loop has no work of its own, so a look within the slice lets the turn carry on,
+        and the first look at or after the slice's end ends it if a task waits (none waits: it carries
+        on, timed afresh). `tick_ns`: the turns are timed by a clock that advances by it just before each
+        checkpoint (CONFORMANCE.md §2.3), else by CLOCK_MONOTONIC. The yield's passes of a real loop are
+        not modelled: no task here waits for I/O."""
+        clock = [0]
+
+        def now():
+            return clock[0] if tick_ns else time.monotonic_ns()
+
         queue = list(range(count))
         remaining = [checkpoints] * count
         deferred = {}  # every_task_yields: the acknowledgement each yielder makes when it resumes
-        yields = steps = 0
+        yields = steps = turns = 0
+        last = None
         while queue:
             task = queue.pop(0)
             if task in deferred:
                 self._acknowledge(*deferred.pop(task))
-            turn_start = time.monotonic_ns()
+            slice_ns = self._slice_ns() if self.slot is not None else m.DEFAULT_SLICE_NS
+            look_ns = max(slice_ns // LOOKS_PER_SLICE, 1)
+            slice_end = now() + slice_ns
+            look = min(now() + look_ns, slice_end)
             while remaining[task] > 0:
                 remaining[task] -= 1
                 steps += 1
+                clock[0] += tick_ns or 0
+                if task != last:
+                    turns, last = turns + 1, task
                 decided = self._decide()
                 if decided is None and BREAK == "rotation_ignores_critical" and self.depth > 0:
                     depth, self.depth = self.depth, 0  # the broken reading: the section is the task's
@@ -671,13 +696,20 @@ class Worker:
                         self._acknowledge(*decided)  # the loop's first callback after the suspension
                     queue.append(task)
                     break
-                slice_ns = self._slice_ns() if self.slot is not None else m.DEFAULT_SLICE_NS
-                if remaining[task] > 0 and time.monotonic_ns() - turn_start >= slice_ns:
+                if remaining[task] == 0 or now() < look:
+                    continue
+                # A look: the loop's own work would end the turn here; this loop has none. A waiting
+                # task ends it once the slice is over (waiter_at_look: at any look).
+                slice_over = now() >= slice_end
+                if queue and (slice_over or BREAK == "waiter_at_look") and BREAK != "waiter_never":
                     if BREAK == "turn_end_counted" and self.slot is not None and self.generation_ok():
                         self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
                     queue.append(task)
                     break
-        return {"steps": steps, "yields": yields}
+                if slice_over:
+                    slice_end = now() + slice_ns
+                look = min(now() + look_ns, slice_end)
+        return {"steps": steps, "yields": yields, "turns": turns}
 
     # -- critical sections ------------------------------------------------------------------------
 
@@ -743,7 +775,7 @@ def main() -> int:
     send({"protocol": "morpheus-conformance", "version": 1, "sdk": "reference",
           "runtime_kind": kind.name, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
           "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-          "ops": ["explicit_yield", "tasks"], "pid": os.getpid()})
+          "ops": ["explicit_yield", "tasks", "turn_clock"], "pid": os.getpid()})
     lines = iter(sys.stdin.readline, "")
     for line in lines:
         req = json.loads(line)
@@ -796,7 +828,8 @@ def main() -> int:
             elif op == "explicit_yield":
                 result = worker.explicit_yield()
             elif op == "tasks":
-                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]))
+                tick = req.get("tick_ns")
+                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]), None if tick is None else int(tick))
             else:
                 send({"id": rid, "ok": False, "error": "UNSUPPORTED", "message": f"unknown op {op!r}"})
                 continue

@@ -87,6 +87,8 @@ class ScenarioFilesTest(unittest.TestCase):
             "no_steps": ("intent = 'x.'\n", "no [[step]]"),
             "escalate_no_now": ("intent = 'x.'\ntarget = 'gate'\n[[step]]\nagent = 'escalate'\nruntime_ns = 1\n",
                                 "escalate needs ['now_ns']"),
+            "tick_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 2\ncheckpoints = 1\ntick_ns = 0\n",
+                          "tick_ns must be a positive integer"),
         }
         with tempfile.TemporaryDirectory() as tmp:
             for name, (text, why) in cases.items():
@@ -441,6 +443,27 @@ class Protocol14Test(unittest.TestCase):
         red = self.red("turn_end_counted")
         self.assertEqual(set(red), {"rotation_turn_end_writes_nothing"})
         self.assertEqual(red["rotation_turn_end_writes_nothing"].step, 3)  # nothing pending: nothing may be written
+
+    def test_a_waiter_ends_a_turn_once_its_slice_is_over(self):
+        """SCB.md §5.7 (1.5), timed by the agent's clock (`tick_ns`): a waiter that ends a turn at a look
+        within the slice, and one that never ends it, each turn exactly rotation_turn_lasts_its_slice red,
+        at its turn count; both broken agents run in one matrix (one run's time)."""
+        at_look = reference({"MORPHEUS_CONFORMANCE_BREAK": "waiter_at_look"}, name="at_look")
+        never = reference({"MORPHEUS_CONFORMANCE_BREAK": "waiter_never"}, name="never")
+        results, _, _ = run([at_look, never], None)
+        red = {(r.agent, r.row): r for r in results if r.status == "fail"}
+        self.assertEqual(set(red), {("at_look", "rotation_turn_lasts_its_slice"), ("never", "rotation_turn_lasts_its_slice")})
+        for r in red.values():
+            self.assertEqual(r.step, 4)
+        self.assertIn("check failed: reply.turns <= 14 (with reply.turns=41)", red[("at_look", "rotation_turn_lasts_its_slice")].message)
+        self.assertIn("check failed: reply.turns >= 8 (with reply.turns=3)", red[("never", "rotation_turn_lasts_its_slice")].message)
+
+    def test_an_agent_without_the_turn_clock_is_not_applicable(self):
+        results, _, _ = run([faulty("no_turn_clock", "none")], {"rotation_turn_lasts_its_slice", "rotation_one_yielder_per_request"})
+        by = {r.row: r for r in results}
+        self.assertEqual(by["rotation_one_yielder_per_request"].status, "pass", by)
+        self.assertEqual(by["rotation_turn_lasts_its_slice"].status, "n/a", by)
+        self.assertIn("no clock the harness controls", by["rotation_turn_lasts_its_slice"].message)
 
     def test_a_critical_section_holds_the_rotation(self):
         red = self.red("rotation_ignores_critical")
