@@ -75,6 +75,10 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
                         §6.1: outside one only);
+  request_reserved_set  the registration request carries a nonzero reserved byte (SCB.md §4.1: bytes past
+                        the fields the agent knows are zero; the agent answers MALFORMED);
+  lost_writes_retired   a worker registered through the agent stores DEAD into its slot of the lost region
+                        when it notices the restart (SCB.md §6: a lost worker writes nothing to it);
   status_reregisters    the status call of a worker lost to a restart registers again when a new instance
                         accepts and reports it attached (SCB.md §6: status reports GENERATION_CHANGED;
                         §6.1: the next checkpoint registers again).
@@ -245,6 +249,8 @@ class Worker:
         return False
 
     def _lose(self):
+        if BREAK == "lost_writes_retired" and self.slot is not None and self.conn is not None and not self.lost:
+            self.store(S.WORKER_STATE, W.DEAD)  # the broken goodbye, into the lost region's slot
         if self.slot is not None:
             self.lost = True
             self.awaiting = self.conn is not None
@@ -496,6 +502,8 @@ class Worker:
             values["message_size"] = 0
         for name, value in values.items():
             struct.pack_into(R[name].struct_format, req, R[name].offset, int(value))
+        if BREAK == "request_reserved_set":  # the broken client: a reserved byte not zero
+            req[R["_reserved0"].offset] = 1
         return bytes(req)
 
     def _unregister(self):

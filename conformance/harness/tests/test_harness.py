@@ -376,6 +376,27 @@ class RegistrationChannelTest(unittest.TestCase):
             self.assertIn("status reports the loss", r.message)
             self.assertIn("expected error GENERATION_CHANGED", r.message)
 
+    def test_the_harness_checks_the_channel_and_the_retired_region(self):
+        """Two checks of the harness itself, each shown failing (both broken agents in one matrix): a
+        request with a nonzero reserved byte is MALFORMED and fails every cell that registers through the
+        agent, and a lost worker's store into the region retired by a restart fails the watcher cells at
+        the step that notices the loss, though the current region is unchanged."""
+        reserved = reference({"MORPHEUS_CONFORMANCE_BREAK": "request_reserved_set"}, name="reserved")
+        retired = reference({"MORPHEUS_CONFORMANCE_BREAK": "lost_writes_retired"}, name="retired")
+        results, _, _ = run([reserved, retired], None)
+        red = {(r.agent, r.row): r for r in results if r.status == "fail"}
+        by_reserved = {row: r for (agent, row), r in red.items() if agent == "reserved"}
+        by_retired = {row: r for (agent, row), r in red.items() if agent == "retired"}
+        self.assertEqual(set(by_reserved), self.both("channel_register_request") | {"channel_register_options", "channel_refusal_is_error"}
+                         | self.both("channel_leftover_socket_detaches") | self.both("watcher_reregister_after_restart")
+                         | self.both("watcher_no_reregister_in_critical"))
+        for r in by_reserved.values():
+            self.assertRegex(r.message, r"the agent refused: MALFORMED|malformed registration request \(nonzero reserved bytes\)")
+        self.assertEqual(set(by_retired), self.both("watcher_reregister_after_restart") | self.both("watcher_no_reregister_in_critical"))
+        for r in by_retired.values():
+            self.assertIn("the retired region", r.message)
+            self.assertIn("worker_state: expected 2, found 4", r.message)
+
     def test_no_registration_inside_a_critical_section(self):
         red = self.red("reregister_in_critical")
         self.assertEqual(set(red), self.both("watcher_no_reregister_in_critical"))
