@@ -31,7 +31,7 @@ AGENT_OPS = {
     "status": set(),
     "shutdown": set(),
     "explicit_yield": set(),
-    "tasks": {"count", "checkpoints", "tick_ns"},
+    "tasks": {"count", "checkpoints", "tick_ns", "callbacks"},
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
     "hint": {"slot", "runtime_ns", "now_ns"},
@@ -251,6 +251,9 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         if op == "tasks" and "tick_ns" in args and not (isinstance(args["tick_ns"], int) and not isinstance(args["tick_ns"], bool)
                                                         and args["tick_ns"] >= 1):
             raise _fail(path, where, "tasks's tick_ns must be a positive integer")
+        if op == "tasks" and "callbacks" in args and not (isinstance(args["callbacks"], int) and not isinstance(args["callbacks"], bool)
+                                                          and args["callbacks"] >= 1):
+            raise _fail(path, where, "tasks's callbacks must be a positive integer")
         if "mode" in args and args["mode"] not in CHECKPOINT_MODES:
             raise _fail(path, where, f"mode {args['mode']!r} is not one of {CHECKPOINT_MODES}")
         step.op, step.args = op, args

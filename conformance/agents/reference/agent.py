@@ -64,6 +64,9 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   waiter_never          on the event loop (`tasks`), a task waiting in the FIFO never ends a timed turn,
                         so on a loop with no work of its own one task holds it to its end (SCB.md §5.7:
                         a turn lasts one slice at most, and a waiter ends it once the slice is over);
+  loop_work_ignored     on the event loop (`tasks`), the loop's own work never ends a timed turn, so with
+                        no task waiting a CPU-bound task holds the loop while a callback waits (SCB.md
+                        §5.7: a turn lasts one slice at most; a look ends it for the loop's own work);
   channel_legacy_request  registration through the agent sends the 32-byte 1.2 request (message_size 0),
                         so the escapable and priority asked for never reach the registrar (SCB.md §4.1:
                         a 1.3 client sends its size and the options);
@@ -656,7 +659,7 @@ class Worker:
         self._evaluate_mode(now)
         return {}
 
-    def run_tasks(self, count: int, checkpoints: int, tick_ns: int | None = None) -> dict:
+    def run_tasks(self, count: int, checkpoints: int, tick_ns: int | None = None, callbacks: int = 0) -> dict:
         """SCB.md §5.7 on a minimal event loop: `count` CPU-bound tasks, each making `checkpoints`
         async checkpoints back to back, served from one FIFO. A task's turn lasts until a checkpoint
         yields (the yielder goes to the back; the loop acknowledges its request before any other task
@@ -665,8 +668,11 @@ class Worker:
         wall time: this loop has no work of its own, so a look within the slice lets the turn carry on,
         and the first look at or after the slice's end ends it if a task waits (none waits: it carries
         on, timed afresh). `tick_ns`: the turns are timed by a clock that advances by it just before each
-        checkpoint (CONFORMANCE.md §2.3), else by CLOCK_MONOTONIC. The yield's passes of a real loop are
-        not modelled: no task here waits for I/O."""
+        checkpoint (CONFORMANCE.md §2.3), else by CLOCK_MONOTONIC. `callbacks`: the loop's own work, one
+        task that awaits the loop's next turn that many times: it takes one step whenever the loop has
+        control between two turns, and while it has steps left a look ends the turn (CONFORMANCE.md
+        §2.3: `longest_run`). The yield's passes of a real loop are not modelled: no task here waits for
+        I/O."""
         clock = [0]
 
         def now():
@@ -677,7 +683,11 @@ class Worker:
         deferred = {}  # every_task_yields: the acknowledgement each yielder makes when it resumes
         yields = steps = turns = 0
         last = None
+        light = callbacks  # the loop's own work: steps left
+        run = longest = 0  # checkpoints since its last step, while it has steps left
         while queue:
+            if light > 0:  # the loop has control: its own work takes a step first
+                light, run = light - 1, 0
             task = queue.pop(0)
             if task in deferred:
                 self._acknowledge(*deferred.pop(task))
@@ -691,6 +701,9 @@ class Worker:
                 clock[0] += tick_ns or 0
                 if task != last:
                     turns, last = turns + 1, task
+                if light > 0:
+                    run += 1
+                    longest = max(longest, run)
                 decided = self._decide()
                 if decided is None and BREAK == "rotation_ignores_critical" and self.depth > 0:
                     depth, self.depth = self.depth, 0  # the broken reading: the section is the task's
@@ -706,9 +719,12 @@ class Worker:
                     break
                 if remaining[task] == 0 or now() < look:
                     continue
-                # A look: the loop's own work would end the turn here; this loop has none. A waiting
-                # task ends it once the slice is over (waiter_at_look: at any look).
+                # A look: the loop's own work ends the turn (loop_work_ignored: never); a waiting task
+                # ends it once the slice is over (waiter_at_look: at any look).
                 slice_over = now() >= slice_end
+                if light > 0 and BREAK != "loop_work_ignored":
+                    queue.append(task)
+                    break
                 if queue and (slice_over or BREAK == "waiter_at_look") and BREAK != "waiter_never":
                     if BREAK == "turn_end_counted" and self.slot is not None and self.generation_ok():
                         self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
@@ -717,7 +733,7 @@ class Worker:
                 if slice_over:
                     slice_end = now() + slice_ns
                 look = min(now() + look_ns, slice_end)
-        return {"steps": steps, "yields": yields, "turns": turns}
+        return {"steps": steps, "yields": yields, "turns": turns, "longest_run": longest}
 
     # -- critical sections ------------------------------------------------------------------------
 
@@ -837,7 +853,8 @@ def main() -> int:
                 result = worker.explicit_yield()
             elif op == "tasks":
                 tick = req.get("tick_ns")
-                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]), None if tick is None else int(tick))
+                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]), None if tick is None else int(tick),
+                                          int(req.get("callbacks") or 0))
             else:
                 send({"id": rid, "ok": False, "error": "UNSUPPORTED", "message": f"unknown op {op!r}"})
                 continue

@@ -87,6 +87,8 @@ class ScenarioFilesTest(unittest.TestCase):
             "no_steps": ("intent = 'x.'\n", "no [[step]]"),
             "escalate_no_now": ("intent = 'x.'\ntarget = 'gate'\n[[step]]\nagent = 'escalate'\nruntime_ns = 1\n",
                                 "escalate needs ['now_ns']"),
+            "callbacks_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\ncallbacks = 0\n",
+                               "callbacks must be a positive integer"),
             "tick_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 2\ncheckpoints = 1\ntick_ns = 0\n",
                           "tick_ns must be a positive integer"),
         }
@@ -479,12 +481,22 @@ class Protocol14Test(unittest.TestCase):
         self.assertIn("check failed: reply.turns <= 14 (with reply.turns=41)", red[("at_look", "rotation_turn_lasts_its_slice")].message)
         self.assertIn("check failed: reply.turns >= 8 (with reply.turns=3)", red[("never", "rotation_turn_lasts_its_slice")].message)
 
+    def test_the_loops_own_work_ends_a_turn(self):
+        """SCB.md §5.7, timed by the agent's clock: the loop's own work that never ends a timed turn lets a
+        lone CPU-bound task hold the loop; exactly rotation_loop_work_ends_turn turns red."""
+        red = self.red("loop_work_ignored")
+        self.assertEqual(set(red), {"rotation_loop_work_ends_turn"})
+        self.assertEqual(red["rotation_loop_work_ends_turn"].step, 4)
+        self.assertIn("check failed: reply.longest_run <= 8 (with reply.longest_run=39)", red["rotation_loop_work_ends_turn"].message)
+
     def test_an_agent_without_the_turn_clock_is_not_applicable(self):
-        results, _, _ = run([faulty("no_turn_clock", "none")], {"rotation_turn_lasts_its_slice", "rotation_one_yielder_per_request"})
+        names = {"rotation_turn_lasts_its_slice", "rotation_loop_work_ends_turn", "rotation_one_yielder_per_request"}
+        results, _, _ = run([faulty("no_turn_clock", "none")], names)
         by = {r.row: r for r in results}
         self.assertEqual(by["rotation_one_yielder_per_request"].status, "pass", by)
-        self.assertEqual(by["rotation_turn_lasts_its_slice"].status, "n/a", by)
-        self.assertIn("no clock the harness controls", by["rotation_turn_lasts_its_slice"].message)
+        for name in ("rotation_turn_lasts_its_slice", "rotation_loop_work_ends_turn"):
+            self.assertEqual(by[name].status, "n/a", by)
+            self.assertIn("no clock the harness controls", by[name].message)
 
     def test_a_critical_section_holds_the_rotation(self):
         red = self.red("rotation_ignores_critical")
