@@ -158,6 +158,11 @@ def load(path: Path) -> Scenario:
     if not isinstance(raw_steps, list) or not raw_steps:
         raise _fail(path, "top level", "no [[step]] entries")
     steps = [_load_step(path, i + 1, raw, default_slot) for i, raw in enumerate(raw_steps)]
+    tasks = [s for s in steps if s.op == "tasks"]
+    clocked = [s for s in tasks if "tick_ns" in s.args]
+    if clocked and clocked[0] is not tasks[0] or len(clocked) > 1:
+        raise _fail(path, clocked[-1].describe(), "tick_ns belongs to the scenario's first `tasks` op only "
+                    "(CONFORMANCE.md §2.3: the agent's clock starts at 0 there)")
     return Scenario(
         name=path.stem, path=path, intent=" ".join(intent.split()), spec=data.get("spec", ""),
         target=target, checkpoint_modes=modes, region=region, env_region=env_region,

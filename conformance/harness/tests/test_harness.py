@@ -89,6 +89,9 @@ class ScenarioFilesTest(unittest.TestCase):
                                 "escalate needs ['now_ns']"),
             "callbacks_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\ncallbacks = 0\n",
                                "callbacks must be a positive integer"),
+            "tick_late": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\n"
+                          "[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\ntick_ns = 1\n",
+                          "tick_ns belongs to the scenario's first `tasks` op only"),
             "tick_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 2\ncheckpoints = 1\ntick_ns = 0\n",
                           "tick_ns must be a positive integer"),
         }
