@@ -128,7 +128,7 @@ class Agent:
                         y += bool(await morpheus.checkpoint_async())
                 return n, y
 
-            iterations, yields = self.loop.run_until_complete(run_all())
+            iterations, yields = self.loop.run_until_complete(run())
         else:
             while time.monotonic() < end:
                 for _ in range(64):
