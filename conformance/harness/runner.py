@@ -24,7 +24,7 @@ from agentproc import Agent, AgentFault
 from expr import ExprError, evaluate
 from region import DEFAULT_GENERATION, Region, RegionSpec, constants, first_difference, resolve_enum
 from regsocket import AgentSocket
-from scenario import EXPR_ARGS, OPTIONAL_OPS, Scenario, Step
+from scenario import EXPR_ARGS, OPTIONAL_ARGS, OPTIONAL_OPS, Scenario, Step
 
 
 # Optional `state` result fields (CONFORMANCE.md §2.3) and their JSON types; an agent lists those its SDK
@@ -249,8 +249,8 @@ class CellRun:
                 raise StepFailure(f"{step.describe()}: check: {err}") from None
             if not ok:
                 raise StepFailure(f"{step.describe()}: check failed: {text} (with "
-                                  + ", ".join(f"{k}={v}" for k, v in names.items()
-                                              if k in text and k != "reply") + ")")
+                                  + ", ".join([f"{k}={v}" for k, v in names.items() if k in text and k != "reply"]
+                                              + [f"reply.{k}={v}" for k, v in (reply or {}).items() if f"reply.{k}" in text]) + ")")
         self.expected = actual
 
     def _check_reply(self, step: Step, reply: dict) -> None:
@@ -636,8 +636,8 @@ class CellRun:
 
     def _lacking_ops(self) -> str | None:
         """Why this agent cannot run the scenario at all: a mapping kept from attach to register, or an
-        optional op (for `tasks`, also the async checkpoint it is made of), that its hello does not
-        declare; None if it has them all."""
+        optional op (for `tasks`, also the async checkpoint it is made of) or capability an argument asks
+        for (OPTIONAL_ARGS), that its hello does not declare; None if it has them all."""
         if self.scenario.attach_maps and self.agent.hello.get("attach_maps", True) is False:
             return ("the SDK's attach only checks the region and its register maps it again (CONFORMANCE.md "
                     "§2.3), so a region changed between the two is judged at register by SCB.md §1.3")
@@ -647,6 +647,10 @@ class CellRun:
                 continue
             if step.op not in ops:
                 return f"{step.describe()}: {OPTIONAL_OPS[step.op]}"
+            for arg in step.args:
+                capability, reason = OPTIONAL_ARGS.get((step.op, arg), (None, ""))
+                if capability is not None and capability not in ops:
+                    return f"{step.describe()}: {reason}"
             if step.op == "tasks" and "async" not in self.agent.hello["checkpoint_modes"]:
                 return f"{step.describe()}: the SDK has no async checkpoint"
         return None

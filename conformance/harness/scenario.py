@@ -31,7 +31,7 @@ AGENT_OPS = {
     "status": set(),
     "shutdown": set(),
     "explicit_yield": set(),
-    "tasks": {"count", "checkpoints"},
+    "tasks": {"count", "checkpoints", "tick_ns", "callbacks"},
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
     "hint": {"slot", "runtime_ns", "now_ns"},
@@ -41,6 +41,12 @@ AGENT_OPS = {
 OPTIONAL_OPS = {
     "explicit_yield": "the SDK offers no explicit yield (SCB.md §5.8: C and Java do not in 1.4)",
     "tasks": "the SDK drives no event loop of several tasks (SCB.md §5.7 binds event-loop SDKs only)",
+}
+# Optional capabilities a step asks for through an argument (CONFORMANCE.md §2.2, the hello's `ops`): the
+# argument, the capability the hello must list, and the reason a cell is n/a without it.
+OPTIONAL_ARGS = {
+    ("tasks", "tick_ns"): ("turn_clock", "the SDK's rotation offers no clock the harness controls (CONFORMANCE.md §2.3, "
+                                         "`tasks`'s `tick_ns`)"),
 }
 # Gate-target ops and their integer arguments that may be written as expressions.
 GATE_OPS = ("gate", "escalate", "hint")
@@ -152,6 +158,11 @@ def load(path: Path) -> Scenario:
     if not isinstance(raw_steps, list) or not raw_steps:
         raise _fail(path, "top level", "no [[step]] entries")
     steps = [_load_step(path, i + 1, raw, default_slot) for i, raw in enumerate(raw_steps)]
+    tasks = [s for s in steps if s.op == "tasks"]
+    clocked = [s for s in tasks if "tick_ns" in s.args]
+    if clocked and clocked[0] is not tasks[0] or len(clocked) > 1:
+        raise _fail(path, clocked[-1].describe(), "tick_ns belongs to the scenario's first `tasks` op only "
+                    "(CONFORMANCE.md §2.3: the agent's clock starts at 0 there)")
     return Scenario(
         name=path.stem, path=path, intent=" ".join(intent.split()), spec=data.get("spec", ""),
         target=target, checkpoint_modes=modes, region=region, env_region=env_region,
@@ -242,6 +253,12 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
             raise _fail(path, where, f"{op} needs {sorted(missing)}")
         if op == "tasks" and not all(isinstance(args.get(k), int) and args[k] >= 1 for k in ("count", "checkpoints")):
             raise _fail(path, where, "tasks needs positive integers count and checkpoints")
+        if op == "tasks" and "tick_ns" in args and not (isinstance(args["tick_ns"], int) and not isinstance(args["tick_ns"], bool)
+                                                        and args["tick_ns"] >= 1):
+            raise _fail(path, where, "tasks's tick_ns must be a positive integer")
+        if op == "tasks" and "callbacks" in args and not (isinstance(args["callbacks"], int) and not isinstance(args["callbacks"], bool)
+                                                          and args["callbacks"] >= 1):
+            raise _fail(path, where, "tasks's callbacks must be a positive integer")
         if "mode" in args and args["mode"] not in CHECKPOINT_MODES:
             raise _fail(path, where, f"mode {args['mode']!r} is not one of {CHECKPOINT_MODES}")
         step.op, step.args = op, args

@@ -138,21 +138,39 @@ async function checkpointLoop(request) {
 /**
  * `count` CPU-bound tasks started together on this one event loop, each making `checkpoints` async
  * checkpoints back to back with nothing else to await (spec/SCB.md §5.7: the SDK's rotation serves
- * them). Resolves when every task has ended.
+ * them). Resolves when every task has ended. `tick_ns`: the rotation times turns by the SDK's test clock
+ * (`_setTurnClock`), advanced by it just before each checkpoint; `turns` counts the runs of checkpoints
+ * one task made back to back. `callbacks`: also the loop's own work, a task that awaits the loop's next
+ * turn (setImmediate) that many times; `longest_run`: the most checkpoints made between two of its steps.
  */
 async function tasks(request) {
-  let steps = 0;
-  let yields = 0;
-  const one = async () => {
+  const tick = request.tick_ns ?? null;
+  if (tick !== null && !(Number.isInteger(tick) && tick >= 1)) throw new ProtocolError('tasks needs a positive integer tick_ns');
+  const callbacks = request.callbacks ?? 0;
+  if (!(Number.isInteger(callbacks) && callbacks >= 0)) throw new ProtocolError('tasks needs a positive integer callbacks');
+  let [steps, yields, turns, last, clock, light, run, longestRun] = [0, 0, 0, -1, 0, callbacks, 0, 0];
+  const one = async (me) => {
     for (let i = 0; i < request.checkpoints; i++) {
       steps++;
+      if (me !== last) [turns, last] = [turns + 1, me];
+      if (light > 0) longestRun = Math.max(longestRun, ++run);
+      if (tick !== null) clock += tick;
       if (await morpheus.checkpoint()) yields++;
     }
   };
-  await Promise.all(Array.from({ length: request.count }, () => one()));
-  // As after an async checkpoint: the tasks' turn ends here and the loop has control again.
-  await new Promise((resolve) => setImmediate(resolve));
-  return { steps, yields };
+  const work = async () => {
+    for (; light > 0; light--, run = 0) await new Promise((resolve) => setImmediate(resolve));
+  };
+  if (tick !== null) morpheus._setTurnClock(() => clock);
+  try {
+    const cpu = Array.from({ length: request.count }, (_, me) => one(me));
+    await Promise.all(callbacks > 0 ? [...cpu, work()] : cpu);
+    // As after an async checkpoint: the tasks' turn ends here and the loop has control again.
+    await new Promise((resolve) => setImmediate(resolve));
+  } finally {
+    if (tick !== null) morpheus._setTurnClock();
+  }
+  return callbacks > 0 ? { steps, yields, turns, longest_run: longestRun } : { steps, yields, turns };
 }
 
 function state() {
@@ -252,7 +270,7 @@ async function main() {
     abi_minor: morpheus.ABI_MINOR,
     checkpoint_modes: ['sync', 'async'],
     state_fields: ['escapable', 'priority'],
-    ops: ['explicit_yield', 'tasks'],
+    ops: ['explicit_yield', 'tasks', 'turn_clock'],
     pid: process.pid,
   });
   for (let line = readLine(); line !== null; line = readLine()) {

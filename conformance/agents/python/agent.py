@@ -139,21 +139,55 @@ class Agent:
     def tasks(self, req: dict) -> dict:
         """`count` CPU-bound tasks started together on the agent's one asyncio loop, each making
         `checkpoints` async checkpoints back to back with nothing else to await (SCB.md §5.7: the SDK's
-        rotation serves them); returns when every task has ended."""
-        count, checkpoints = req.get("count"), req.get("checkpoints")
+        rotation serves them); returns when every task has ended. `tick_ns`: the rotation times turns by
+        the SDK's test clock (`_set_turn_clock`), advanced by it just before each checkpoint; `turns`
+        counts the runs of checkpoints one task made back to back. `callbacks`: also the loop's own work,
+        a task that awaits the loop's next turn (`asyncio.sleep(0)`) that many times; `longest_run`: the
+        most checkpoints made between two of its steps."""
+        count, checkpoints, tick = req.get("count"), req.get("checkpoints"), req.get("tick_ns")
+        callbacks = req.get("callbacks") or 0
         if not isinstance(count, int) or not isinstance(checkpoints, int):
             raise ProtocolError("tasks needs integers count and checkpoints")
-        totals = {"steps": 0, "yields": 0}
+        if tick is not None and (not isinstance(tick, int) or isinstance(tick, bool) or tick < 1):
+            raise ProtocolError("tasks needs a positive integer tick_ns")
+        if not isinstance(callbacks, int) or isinstance(callbacks, bool) or callbacks < 0:
+            raise ProtocolError("tasks needs a positive integer callbacks")
+        totals = {"steps": 0, "yields": 0, "turns": 0}
+        last, clock = [None], [0]
+        light, run = [callbacks], [0]  # the loop's own work: steps left; checkpoints since its last step
+        if callbacks:
+            totals["longest_run"] = 0
 
-        async def one() -> None:
+        async def one(me: int) -> None:
             for _ in range(checkpoints):
                 totals["steps"] += 1
+                if me != last[0]:
+                    totals["turns"] += 1
+                    last[0] = me
+                if light[0] > 0:
+                    run[0] += 1
+                    totals["longest_run"] = max(totals["longest_run"], run[0])
+                if tick is not None:
+                    clock[0] += tick
+                    morpheus._morpheus._set_turn_clock(clock[0])
                 totals["yields"] += bool(await morpheus.checkpoint_async())
 
-        async def run() -> None:
-            await asyncio.gather(*(one() for _ in range(count)))
+        async def work() -> None:
+            while light[0] > 0:
+                await asyncio.sleep(0)
+                light[0] -= 1
+                run[0] = 0
 
-        self.loop.run_until_complete(run())
+        async def run_all() -> None:
+            await asyncio.gather(*(one(me) for me in range(count)), *([work()] if callbacks else []))
+
+        if tick is not None:
+            morpheus._morpheus._set_turn_clock(0)
+        try:
+            self.loop.run_until_complete(run_all())
+        finally:
+            if tick is not None:
+                morpheus._morpheus._set_turn_clock(None)
         return totals
 
     def state(self) -> dict:
@@ -224,7 +258,7 @@ def main() -> int:
     agent.send({"protocol": "morpheus-conformance", "version": 1, "sdk": "python",
                 "runtime_kind": "PYTHON", "abi_major": morpheus.ABI_MAJOR, "abi_minor": morpheus.ABI_MINOR,
                 "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-                "ops": ["explicit_yield", "tasks"], "pid": os.getpid()})
+                "ops": ["explicit_yield", "tasks", "turn_clock"], "pid": os.getpid()})
     for line in agent.lines:
         try:
             req = json.loads(line)

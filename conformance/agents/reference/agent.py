@@ -58,6 +58,15 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         thread's critical section (SCB.md §5.7: a section holds any step aside);
   turn_end_counted      a turn that ends on the wall clock (SCB.md §5.7) is counted as a yield in the SCB
                         (it is a step aside that writes nothing);
+  waiter_at_look        on the event loop (`tasks`), a task waiting in the FIFO ends a timed turn at any
+                        look within the slice (SCB.md §5.7, 1.5: only once the slice is over; a look
+                        within it ends the turn only for the loop's own work);
+  waiter_never          on the event loop (`tasks`), a task waiting in the FIFO never ends a timed turn,
+                        so on a loop with no work of its own one task holds it to its end (SCB.md §5.7:
+                        a turn lasts one slice at most, and a waiter ends it once the slice is over);
+  loop_work_ignored     on the event loop (`tasks`), the loop's own work never ends a timed turn, so with
+                        no task waiting a CPU-bound task holds the loop while a callback waits (SCB.md
+                        §5.7: a turn lasts one slice at most; a look ends it for the loop's own work);
   channel_legacy_request  registration through the agent sends the 32-byte 1.2 request (message_size 0),
                         so the escapable and priority asked for never reach the registrar (SCB.md §4.1:
                         a 1.3 client sends its size and the options);
@@ -69,6 +78,10 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
                         §6.1: outside one only);
+  request_reserved_set  the registration request carries a nonzero reserved byte (SCB.md §4.1: bytes past
+                        the fields the agent knows are zero; the agent answers MALFORMED);
+  lost_writes_retired   a worker registered through the agent stores DEAD into its slot of the lost region
+                        when it notices the restart (SCB.md §6: a lost worker writes nothing to it);
   status_reregisters    the status call of a worker lost to a restart registers again when a new instance
                         accepts and reports it attached (SCB.md §6: status reports GENERATION_CHANGED;
                         §6.1: the next checkpoint registers again).
@@ -100,6 +113,9 @@ _CTYPE = {"u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64
 BREAK = os.environ.get("MORPHEUS_CONFORMANCE_BREAK", "")
 # A cached_ack that preempt_seq never reaches: PRESSURED and DEFENSIVE leave the fast path (SCB.md §5.4).
 FORCE_SLOW_PATH = (1 << 64) - 1
+# Looks per slice of a timed turn on the event loop (`tasks`): this loop can see it has no work of its
+# own, so it looks within the slice (SCB.md §5.7 lets it; how often is the SDK's choice).
+LOOKS_PER_SLICE = 4
 S = m.Scb
 W = m.WorkerState
 Mode = m.RuntimeMode
@@ -236,6 +252,8 @@ class Worker:
         return False
 
     def _lose(self):
+        if BREAK == "lost_writes_retired" and self.slot is not None and self.conn is not None and not self.lost:
+            self.store(S.WORKER_STATE, W.DEAD)  # the broken goodbye, into the lost region's slot
         if self.slot is not None:
             self.lost = True
             self.awaiting = self.conn is not None
@@ -487,6 +505,8 @@ class Worker:
             values["message_size"] = 0
         for name, value in values.items():
             struct.pack_into(R[name].struct_format, req, R[name].offset, int(value))
+        if BREAK == "request_reserved_set":  # the broken client: a reserved byte not zero
+            req[R["_reserved0"].offset] = 1
         return bytes(req)
 
     def _unregister(self):
@@ -639,25 +659,51 @@ class Worker:
         self._evaluate_mode(now)
         return {}
 
-    def run_tasks(self, count: int, checkpoints: int) -> dict:
+    def run_tasks(self, count: int, checkpoints: int, tick_ns: int | None = None, callbacks: int = 0) -> dict:
         """SCB.md §5.7 on a minimal event loop: `count` CPU-bound tasks, each making `checkpoints`
         async checkpoints back to back, served from one FIFO. A task's turn lasts until a checkpoint
         yields (the yielder goes to the back; the loop acknowledges its request before any other task
-        runs, so no other task yields for it), until one slice of wall time has passed (a step aside that
-        writes nothing), or until the task ends. The yield's passes of a real loop are not modelled: no
-        task here waits for I/O."""
+        runs, so no other task yields for it), until its timed turn is over (a step aside that writes
+        nothing), or until the task ends. A timed turn is looked at LOOKS_PER_SLICE times per slice of
+        wall time: this loop has no work of its own, so a look within the slice lets the turn carry on,
+        and the first look at or after the slice's end ends it if a task waits (none waits: it carries
+        on, timed afresh). `tick_ns`: the turns are timed by a clock that advances by it just before each
+        checkpoint (CONFORMANCE.md §2.3), else by CLOCK_MONOTONIC. `callbacks`: the loop's own work, one
+        task that awaits the loop's next turn that many times: it takes one step whenever the loop has
+        control between two turns, and while it has steps left a look ends the turn (CONFORMANCE.md
+        §2.3: `longest_run`). The yield's passes of a real loop are not modelled: no task here waits for
+        I/O."""
+        clock = [0]
+
+        def now():
+            return clock[0] if tick_ns else time.monotonic_ns()
+
         queue = list(range(count))
         remaining = [checkpoints] * count
         deferred = {}  # every_task_yields: the acknowledgement each yielder makes when it resumes
-        yields = steps = 0
+        yields = steps = turns = 0
+        last = None
+        light = callbacks  # the loop's own work: steps left
+        run = longest = 0  # checkpoints since its last step, while it has steps left
         while queue:
+            if light > 0:  # the loop has control: its own work takes a step first
+                light, run = light - 1, 0
             task = queue.pop(0)
             if task in deferred:
                 self._acknowledge(*deferred.pop(task))
-            turn_start = time.monotonic_ns()
+            slice_ns = self._slice_ns() if self.slot is not None else m.DEFAULT_SLICE_NS
+            look_ns = max(slice_ns // LOOKS_PER_SLICE, 1)
+            slice_end = now() + slice_ns
+            look = min(now() + look_ns, slice_end)
             while remaining[task] > 0:
                 remaining[task] -= 1
                 steps += 1
+                clock[0] += tick_ns or 0
+                if task != last:
+                    turns, last = turns + 1, task
+                if light > 0:
+                    run += 1
+                    longest = max(longest, run)
                 decided = self._decide()
                 if decided is None and BREAK == "rotation_ignores_critical" and self.depth > 0:
                     depth, self.depth = self.depth, 0  # the broken reading: the section is the task's
@@ -671,13 +717,23 @@ class Worker:
                         self._acknowledge(*decided)  # the loop's first callback after the suspension
                     queue.append(task)
                     break
-                slice_ns = self._slice_ns() if self.slot is not None else m.DEFAULT_SLICE_NS
-                if remaining[task] > 0 and time.monotonic_ns() - turn_start >= slice_ns:
+                if remaining[task] == 0 or now() < look:
+                    continue
+                # A look: the loop's own work ends the turn (loop_work_ignored: never); a waiting task
+                # ends it once the slice is over (waiter_at_look: at any look).
+                slice_over = now() >= slice_end
+                if light > 0 and BREAK != "loop_work_ignored":
+                    queue.append(task)
+                    break
+                if queue and (slice_over or BREAK == "waiter_at_look") and BREAK != "waiter_never":
                     if BREAK == "turn_end_counted" and self.slot is not None and self.generation_ok():
                         self.store(S.YIELD_COUNT, self.load(S.YIELD_COUNT) + 1)
                     queue.append(task)
                     break
-        return {"steps": steps, "yields": yields}
+                if slice_over:
+                    slice_end = now() + slice_ns
+                look = min(now() + look_ns, slice_end)
+        return {"steps": steps, "yields": yields, "turns": turns, "longest_run": longest}
 
     # -- critical sections ------------------------------------------------------------------------
 
@@ -743,7 +799,7 @@ def main() -> int:
     send({"protocol": "morpheus-conformance", "version": 1, "sdk": "reference",
           "runtime_kind": kind.name, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
           "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-          "ops": ["explicit_yield", "tasks"], "pid": os.getpid()})
+          "ops": ["explicit_yield", "tasks", "turn_clock"], "pid": os.getpid()})
     lines = iter(sys.stdin.readline, "")
     for line in lines:
         req = json.loads(line)
@@ -796,7 +852,9 @@ def main() -> int:
             elif op == "explicit_yield":
                 result = worker.explicit_yield()
             elif op == "tasks":
-                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]))
+                tick = req.get("tick_ns")
+                result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]), None if tick is None else int(tick),
+                                          int(req.get("callbacks") or 0))
             else:
                 send({"id": rid, "ok": False, "error": "UNSUPPORTED", "message": f"unknown op {op!r}"})
                 continue

@@ -87,6 +87,13 @@ class ScenarioFilesTest(unittest.TestCase):
             "no_steps": ("intent = 'x.'\n", "no [[step]]"),
             "escalate_no_now": ("intent = 'x.'\ntarget = 'gate'\n[[step]]\nagent = 'escalate'\nruntime_ns = 1\n",
                                 "escalate needs ['now_ns']"),
+            "callbacks_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\ncallbacks = 0\n",
+                               "callbacks must be a positive integer"),
+            "tick_late": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\n"
+                          "[[step]]\nagent = 'tasks'\ncount = 1\ncheckpoints = 1\ntick_ns = 1\n",
+                          "tick_ns belongs to the scenario's first `tasks` op only"),
+            "tick_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 2\ncheckpoints = 1\ntick_ns = 0\n",
+                          "tick_ns must be a positive integer"),
         }
         with tempfile.TemporaryDirectory() as tmp:
             for name, (text, why) in cases.items():
@@ -374,6 +381,27 @@ class RegistrationChannelTest(unittest.TestCase):
             self.assertIn("status reports the loss", r.message)
             self.assertIn("expected error GENERATION_CHANGED", r.message)
 
+    def test_the_harness_checks_the_channel_and_the_retired_region(self):
+        """Two checks of the harness itself, each shown failing (both broken agents in one matrix): a
+        request with a nonzero reserved byte is MALFORMED and fails every cell that registers through the
+        agent, and a lost worker's store into the region retired by a restart fails the watcher cells at
+        the step that notices the loss, though the current region is unchanged."""
+        reserved = reference({"MORPHEUS_CONFORMANCE_BREAK": "request_reserved_set"}, name="reserved")
+        retired = reference({"MORPHEUS_CONFORMANCE_BREAK": "lost_writes_retired"}, name="retired")
+        results, _, _ = run([reserved, retired], None)
+        red = {(r.agent, r.row): r for r in results if r.status == "fail"}
+        by_reserved = {row: r for (agent, row), r in red.items() if agent == "reserved"}
+        by_retired = {row: r for (agent, row), r in red.items() if agent == "retired"}
+        self.assertEqual(set(by_reserved), self.both("channel_register_request") | {"channel_register_options", "channel_refusal_is_error"}
+                         | self.both("channel_leftover_socket_detaches") | self.both("watcher_reregister_after_restart")
+                         | self.both("watcher_no_reregister_in_critical"))
+        for r in by_reserved.values():
+            self.assertRegex(r.message, r"the agent refused: MALFORMED|malformed registration request \(nonzero reserved bytes\)")
+        self.assertEqual(set(by_retired), self.both("watcher_reregister_after_restart") | self.both("watcher_no_reregister_in_critical"))
+        for r in by_retired.values():
+            self.assertIn("the retired region", r.message)
+            self.assertIn("worker_state: expected 2, found 4", r.message)
+
     def test_no_registration_inside_a_critical_section(self):
         red = self.red("reregister_in_critical")
         self.assertEqual(set(red), self.both("watcher_no_reregister_in_critical"))
@@ -433,14 +461,47 @@ class Protocol14Test(unittest.TestCase):
     def test_one_yielder_per_request_on_an_event_loop(self):
         red = self.red("every_task_yields")
         self.assertEqual(set(red), {"rotation_one_yielder_per_request", "rotation_turn_end_writes_nothing",
-                                    "rotation_critical_section_holds"})
+                                    "rotation_critical_section_holds", "rotation_turn_lasts_its_slice"})
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].yield_count")
 
     def test_a_turn_ended_by_the_clock_writes_nothing(self):
         red = self.red("turn_end_counted")
-        self.assertEqual(set(red), {"rotation_turn_end_writes_nothing"})
+        # rotation_turn_lasts_its_slice's turns end on the (agent's) clock too, with its request pending.
+        self.assertEqual(set(red), {"rotation_turn_end_writes_nothing", "rotation_turn_lasts_its_slice"})
+        self.assertEqual(red["rotation_turn_lasts_its_slice"].first_diff["field"], "scb[1].yield_count")
         self.assertEqual(red["rotation_turn_end_writes_nothing"].step, 3)  # nothing pending: nothing may be written
+
+    def test_a_waiter_ends_a_turn_once_its_slice_is_over(self):
+        """SCB.md §5.7 (1.5), timed by the agent's clock (`tick_ns`): a waiter that ends a turn at a look
+        within the slice, and one that never ends it, each turn exactly rotation_turn_lasts_its_slice red,
+        at its turn count; both broken agents run in one matrix (one run's time)."""
+        at_look = reference({"MORPHEUS_CONFORMANCE_BREAK": "waiter_at_look"}, name="at_look")
+        never = reference({"MORPHEUS_CONFORMANCE_BREAK": "waiter_never"}, name="never")
+        results, _, _ = run([at_look, never], None)
+        red = {(r.agent, r.row): r for r in results if r.status == "fail"}
+        self.assertEqual(set(red), {("at_look", "rotation_turn_lasts_its_slice"), ("never", "rotation_turn_lasts_its_slice")})
+        for r in red.values():
+            self.assertEqual(r.step, 4)
+        self.assertIn("check failed: reply.turns <= 14 (with reply.turns=41)", red[("at_look", "rotation_turn_lasts_its_slice")].message)
+        self.assertIn("check failed: reply.turns >= 8 (with reply.turns=3)", red[("never", "rotation_turn_lasts_its_slice")].message)
+
+    def test_the_loops_own_work_ends_a_turn(self):
+        """SCB.md §5.7, timed by the agent's clock: the loop's own work that never ends a timed turn lets a
+        lone CPU-bound task hold the loop; exactly rotation_loop_work_ends_turn turns red."""
+        red = self.red("loop_work_ignored")
+        self.assertEqual(set(red), {"rotation_loop_work_ends_turn"})
+        self.assertEqual(red["rotation_loop_work_ends_turn"].step, 4)
+        self.assertIn("check failed: reply.longest_run <= 8 (with reply.longest_run=39)", red["rotation_loop_work_ends_turn"].message)
+
+    def test_an_agent_without_the_turn_clock_is_not_applicable(self):
+        names = {"rotation_turn_lasts_its_slice", "rotation_loop_work_ends_turn", "rotation_one_yielder_per_request"}
+        results, _, _ = run([faulty("no_turn_clock", "none")], names)
+        by = {r.row: r for r in results}
+        self.assertEqual(by["rotation_one_yielder_per_request"].status, "pass", by)
+        for name in ("rotation_turn_lasts_its_slice", "rotation_loop_work_ends_turn"):
+            self.assertEqual(by[name].status, "n/a", by)
+            self.assertIn("no clock the harness controls", by[name].message)
 
     def test_a_critical_section_holds_the_rotation(self):
         red = self.red("rotation_ignores_critical")

@@ -11,7 +11,8 @@ It runs the reference agent behind a proxy and misbehaves the first time it sees
            silent (prints nothing at all, not even hello) | state_drop (declares state_fields escapable and
            priority in its hello, then leaves escapable out of OP's reply) | state_lie (reports the
            opposite escapable in OP's reply) | narrow_hello (a hello without the optional `ops` and with
-           `attach_maps` false, as an SDK that lacks them; otherwise the reference agent)
+           `attach_maps` false, as an SDK that lacks them; otherwise the reference agent) | no_turn_clock
+           (a hello whose `ops` lack the `turn_clock` capability; otherwise the reference agent)
 """
 
 import json
@@ -42,6 +43,9 @@ def main() -> int:
     if fault == "narrow_hello":
         narrow = {k: v for k, v in json.loads(hello).items() if k != "ops"}
         hello = json.dumps({**narrow, "attach_maps": False}) + "\n"
+    if fault == "no_turn_clock":
+        full = json.loads(hello)
+        hello = json.dumps({**full, "ops": [op for op in full["ops"] if op != "turn_clock"]}) + "\n"
     print(hello, end="", flush=True)
     for line in sys.stdin:
         doctor = fault in ("state_drop", "state_lie") and f'"op": "{trigger}"' in line
