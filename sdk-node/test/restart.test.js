@@ -118,8 +118,17 @@ test('a worker detached for want of an agent, then lost to a SIGKILL, registers 
       assert.equal(worker.waitingForScheduler, true);
       assert.equal(worker.reattachments, 1);
       assert.throws(() => worker.status(), morpheus.errors.GenerationChangedError);
+      // A loss leaves one attempt to register again to the next checkpoint, so that a new instance
+      // the watcher woke for before the loss was seen is not missed. Whether the loop above already
+      // made it depends on which call saw the loss first (a checkpoint, or the probe behind
+      // yieldRequested); one more checkpoint makes it if not. Nobody accepts on the socket: the
+      // attempt fails, the worker stays detached, and the checkpoint does not yield.
+      assert.equal(await morpheus.checkpoint(), false);
+      assert.equal(worker.reattachments, 1);
+      assert.equal(worker.waitingForScheduler, true);
       // Waiting again on the wake word: checkpoints are fast and never yield.
       assert.equal(morpheus.yieldRequested(), false);
+      assert.equal(await morpheus.checkpoint(), false);
 
       agent = startAgent(socket);
       await until('the wake-up of the restarted agent reaching the JS fast path', () => morpheus.yieldRequested());
