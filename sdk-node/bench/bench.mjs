@@ -200,7 +200,7 @@ const cpuNs = () => {
  * libuv lacks uv_metrics_info).
  */
 async function busyCell(checks) {
-  const yieldsBefore = checks ? yieldTotal() : 0;
+  const reasonsBefore = checks ? morpheus.currentWorker().yieldCounts() : {};
   const iterationsBefore = native.loopIterations();
   const cpu0 = cpuNs();
   const wall0 = performance.now();
@@ -221,11 +221,20 @@ async function busyCell(checks) {
   const cpu = (cpuNs() - cpu0) / 1e9;
   const wall = (performance.now() - wall0) / 1e3;
   const iterations = iterationsBefore < 0 ? -1 : native.loopIterations() - iterationsBefore;
-  return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields: checks ? yieldTotal() - yieldsBefore : 0, iterations };
-}
-
-function yieldTotal() {
-  return Object.values(morpheus.currentWorker().yieldCounts()).reduce((a, b) => a + b, 0);
+  // The core's runtime mode (spec/SCB.md §5.4) at the cell's end, and its yields by reason: outside
+  // DETERMINISTIC the core yields on its own (DEFENSIVE) and every check crosses into the addon, so a
+  // figure is only read against the mode it ran in. Read after the clocks stop.
+  const reasons = {};
+  let mode = null;
+  if (checks) {
+    const worker = morpheus.currentWorker();
+    mode = worker.runtimeMode;
+    for (const [reason, count] of Object.entries(worker.yieldCounts())) {
+      if (count - (reasonsBefore[reason] ?? 0) > 0) reasons[reason] = count - (reasonsBefore[reason] ?? 0);
+    }
+  }
+  const yields = Object.values(reasons).reduce((a, b) => a + b, 0);
+  return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields, iterations, mode, reasons };
 }
 
 const busy = { rows: {}, skipped: {}, agents: {} };
@@ -305,15 +314,19 @@ const busyRatios = {};
 if (busy.rows['no checks']) {
   const none = busy.rows['no checks'];
   const spreadOf = (xs) => `${median(xs).toFixed(3)} [${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}]`;
-  console.log('| mode | units per CPU s | / no checks, per round | median [min-max] | / no checks, wall clock, median [min-max] | pauses per CPU ms | yields per CPU ms | loop iterations per yield |');
-  console.log('|---|---:|---|---:|---:|---:|---:|---:|');
+  console.log("| mode | units per CPU s | / no checks, per round | median [min-max] | / no checks, wall clock, median [min-max] | pauses per CPU ms | yields per CPU ms | loop iterations per yield | runtime mode at each cell's end | yields by reason (all rounds) |");
+  console.log('|---|---:|---|---:|---:|---:|---:|---:|---|---|');
   for (const [mode, cells] of Object.entries(busy.rows)) {
     const ratios = cells.map((c, i) => c.perCpuSecond / none[i].perCpuSecond);
     const wallRatios = cells.map((c, i) => c.perWallSecond / none[i].perWallSecond);
     busyRatios[mode] = { ratios, wallRatios };
     const perMs = (key) => median(cells.map((c) => c[key] / (c.cpu * 1e3))).toFixed(2);
     const iterationsPerYield = cells.every((c) => c.yields > 0 && c.iterations >= 0) ? median(cells.map((c) => c.iterations / c.yields)).toFixed(2) : '-';
-    console.log(`| ${mode} | ${median(cells.map((c) => c.perCpuSecond)).toFixed(0)} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(wallRatios)} | ${perMs('pauses')} | ${perMs('yields')} | ${iterationsPerYield} |`);
+    const modes = cells.every((c) => c.mode === null) ? '-' : cells.map((c) => c.mode).join(', ');
+    const reasons = {};
+    for (const c of cells) for (const [reason, count] of Object.entries(c.reasons)) reasons[reason] = (reasons[reason] ?? 0) + count;
+    const byReason = Object.keys(reasons).length === 0 ? '-' : Object.entries(reasons).map(([r, n]) => `${r} ${n}`).join(', ');
+    console.log(`| ${mode} | ${median(cells.map((c) => c.perCpuSecond)).toFixed(0)} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(wallRatios)} | ${perMs('pauses')} | ${perMs('yields')} | ${iterationsPerYield} | ${modes} | ${byReason} |`);
   }
   console.log('\ntarget: every "asked" mode >= 0.97x no checks (CPU time)');
 }
