@@ -52,15 +52,16 @@ export async function startAgent(bin, backend, dir, { sliceUs, tickUs = 1000, na
 
 /**
  * Start one agent per backend of BACKENDS at `sliceUs`: { agents: { sim, trace? }, skipped: { trace?: why } }.
+ * `name(backend)` names each agent's socket (default: the backend), so that several sets can run at once.
  * The sim agent must start; a tracing agent that cannot (not root, a kernel without BPF or BTF) is
  * left out with the reason, which the benchmark prints.
  */
-export async function startAgents(bin, dir, options) {
+export async function startAgents(bin, dir, { name = (backend) => backend, ...options } = {}) {
   const agents = {};
   const skipped = {};
   for (const backend of BACKENDS) {
     try {
-      agents[backend] = await startAgent(bin, backend, dir, options);
+      agents[backend] = await startAgent(bin, backend, dir, { ...options, name: name(backend) });
     } catch (error) {
       if (backend === 'sim') {
         for (const agent of Object.values(agents)) await agent.stop();
