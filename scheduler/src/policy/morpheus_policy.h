@@ -459,18 +459,10 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     CPU time only, scaled by weight) is below MORPHEUS_BASE_RECENT_SLICES base slices. Invariant:
  *     a task's key under RECENT is its BURST vtime raised to the slice-lag floor plus either 0 (it
  *     slept, and has used less than that much CPU since) or min(exec_ns, cap) exactly as under BURST
- *     (it never slept, or has run that long without sleeping); nothing in between. Why CPU since the
- *     sleep and not the wall time since the wake-up: the wall time counts the waits in the queue,
- *     which are what is being cut (at w8 under host load, scheduler/BENCHMARKS.md's issue-21 trace,
- *     BURST's requeued workers waited 16.8-42.0 ms on average per round and its wakers 3.8-8.2 ms,
- *     so a wall-time test of one base slice, 20 ms by default (SCX_SLICE_DFL), would have failed
- *     many split 0.5 ms ops on their waits alone), while the CPU used since the sleep stays at the
- *     op's share (BURST's term on those requeues averaged 7.3-13.7 ms per round, below the base
- *     slice even as that load inflated it). Why no multiple of an average (SPARE): ops split by
- *     preemptions ran past twice the usual burst under load, so SPARE still keyed many split ops
- *     behind the wakers. A hog never sleeps: it carries the whole term at every queueing, as under
- *     BURST (what kept the hogs behind the workers at w8_pressure); a task that sleeps again before
- *     using a base slice of CPU is never pushed back by it.
+ *     (it never slept, or has run that long without sleeping); nothing in between. The test counts
+ *     CPU, not the wall time since the wake-up, because the wall time includes the queue waits the
+ *     order exists to shorten; a hog never sleeps, so it carries the whole term at every queueing,
+ *     as under BURST. Why these choices, with the figures: scheduler/BENCHMARKS.md, issue 21.
  * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
  * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
