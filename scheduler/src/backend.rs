@@ -55,6 +55,10 @@ pub enum BaseOrder {
     /// `Burst` with its term counting only the CPU since the last sleep beyond twice the task's
     /// usual burst (opt-in until a comparison run shows it ahead of `Cputime`).
     Spare,
+    /// `Burst` with no term while the task has slept and used less than a base slice of CPU since
+    /// (a task preempted soon after waking keeps its place), the whole term otherwise and for a
+    /// task that never slept (opt-in until a comparison run shows it ahead of `Cputime`).
+    Recent,
 }
 
 /// Everything the command line decides, validated (see main.rs).

@@ -1268,6 +1268,7 @@ impl KernelBackend {
             crate::backend::BaseOrder::Lag => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_LAG,
             crate::backend::BaseOrder::Burst => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_BURST,
             crate::backend::BaseOrder::Spare => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_SPARE,
+            crate::backend::BaseOrder::Recent => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_RECENT,
         };
 
         rodata.base_trace_on = config.debug_base_trace;

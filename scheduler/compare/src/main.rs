@@ -39,8 +39,8 @@ const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "
 #[derive(Debug, Parser)]
 #[command(name = "compare", about = "scx_morpheus against EEVDF and the scx peers on the reference workloads")]
 struct Opts {
-    /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag, enforced-burst
-    /// and enforced-spare, enforced on the other base orders, only when named).
+    /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag, enforced-burst,
+    /// enforced-spare and enforced-recent, enforced on the other base orders, only when named).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Flash, Sched::Cosmos, Sched::Pandemonium, Sched::Observer, Sched::Enforced])]
     schedulers: Vec<Sched>,
     /// Rounds over all schedulers.

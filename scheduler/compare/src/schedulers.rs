@@ -4,7 +4,8 @@
 //! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
 //! base policy's former ordering (`--base-order cputime`), on its slice-lag variant (`--base-order
 //! lag`), on that with the CPU used since the last sleep added (`--base-order burst`) and on that
-//! with only that CPU beyond twice the task's usual burst added (`--base-order spare`), for a
+//! with only that CPU beyond twice the task's usual burst added (`--base-order spare`) or with that
+//! CPU added only for a task that has not slept recently (`--base-order recent`), for a
 //! before/after in the same run. Each is
 //! started before a round's cells and stopped after them.
 
@@ -45,6 +46,10 @@ pub enum Sched {
     /// usual burst (scx_morpheus `--base-order spare`): measured against `EnforcedCputime` and
     /// `EnforcedBurst` in the same rounds.
     EnforcedSpare,
+    /// Enforced mode with the burst order's term left out while the task slept and has used less
+    /// than a base slice of CPU since (scx_morpheus `--base-order recent`): measured against
+    /// `EnforcedCputime` and `EnforcedSpare` in the same rounds.
+    EnforcedRecent,
 }
 
 impl Sched {
@@ -63,11 +68,12 @@ impl Sched {
             Sched::EnforcedLag => "morpheus_enforced_lag",
             Sched::EnforcedBurst => "morpheus_enforced_burst",
             Sched::EnforcedSpare => "morpheus_enforced_spare",
+            Sched::EnforcedRecent => "morpheus_enforced_recent",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent)
     }
 }
 
@@ -90,7 +96,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent => None,
         }
     }
 }
@@ -163,7 +169,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
@@ -173,6 +179,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 Sched::EnforcedLag => "lag",
                 Sched::EnforcedBurst => "burst",
                 Sched::EnforcedSpare => "spare",
+                Sched::EnforcedRecent => "recent",
                 _ => "deadline",
             };
             let mut child = Command::new(&bins.morpheus)

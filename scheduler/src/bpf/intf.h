@@ -207,8 +207,8 @@ enum morpheus_base_trace {
 	MORPHEUS_BT_WAKE_AHEAD_US,       /* sum over wake enqueues of key - vtime_now, where the key is above it */
 	MORPHEUS_BT_REQUEUE_BEHIND_US,
 	MORPHEUS_BT_REQUEUE_AHEAD_US,
-	MORPHEUS_BT_WAKE_EXEC_US,        /* BURST: sum of the exec-runtime term in wake enqueues' keys */
-	MORPHEUS_BT_REQUEUE_EXEC_US,     /* BURST: the same in requeues' keys */
+	MORPHEUS_BT_WAKE_EXEC_US,        /* BURST, SPARE, RECENT: sum of the exec-runtime term in wake enqueues' keys */
+	MORPHEUS_BT_REQUEUE_EXEC_US,     /* BURST, SPARE, RECENT: the same in requeues' keys */
 	MORPHEUS_BT_RUNS_PREEMPTED,      /* runs that ended with the task still runnable */
 	MORPHEUS_BT_RUNS_SLEPT,          /* runs that ended with the task going to sleep */
 	MORPHEUS_BT_RUN_US,              /* sum of the lengths of all runs */

@@ -6,7 +6,8 @@
  * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
  * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag;
  * (--base-order burst) lag's key plus the CPU the task used since it last slept, capped; (--base-order
- * spare) the same counting only that CPU beyond twice the task's usual burst; or
+ * spare) the same counting only that CPU beyond twice the task's usual burst; (--base-order recent)
+ * burst's key without that CPU while the task slept and has used less than a base slice since; or
  * (--base-order deadline) a deadline, the time a task was queued plus the CPU time it used since it
  * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
@@ -37,7 +38,7 @@ const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
  */
 u64 vtime_now;
 
-/* Per task: what the DEADLINE, BURST and SPARE orders keep (morpheus_policy.h), created at its first run's end. */
+/* Per task: what the DEADLINE, BURST, SPARE and RECENT orders keep (morpheus_policy.h), created at its first run's end. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -45,10 +46,11 @@ struct {
 	__type(value, struct morpheus_base_task);
 } base_tasks SEC(".maps");
 
-/* BURST and SPARE: the task's vtime is kept apart from its key (struct morpheus_base_task). */
+/* BURST, SPARE and RECENT: the task's vtime is kept apart from its key (struct morpheus_base_task). */
 static __always_inline bool vtime_kept_apart(void)
 {
-	return base_order == MORPHEUS_BASE_ORDER_BURST || base_order == MORPHEUS_BASE_ORDER_SPARE;
+	return base_order == MORPHEUS_BASE_ORDER_BURST || base_order == MORPHEUS_BASE_ORDER_SPARE ||
+	       base_order == MORPHEUS_BASE_ORDER_RECENT;
 }
 
 /*
@@ -136,7 +138,7 @@ static __always_inline u64 scale_by_weight(u64 ns, u64 weight)
 
 /*
  * Trace (base_trace_on): p enters a queue as `kind` with `key` (TRACE_DIRECT: no key). Notes where
- * the key stands against vtime_now and, under BURST and SPARE, the exec-runtime term it carries.
+ * the key stands against vtime_now and, under BURST, SPARE and RECENT, the exec-runtime term it carries.
  */
 static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 key)
 {
@@ -168,7 +170,12 @@ static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 ke
 	if (!t)
 		return;
 	cap = base_slice() * MORPHEUS_BASE_EXEC_CAP_SLICES;
-	exec = base_order == MORPHEUS_BASE_ORDER_SPARE ? morpheus_base_spare_term(t, base_slice()) : t->exec_ns < cap ? t->exec_ns : cap;
+	if (base_order == MORPHEUS_BASE_ORDER_SPARE)
+		exec = morpheus_base_spare_term(t, base_slice());
+	else if (base_order == MORPHEUS_BASE_ORDER_RECENT)
+		exec = morpheus_base_recent_term(t, base_slice());
+	else
+		exec = t->exec_ns < cap ? t->exec_ns : cap;
 	trace_add(wake ? MORPHEUS_BT_WAKE_EXEC_US : MORPHEUS_BT_REQUEUE_EXEC_US, exec / 1000);
 }
 
@@ -240,6 +247,8 @@ static __always_inline u64 queue_key(struct task_struct *p)
 		return morpheus_base_burst_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 	if (base_order == MORPHEUS_BASE_ORDER_SPARE)
 		return morpheus_base_spare_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
+	if (base_order == MORPHEUS_BASE_ORDER_RECENT)
+		return morpheus_base_recent_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
 }
 

@@ -453,6 +453,16 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     burst_avg_ns): a task that sleeps after short runs and was preempted part-way into one keeps its
  *     place among the tasks waking, while a task that has never slept under this scheduler (a hog:
  *     no usual burst) still goes behind them by its whole exec runtime, up to the cap.
+ *   RECENT: BURST, but the second term is 0 while the task has slept recently, and BURST's whole
+ *     capped exec runtime otherwise. "Slept recently": it has slept under this scheduler at least
+ *     once (last_sleep_ns set) and its exec runtime since that sleep (exec_ns, the count BURST keeps:
+ *     CPU time only, scaled by weight) is below MORPHEUS_BASE_RECENT_SLICES base slices. Invariant:
+ *     a task's key under RECENT is its BURST vtime raised to the slice-lag floor plus either 0 (it
+ *     slept, and has used less than that much CPU since) or min(exec_ns, cap) exactly as under BURST
+ *     (it never slept, or has run that long without sleeping); nothing in between. The test counts
+ *     CPU, not the wall time since the wake-up, because the wall time includes the queue waits the
+ *     order exists to shorten; a hog never sleeps, so it carries the whole term at every queueing,
+ *     as under BURST. Why these choices, with the figures: scheduler/BENCHMARKS.md, issue 21.
  * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
  * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
@@ -462,23 +472,25 @@ enum morpheus_base_order {
 	MORPHEUS_BASE_ORDER_LAG = 2,
 	MORPHEUS_BASE_ORDER_BURST = 3,
 	MORPHEUS_BASE_ORDER_SPARE = 4,
+	MORPHEUS_BASE_ORDER_RECENT = 5,
 };
 
-/* LAG, BURST and SPARE orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
+/* LAG, BURST, SPARE and RECENT orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
 #define MORPHEUS_BASE_LAG_DIV 8
 
 /*
  * The credit, in vtime (CPU time * 100 / weight), that a task of `weight` (100 = nice 0, 0 taken as
  * 100) keeps below vtime_now when it is queued: a whole slice under CPUTIME (and for a task cpu.max
- * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG, BURST and
- * SPARE.
+ * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG, BURST,
+ * SPARE and RECENT.
  * Never 0 for a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, morpheus_u64 slice_ns, morpheus_u64 weight)
 {
 	morpheus_u64 lag;
 
-	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST && order != MORPHEUS_BASE_ORDER_SPARE)
+	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST && order != MORPHEUS_BASE_ORDER_SPARE &&
+	    order != MORPHEUS_BASE_ORDER_RECENT)
 		return slice_ns;
 	lag = slice_ns / MORPHEUS_BASE_LAG_DIV * 100 / (weight ? weight : 100);
 	return lag ? lag : (slice_ns ? 1 : 0);
@@ -503,6 +515,11 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_key(morpheus_u64 vtime, morp
 #define MORPHEUS_BASE_CREDIT_DIV 4
 /* SPARE order: the CPU since the last sleep that goes unpenalised, in multiples of the usual burst. */
 #define MORPHEUS_BASE_SPARE_MUL 2
+/*
+ * RECENT order: a task that slept has slept recently while its exec runtime since is below this many
+ * base slices. Equal to MORPHEUS_BASE_EXEC_CAP_SLICES, so the term is 0 or the whole cap.
+ */
+#define MORPHEUS_BASE_RECENT_SLICES 1
 /* Weight of the newest interval in the wake-up rate's (and the usual burst's) moving average: 1 / this. */
 #define MORPHEUS_BASE_RATE_SMOOTHING 4
 
@@ -620,7 +637,36 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_key(const struct morpheus_ba
 }
 
 /*
- * BURST (and SPARE) order: the task is queued. Its vtime is raised to the floor its key was (the credit it keeps
+ * RECENT order: the second term of the key of a task (state `t`, NULL: none yet, so no exec runtime
+ * either): 0 if it has slept under this scheduler and used less than MORPHEUS_BASE_RECENT_SLICES base
+ * slices of CPU (weight-scaled) since, else its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES
+ * base slices, BURST's term.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_term(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
+{
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
+
+	if (!t)
+		return 0;
+	if (t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES)
+		return 0;
+	return t->exec_ns < cap ? t->exec_ns : cap;
+}
+
+/*
+ * RECENT order: the key of a task (arguments as morpheus_base_burst_key's): BURST's vtime raised to
+ * the slice-lag floor, plus morpheus_base_recent_term instead of the whole capped exec runtime.
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
+							  morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
+{
+	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_RECENT, slice_ns, weight);
+
+	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + morpheus_base_recent_term(t, slice_ns);
+}
+
+/*
+ * BURST (and SPARE, RECENT) order: the task is queued. Its vtime is raised to the floor its key was (the credit it keeps
  * is the lag, as the insertion does for LAG's vtime), so a task that slept long does not keep its
  * old lead over the runs that follow.
  */

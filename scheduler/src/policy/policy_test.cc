@@ -819,4 +819,76 @@ TEST(BaseSpare, AWorkerPreemptedInsideItsUsualBurstQueuesLevelWithWakersAHogStil
 	EXPECT_EQ(morpheus_base_spare_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
 }
 
+// The RECENT order: BURST with no term while the task slept and has used less than
+// MORPHEUS_BASE_RECENT_SLICES base slices of CPU since, the whole capped term otherwise.
+TEST(BaseRecent, AWorkerPreemptedSoonAfterWakingQueuesLevelWithAWakerOfTheSameVtime)
+{
+	// Traced in the VM at w8 (scheduler/BENCHMARKS.md): under BURST a worker preempted part-way into
+	// its op was requeued behind every worker that woke meanwhile by the CPU of its op so far, and
+	// under SPARE still behind them once its op ran past twice its usual burst. Under RECENT it keeps
+	// its lag key: it slept, and has used less than a base slice of CPU since.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task worker{}, waker{};
+	morpheus_base_burst_charge(&worker, now - 1 * ms, 0);
+	morpheus_base_charge(&worker, ms / 2);
+	morpheus_base_sleep(&worker, 1 * kSecond);      // usual burst 0.5 ms
+	morpheus_base_burst_charge(&worker, 0, 6 * ms); // preempted 6 ms into its next op; vtime now + 5 ms
+	morpheus_base_burst_charge(&waker, now + 5 * ms, 0);
+	morpheus_base_charge(&waker, ms / 2);
+	morpheus_base_sleep(&waker, 1 * kSecond); // woke with the same vtime, no exec runtime
+	EXPECT_EQ(morpheus_base_recent_term(&worker, kBaseSlice), 0u);
+	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&waker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), now + 5 * ms);
+	// Where BURST and SPARE put it behind the waker.
+	EXPECT_GT(morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&waker, 0, now, kBaseSlice, 100) + 5 * ms);
+	EXPECT_GT(morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&waker, 0, now, kBaseSlice, 100));
+	// Just short of a base slice of CPU since its sleep, still level.
+	worker.exec_ns = kBaseSlice * MORPHEUS_BASE_RECENT_SLICES - 1;
+	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&waker, 0, now, kBaseSlice, 100));
+}
+
+TEST(BaseRecent, ATaskThatHasNotSleptForASliceOfCpuGetsTheWholeCappedTerm)
+{
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
+	EXPECT_EQ(morpheus_base_recent_term(nullptr, kBaseSlice), 0u);
+	EXPECT_EQ(morpheus_base_recent_key(nullptr, now, now, kBaseSlice, 100), now);
+	morpheus_base_task t{};
+	morpheus_base_burst_charge(&t, now, 1 * ms);
+	morpheus_base_sleep(&t, 1 * kSecond);
+	morpheus_base_burst_charge(&t, 0, kBaseSlice * MORPHEUS_BASE_RECENT_SLICES); // a whole slice since
+	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
+	EXPECT_EQ(morpheus_base_recent_key(&t, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100));
+	morpheus_base_burst_charge(&t, 0, 3 * ms);
+	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
+	t.exec_ns = 100 * kBaseSlice;
+	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
+	EXPECT_EQ(morpheus_base_recent_key(&t, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100));
+	// Its next sleep spares it again.
+	morpheus_base_sleep(&t, 2 * kSecond);
+	morpheus_base_burst_charge(&t, 0, 2 * ms);
+	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), 0u);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_RECENT, kBaseSlice, 100),
+		  morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100));
+}
+
+TEST(BaseRecent, ATaskThatNeverSleptGetsTheTermAsUnderBurst)
+{
+	// A hog never sleeps: from its first run on it carries BURST's term, however little CPU it has
+	// used so far, and goes behind a worker preempted soon after waking (w8_pressure's hogs).
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task hog{}, worker{};
+	morpheus_base_burst_charge(&hog, now - 9 * ms, 7 * ms); // vtime now - 2 ms, never slept
+	EXPECT_EQ(morpheus_base_recent_term(&hog, kBaseSlice), 7 * ms);
+	EXPECT_EQ(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	morpheus_base_burst_charge(&hog, 0, 30 * ms);
+	EXPECT_EQ(morpheus_base_recent_term(&hog, kBaseSlice), kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES);
+	morpheus_base_burst_charge(&worker, now - 1 * ms, 0);
+	morpheus_base_charge(&worker, ms / 2);
+	morpheus_base_sleep(&worker, 1 * kSecond);
+	morpheus_base_burst_charge(&worker, 0, 6 * ms); // vtime now + 5 ms, below the hog's now + 28 ms
+	EXPECT_GT(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+}
+
 } // namespace
