@@ -246,7 +246,7 @@ async function busyCell(checks) {
   return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields, iterations, mode, reasons };
 }
 
-const busy = { rows: {}, skipped: {}, agents: {} };
+const busy = { rows: {}, skipped: {} };
 if (!process.env.MORPHEUS_SCX_BIN) {
   busy.skipped.all = 'MORPHEUS_SCX_BIN is not set (bench/run.sh builds scx_morpheus and sets it)';
 } else {
