@@ -49,8 +49,7 @@ struct {
 /* BURST, SPARE and RECENT: the task's vtime is kept apart from its key (struct morpheus_base_task). */
 static __always_inline bool vtime_kept_apart(void)
 {
-	return base_order == MORPHEUS_BASE_ORDER_BURST || base_order == MORPHEUS_BASE_ORDER_SPARE ||
-	       base_order == MORPHEUS_BASE_ORDER_RECENT;
+	return morpheus_base_keeps_vtime(base_order);
 }
 
 /*
@@ -145,7 +144,7 @@ static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 ke
 	struct morpheus_base_task *t;
 	struct trace_task *tt;
 	bool wake = kind == TRACE_WAKE;
-	u64 now_v, cap, exec;
+	u64 now_v, exec;
 
 	if (!base_trace_on)
 		return;
@@ -169,13 +168,7 @@ static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 ke
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
 	if (!t)
 		return;
-	cap = base_slice() * MORPHEUS_BASE_EXEC_CAP_SLICES;
-	if (base_order == MORPHEUS_BASE_ORDER_SPARE)
-		exec = morpheus_base_spare_term(t, base_slice());
-	else if (base_order == MORPHEUS_BASE_ORDER_RECENT)
-		exec = morpheus_base_recent_term(t, base_slice());
-	else
-		exec = t->exec_ns < cap ? t->exec_ns : cap;
+	exec = morpheus_base_exec_term(base_order, t, base_slice());
 	trace_add(wake ? MORPHEUS_BT_WAKE_EXEC_US : MORPHEUS_BT_REQUEUE_EXEC_US, exec / 1000);
 }
 
@@ -243,12 +236,9 @@ static __always_inline u64 queue_key(struct task_struct *p)
 	if (base_order != MORPHEUS_BASE_ORDER_DEADLINE && !vtime_kept_apart())
 		return queue_vtime(p);
 	t = bpf_task_storage_get(&base_tasks, p, 0, 0);
-	if (base_order == MORPHEUS_BASE_ORDER_BURST)
-		return morpheus_base_burst_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
-	if (base_order == MORPHEUS_BASE_ORDER_SPARE)
-		return morpheus_base_spare_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
-	if (base_order == MORPHEUS_BASE_ORDER_RECENT)
-		return morpheus_base_recent_key(t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(), p->scx.weight);
+	if (vtime_kept_apart())
+		return morpheus_base_kept_key(base_order, t, READ_ONCE(p->scx.dsq_vtime), READ_ONCE(vtime_now), base_slice(),
+					      p->scx.weight);
 	return morpheus_base_deadline(t ?: &none, bpf_ktime_get_ns(), base_slice());
 }
 

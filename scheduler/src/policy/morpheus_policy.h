@@ -571,16 +571,40 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_wake_credit(morpheus_u64 wake_rate
 	return slice_ns / MORPHEUS_BASE_CREDIT_DIV / MORPHEUS_BASE_RATE_FULL * rate;
 }
 
+/*
+ * A task's exec runtime (CPU used since it last slept, weight-scaled), capped at
+ * MORPHEUS_BASE_EXEC_CAP_SLICES base slices of `slice_ns`: the term DEADLINE and BURST add. 0 for no
+ * state yet (t NULL).
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_capped_exec(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
+{
+	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
+
+	if (!t)
+		return 0;
+	return t->exec_ns < cap ? t->exec_ns : cap;
+}
+
 /* The deadline of a task queued at `now_ns` (DEADLINE order; see enum morpheus_base_order). */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_deadline(const struct morpheus_base_task *t, morpheus_u64 now_ns,
 							morpheus_u64 slice_ns)
 {
-	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
-	morpheus_u64 exec = t->exec_ns < cap ? t->exec_ns : cap;
+	morpheus_u64 exec = morpheus_base_capped_exec(t, slice_ns);
 	morpheus_u64 credit = morpheus_base_wake_credit(t->wake_rate, slice_ns);
 	morpheus_u64 at = now_ns + exec;
 
 	return at > credit ? at - credit : 0;
+}
+
+/*
+ * Whether order `order` keeps a task's vtime apart from its queue key (struct morpheus_base_task's
+ * `vtime`): BURST, SPARE and RECENT, whose keys add an exec-runtime term that must not add up over
+ * queueings (morpheus_base_kept_key).
+ */
+MORPHEUS_POLICY_FN int morpheus_base_keeps_vtime(morpheus_u32 order)
+{
+	return order == MORPHEUS_BASE_ORDER_BURST || order == MORPHEUS_BASE_ORDER_SPARE ||
+	       order == MORPHEUS_BASE_ORDER_RECENT;
 }
 
 /*
@@ -591,21 +615,6 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_deadline(const struct morpheus_bas
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_vtime(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime)
 {
 	return t && t->has_vtime ? t->vtime : dsq_vtime;
-}
-
-/*
- * BURST order: the key of a task (state `t`, NULL: none yet; key so far `dsq_vtime`; `weight`, 100 =
- * nice 0) queued when the highest vtime started is `vtime_now`: its vtime raised to the slice-lag floor
- * (morpheus_base_vtime_key), plus its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES base slices.
- */
-MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_burst_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
-							 morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
-{
-	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, slice_ns, weight);
-	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
-	morpheus_u64 exec = t ? (t->exec_ns < cap ? t->exec_ns : cap) : 0;
-
-	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + exec;
 }
 
 /*
@@ -625,18 +634,6 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_term(const struct morpheus_b
 }
 
 /*
- * SPARE order: the key of a task (arguments as morpheus_base_burst_key's): BURST's vtime raised to
- * the slice-lag floor, plus morpheus_base_spare_term instead of the whole capped exec runtime.
- */
-MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
-							 morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
-{
-	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_SPARE, slice_ns, weight);
-
-	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + morpheus_base_spare_term(t, slice_ns);
-}
-
-/*
  * RECENT order: the second term of the key of a task (state `t`, NULL: none yet, so no exec runtime
  * either): 0 if it has slept under this scheduler and used less than MORPHEUS_BASE_RECENT_SLICES base
  * slices of CPU (weight-scaled) since, else its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES
@@ -644,25 +641,42 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_key(const struct morpheus_ba
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_term(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
 {
-	morpheus_u64 cap = slice_ns * MORPHEUS_BASE_EXEC_CAP_SLICES;
-
-	if (!t)
+	if (t && t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES)
 		return 0;
-	if (t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES)
-		return 0;
-	return t->exec_ns < cap ? t->exec_ns : cap;
+	return morpheus_base_capped_exec(t, slice_ns);
 }
 
 /*
- * RECENT order: the key of a task (arguments as morpheus_base_burst_key's): BURST's vtime raised to
- * the slice-lag floor, plus morpheus_base_recent_term instead of the whole capped exec runtime.
+ * The second term of the key of a task (state `t`, NULL: none yet) under a kept-vtime order `order`
+ * (morpheus_base_kept_key): BURST's capped exec runtime, SPARE's or RECENT's term; 0 under any other
+ * order. The one place an order picks its term: the queue's key and the trace's record both take it here.
  */
-MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_key(const struct morpheus_base_task *t, morpheus_u64 dsq_vtime,
-							  morpheus_u64 vtime_now, morpheus_u64 slice_ns, morpheus_u64 weight)
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_exec_term(morpheus_u32 order, const struct morpheus_base_task *t,
+							 morpheus_u64 slice_ns)
 {
-	morpheus_u64 credit = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_RECENT, slice_ns, weight);
+	if (order == MORPHEUS_BASE_ORDER_SPARE)
+		return morpheus_base_spare_term(t, slice_ns);
+	if (order == MORPHEUS_BASE_ORDER_RECENT)
+		return morpheus_base_recent_term(t, slice_ns);
+	if (order == MORPHEUS_BASE_ORDER_BURST)
+		return morpheus_base_capped_exec(t, slice_ns);
+	return 0;
+}
 
-	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) + morpheus_base_recent_term(t, slice_ns);
+/*
+ * The key of a task under a kept-vtime order `order` (BURST, SPARE or RECENT: the task's vtime kept
+ * apart from its key) with state `t` (NULL: none yet), key so far `dsq_vtime` and `weight` (100 =
+ * nice 0), queued when the highest vtime started is `vtime_now`: its vtime raised to the order's
+ * slice-lag floor (morpheus_base_vtime_key), plus the order's exec term (morpheus_base_exec_term).
+ */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_kept_key(morpheus_u32 order, const struct morpheus_base_task *t,
+							morpheus_u64 dsq_vtime, morpheus_u64 vtime_now, morpheus_u64 slice_ns,
+							morpheus_u64 weight)
+{
+	morpheus_u64 credit = morpheus_base_vtime_credit(order, slice_ns, weight);
+
+	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) +
+	       morpheus_base_exec_term(order, t, slice_ns);
 }
 
 /*

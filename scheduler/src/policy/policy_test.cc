@@ -699,21 +699,21 @@ TEST(BaseBurst, KeyIsTheLagKeyPlusTheCappedExecRuntime)
 	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_BURST, kBaseSlice, 100);
 	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
 	// No state yet: the key so far is the vtime, raised to the lag floor, with no exec runtime.
-	EXPECT_EQ(morpheus_base_burst_key(nullptr, now - 10 * ms, now, kBaseSlice, 100), now - lag);
-	EXPECT_EQ(morpheus_base_burst_key(nullptr, now + 3 * ms, now, kBaseSlice, 100), now + 3 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, nullptr, now - 10 * ms, now, kBaseSlice, 100), now - lag);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, nullptr, now + 3 * ms, now, kBaseSlice, 100), now + 3 * ms);
 	// With state: the kept vtime, not the key so far, plus the exec runtime up to the cap.
 	morpheus_base_task t{};
 	morpheus_base_burst_charge(&t, now - 1 * ms, 2 * ms);
 	EXPECT_EQ(t.has_vtime, 1u);
 	EXPECT_EQ(t.vtime, now + 1 * ms);
 	EXPECT_EQ(t.exec_ns, 2 * ms);
-	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now + 1 * ms + 2 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 0, now, kBaseSlice, 100), now + 1 * ms + 2 * ms);
 	morpheus_base_burst_charge(&t, 0, 40 * ms);
 	EXPECT_EQ(t.vtime, now + 41 * ms);
-	EXPECT_EQ(morpheus_base_burst_key(&t, 12345, now, kBaseSlice, 100), now + 41 * ms + cap);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 12345, now, kBaseSlice, 100), now + 41 * ms + cap);
 	// Sleeping ends the burst: the key is the vtime alone again; the vtime keeps every run.
 	morpheus_base_sleep(&t, 5 * kSecond);
-	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now + 41 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 0, now, kBaseSlice, 100), now + 41 * ms);
 }
 
 TEST(BaseBurst, AHogQueuedWithAWorkerGoesBehindItByItsBurstTheLagStillBoundsTheWorkersLead)
@@ -727,16 +727,16 @@ TEST(BaseBurst, AHogQueuedWithAWorkerGoesBehindItByItsBurstTheLagStillBoundsTheW
 	morpheus_base_burst_charge(&worker, now - 1 * ms, 500 * 1000); // vtime now - 0.5 ms
 	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_LAG, kBaseSlice, 100);
 	EXPECT_LT(morpheus_base_vtime_key(hog.vtime, now, lag), morpheus_base_vtime_key(worker.vtime, now, lag));
-	EXPECT_GT(morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &worker, 0, now, kBaseSlice, 100));
 	// The burst term is capped: a worker whose vtime is more than the cap ahead of the hog's still
 	// goes behind it (the hog is not starved).
 	morpheus_base_task ahead{};
 	morpheus_base_burst_charge(&ahead, now + kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES, 0);
-	EXPECT_GT(morpheus_base_burst_key(&ahead, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &ahead, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100));
 	// A worker that slept long keeps only the lag of credit, whatever vtime it had.
 	morpheus_base_task sleeper{};
 	morpheus_base_burst_charge(&sleeper, now - 10 * kSecond, 0);
-	EXPECT_EQ(morpheus_base_burst_key(&sleeper, 0, now, kBaseSlice, 100), now - lag);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &sleeper, 0, now, kBaseSlice, 100), now - lag);
 }
 
 TEST(BaseBurst, QueueingRaisesTheKeptVtimeToTheFloorSoALongSleeperDoesNotKeepItsLead)
@@ -752,7 +752,7 @@ TEST(BaseBurst, QueueingRaisesTheKeptVtimeToTheFloorSoALongSleeperDoesNotKeepIts
 	// raised to the floor again at every queueing while it caught up ten seconds).
 	morpheus_base_burst_charge(&t, 0, 5 * ms);
 	morpheus_base_sleep(&t, 2);
-	EXPECT_EQ(morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100), now - lag + 5 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 0, now, kBaseSlice, 100), now - lag + 5 * ms);
 	// A vtime already past the floor is left alone; a task with no kept vtime is left alone.
 	morpheus_base_burst_queued(&t, now, kBaseSlice, 100);
 	EXPECT_EQ(t.vtime, now - lag + 5 * ms);
@@ -812,11 +812,11 @@ TEST(BaseSpare, AWorkerPreemptedInsideItsUsualBurstQueuesLevelWithWakersAHogStil
 	morpheus_base_burst_charge(&waker, now + 5 * ms, 0);
 	morpheus_base_charge(&waker, 5 * ms);
 	morpheus_base_sleep(&waker, 1 * kSecond);       // woke with the same vtime, no exec runtime
-	EXPECT_EQ(morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&waker, 0, now, kBaseSlice, 100));
-	EXPECT_GT(morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&waker, 0, now, kBaseSlice, 100) + 5 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &waker, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &waker, 0, now, kBaseSlice, 100) + 5 * ms);
 	morpheus_base_burst_charge(&hog, now - 32 * ms, 30 * ms); // vtime now - 2 ms, never slept
-	EXPECT_GT(morpheus_base_spare_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100));
-	EXPECT_EQ(morpheus_base_spare_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &worker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100));
 }
 
 // The RECENT order: BURST with no term while the task slept and has used less than
@@ -837,14 +837,14 @@ TEST(BaseRecent, AWorkerPreemptedSoonAfterWakingQueuesLevelWithAWakerOfTheSameVt
 	morpheus_base_charge(&waker, ms / 2);
 	morpheus_base_sleep(&waker, 1 * kSecond); // woke with the same vtime, no exec runtime
 	EXPECT_EQ(morpheus_base_recent_term(&worker, kBaseSlice), 0u);
-	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&waker, 0, now, kBaseSlice, 100));
-	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), now + 5 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &waker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &worker, 0, now, kBaseSlice, 100), now + 5 * ms);
 	// Where BURST and SPARE put it behind the waker.
-	EXPECT_GT(morpheus_base_burst_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&waker, 0, now, kBaseSlice, 100) + 5 * ms);
-	EXPECT_GT(morpheus_base_spare_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_spare_key(&waker, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &waker, 0, now, kBaseSlice, 100) + 5 * ms);
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_SPARE, &waker, 0, now, kBaseSlice, 100));
 	// Just short of a base slice of CPU since its sleep, still level.
 	worker.exec_ns = kBaseSlice * MORPHEUS_BASE_RECENT_SLICES - 1;
-	EXPECT_EQ(morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&waker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &worker, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &waker, 0, now, kBaseSlice, 100));
 }
 
 TEST(BaseRecent, ATaskThatHasNotSleptForASliceOfCpuGetsTheWholeCappedTerm)
@@ -852,18 +852,18 @@ TEST(BaseRecent, ATaskThatHasNotSleptForASliceOfCpuGetsTheWholeCappedTerm)
 	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
 	const morpheus_u64 cap = kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES;
 	EXPECT_EQ(morpheus_base_recent_term(nullptr, kBaseSlice), 0u);
-	EXPECT_EQ(morpheus_base_recent_key(nullptr, now, now, kBaseSlice, 100), now);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, nullptr, now, now, kBaseSlice, 100), now);
 	morpheus_base_task t{};
 	morpheus_base_burst_charge(&t, now, 1 * ms);
 	morpheus_base_sleep(&t, 1 * kSecond);
 	morpheus_base_burst_charge(&t, 0, kBaseSlice * MORPHEUS_BASE_RECENT_SLICES); // a whole slice since
 	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
-	EXPECT_EQ(morpheus_base_recent_key(&t, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &t, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 0, now, kBaseSlice, 100));
 	morpheus_base_burst_charge(&t, 0, 3 * ms);
 	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
 	t.exec_ns = 100 * kBaseSlice;
 	EXPECT_EQ(morpheus_base_recent_term(&t, kBaseSlice), cap);
-	EXPECT_EQ(morpheus_base_recent_key(&t, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&t, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &t, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &t, 0, now, kBaseSlice, 100));
 	// Its next sleep spares it again.
 	morpheus_base_sleep(&t, 2 * kSecond);
 	morpheus_base_burst_charge(&t, 0, 2 * ms);
@@ -880,15 +880,49 @@ TEST(BaseRecent, ATaskThatNeverSleptGetsTheTermAsUnderBurst)
 	morpheus_base_task hog{}, worker{};
 	morpheus_base_burst_charge(&hog, now - 9 * ms, 7 * ms); // vtime now - 2 ms, never slept
 	EXPECT_EQ(morpheus_base_recent_term(&hog, kBaseSlice), 7 * ms);
-	EXPECT_EQ(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100));
 	morpheus_base_burst_charge(&hog, 0, 30 * ms);
 	EXPECT_EQ(morpheus_base_recent_term(&hog, kBaseSlice), kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES);
 	morpheus_base_burst_charge(&worker, now - 1 * ms, 0);
 	morpheus_base_charge(&worker, ms / 2);
 	morpheus_base_sleep(&worker, 1 * kSecond);
 	morpheus_base_burst_charge(&worker, 0, 6 * ms); // vtime now + 5 ms, below the hog's now + 28 ms
-	EXPECT_GT(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_recent_key(&worker, 0, now, kBaseSlice, 100));
-	EXPECT_EQ(morpheus_base_recent_key(&hog, 0, now, kBaseSlice, 100), morpheus_base_burst_key(&hog, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &worker, 0, now, kBaseSlice, 100));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100));
+}
+
+TEST(BaseKept, EachOrderTakesItsOwnTermAndOnlyTheKeptOrdersKeepAVtime)
+{
+	// The queue's key and the debug trace both take the term from morpheus_base_exec_term: a term
+	// picked for the wrong order shows here.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task t{};
+	morpheus_base_burst_charge(&t, now, 1 * ms);
+	morpheus_base_sleep(&t, 1 * kSecond); // usual burst 1 ms
+	morpheus_base_burst_charge(&t, 0, 3 * ms); // 3 ms since it slept: beyond SPARE's spare, below a slice
+	ASSERT_LT(3 * ms, kBaseSlice * MORPHEUS_BASE_RECENT_SLICES);
+	EXPECT_EQ(morpheus_base_exec_term(MORPHEUS_BASE_ORDER_BURST, &t, kBaseSlice), morpheus_base_capped_exec(&t, kBaseSlice));
+	EXPECT_EQ(morpheus_base_exec_term(MORPHEUS_BASE_ORDER_BURST, &t, kBaseSlice), 3 * ms);
+	EXPECT_EQ(morpheus_base_exec_term(MORPHEUS_BASE_ORDER_SPARE, &t, kBaseSlice), morpheus_base_spare_term(&t, kBaseSlice));
+	EXPECT_EQ(morpheus_base_exec_term(MORPHEUS_BASE_ORDER_RECENT, &t, kBaseSlice), 0u);
+	EXPECT_NE(morpheus_base_exec_term(MORPHEUS_BASE_ORDER_SPARE, &t, kBaseSlice), 3 * ms);
+	for (morpheus_u32 order : {(morpheus_u32)MORPHEUS_BASE_ORDER_BURST, (morpheus_u32)MORPHEUS_BASE_ORDER_SPARE,
+				   (morpheus_u32)MORPHEUS_BASE_ORDER_RECENT}) {
+		EXPECT_TRUE(morpheus_base_keeps_vtime(order)) << order;
+		morpheus_u64 floor = morpheus_base_vtime_key(morpheus_base_burst_vtime(&t, 0), now,
+							     morpheus_base_vtime_credit(order, kBaseSlice, 100));
+		EXPECT_EQ(morpheus_base_kept_key(order, &t, 0, now, kBaseSlice, 100) - floor,
+			  morpheus_base_exec_term(order, &t, kBaseSlice))
+			<< order;
+	}
+	for (morpheus_u32 order : {(morpheus_u32)MORPHEUS_BASE_ORDER_CPUTIME, (morpheus_u32)MORPHEUS_BASE_ORDER_LAG,
+				   (morpheus_u32)MORPHEUS_BASE_ORDER_DEADLINE}) {
+		EXPECT_FALSE(morpheus_base_keeps_vtime(order)) << order;
+		EXPECT_EQ(morpheus_base_exec_term(order, &t, kBaseSlice), 0u) << order;
+	}
+	EXPECT_EQ(morpheus_base_capped_exec(nullptr, kBaseSlice), 0u);
+	t.exec_ns = 10 * kBaseSlice;
+	EXPECT_EQ(morpheus_base_capped_exec(&t, kBaseSlice), kBaseSlice * MORPHEUS_BASE_EXEC_CAP_SLICES);
 }
 
 } // namespace
