@@ -24,7 +24,9 @@
 #      check is a row of that SDK's live-kernel column (`e2e-live:` lines, judged in e2e/run.sh);
 #   9. a restart the kernel asks for (CPU 1 taken offline, then back): the agent restarts each time and
 #      a worker running across both re-registers on its own;
-#  10. first of all, with no scheduler attached: the BPF program's escalation gate answers the
+#  10. every --base-order other than the default loads (the verifier accepts its branch) and schedules
+#      the observer phase's workers, the agent exiting 0;
+#  11. first of all, with no scheduler attached: the BPF program's escalation gate answers the
 #      conformance cases e2e/run.sh exported (/morpheus/gate-cases.jsonl), one `e2e-gate-answer:` line
 #      each, judged on the host into the matrix's "kernel" column.
 # Then, outside the pass/fail checks, the overhead benchmark: fixed CPU-bound work with the default
@@ -288,6 +290,30 @@ elif start_agent /tmp/restart.log --mode observer; then
 	stop_agent /tmp/restart.log
 fi
 [ -w "$CPU1" ] && [ "$(cat "$CPU1")" = 0 ] && echo 1 >"$CPU1"
+
+# --- every base order (--base-order): the verifier takes its branch, and it schedules ------------
+# The order is load-time data, so the verifier walks only the loaded order's branch of the shared
+# queue's key: the phases above prove the default order alone. Each other order is loaded here with the
+# observer phase's workers (a spinner and a cooperative worker, which must be asked and acknowledge);
+# the agent must exit 0, as it does not after a sched_ext error exit, and sched_ext return to disabled.
+# The verdicts are exit codes, states and counts.
+order_attached() { [ "$(state)" = enabled ] && case "$(cat /sys/kernel/sched_ext/root/ops)" in morpheus*) true ;; *) false ;; esac; }
+for order in deadline lag burst spare recent; do
+	if start_agent "/tmp/order-$order.log" --mode observer --base-order "$order"; then
+		check "--base-order $order: sched_ext runs scx_morpheus's ops" order_attached
+		sed -n "s/.*verified_insns: /e2e-veristat: base-order=$order /p" "/tmp/order-$order.log"
+		morpheus-e2e-worker --seconds "$WORKER_SECONDS" spin cooperative >"/tmp/order-$order.out" 2>&1
+		check "--base-order $order: the workers ran (exit $?)" test $? -eq 0
+		cat "/tmp/order-$order.out"
+		order_yields=$(field cooperative yields "/tmp/order-$order.out")
+		check "--base-order $order: the cooperative worker was asked and acknowledged (yields=$order_yields)" \
+			test "${order_yields:-0}" -gt 0
+		check "--base-order $order: sched_ext still runs scx_morpheus's ops after the workers" order_attached
+		stop_agent "/tmp/order-$order.log"
+	else
+		bad "scx_morpheus --base-order $order did not start"
+	fi
+done
 
 # --- every SDK's own workers, live (e2e/live.sh's live_sdks) -------------------------------------
 # Rust, C, Python (worker_py.py on the morpheus wheel), Node and Java (java-ffm on JDK 25, java-jni on
