@@ -21,7 +21,10 @@ the same number of plain busy threads on CPU 1, not registered):
     worker count, the order reversed in every other pair (none, backends; backends, none), each ratio
     taken within its pair; a round's figure is the median of its pairs, and the table gives the
     rounds' spread and every pair's. The kernel's BPF run-time statistics are off while it runs: they
-    time every program run themselves.
+    time every program run themselves. `floor`, measured in the same pairs, is an empty BPF program on
+    the same tracepoint with no agent (the plain busy threads of `none`): what attaching any program there
+    costs a switch, which no tracing backend can go below; `trace / floor` is what the tracing programs'
+    own work adds to it, taken within each pair.
   - agent CPU: the agent's CPU time (its process CPU clock, every thread's, in nanoseconds) over a
     --window of seconds (in the first pair) with the workers running and nothing else measured, as a share of one CPU.
   - BPF CPU (trace): the run time of the tracing programs (tp_btf/sched_switch, sched_process_free)
@@ -41,6 +44,7 @@ import ctypes
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -50,6 +54,12 @@ import time
 SYS_BPF = 321
 BPF_ENABLE_STATS = 32
 BPF_STATS_RUN_TIME = 0
+# For the floor's empty program: BPF_PROG_LOAD and BPF_RAW_TRACEPOINT_OPEN, BPF_PROG_TYPE_RAW_TRACEPOINT,
+# and its two instructions, r0 = 0 (BPF_ALU64 | BPF_MOV | BPF_K) and exit (BPF_JMP | BPF_EXIT).
+BPF_PROG_LOAD = 5
+BPF_RAW_TRACEPOINT_OPEN = 17
+BPF_PROG_TYPE_RAW_TRACEPOINT = 17
+EMPTY_PROGRAM = bytes.fromhex("b700000000000000" "9500000000000000")
 # The tracing backend's programs that run on the machine's events (src/bpf/trace.bpf.c). The kernel
 # truncates names to 15 characters; bpftool may show the full name from BTF: the first 15 are compared.
 TRACE_PROGS = ("morpheus_switch", "morpheus_task_free")
@@ -77,6 +87,41 @@ def pipe_usecs(loops, runs):
             raise SystemExit(f"bench.py: no usecs/op in perf's output:\n{out}")
         usecs.append(found[0])
     return statistics.median(usecs)
+
+
+def bpf(cmd, attr):
+    """bpf(2) with `attr` (bytes, zero-padded to 128); its result, or SystemExit naming the command."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr, 128)
+    fd = libc.syscall(SYS_BPF, cmd, buf, 128)
+    if fd < 0:
+        raise SystemExit(f"bench.py: bpf command {cmd} failed: {os.strerror(ctypes.get_errno())}")
+    return fd
+
+
+class EmptySwitchProgram:
+    """An empty BPF program attached to the sched_switch tracepoint while the context is open. A raw
+    tracepoint: the kernel runs it by the same path (bpf_trace_run) as the tracing backend's tp_btf program."""
+
+    def __enter__(self):
+        insns = ctypes.create_string_buffer(EMPTY_PROGRAM, len(EMPTY_PROGRAM))
+        license = ctypes.create_string_buffer(b"GPL")
+        # union bpf_attr for BPF_PROG_LOAD: prog_type, insn_cnt, insns, license, log_level, log_size,
+        # log_buf, kern_version, prog_flags, prog_name.
+        self.prog = bpf(BPF_PROG_LOAD, struct.pack("IIQQIIQII16s", BPF_PROG_TYPE_RAW_TRACEPOINT, len(EMPTY_PROGRAM) // 8,
+                                                   ctypes.addressof(insns), ctypes.addressof(license), 0, 0, 0, 0, 0,
+                                                   b"morpheus_floor"))
+        name = ctypes.create_string_buffer(b"sched_switch")
+        try:
+            self.link = bpf(BPF_RAW_TRACEPOINT_OPEN, struct.pack("QI", ctypes.addressof(name), self.prog))
+        except BaseException:
+            os.close(self.prog)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.link)
+        os.close(self.prog)
 
 
 def enable_bpf_stats():
@@ -273,8 +318,13 @@ def main():
     if args.before_bin_dir:
         columns.append(("trace-before", "trace", args.before_bin_dir))
     columns.append(("sim", "sim", args.bin_dir))
+    # The floor: no agent, an empty program on the tracepoint (module doc); no detection of its own.
+    floor = ("floor", None, None)
+    over_columns = columns + [floor]
     det = {label: [] for label, _, _ in columns}
-    over = {(label, n): [] for label, _, _ in columns for n in WORKER_COUNTS}
+    over = {(label, n): [] for label, _, _ in over_columns for n in WORKER_COUNTS}
+    # trace's pipe over the floor's, within each pair
+    over_floor = {n: [] for n in WORKER_COUNTS}
     none = {n: [] for n in WORKER_COUNTS}
 
     def start(label, backend, bin_dir):
@@ -297,17 +347,24 @@ def main():
                 # --pipe-pairs pairs: `none` and every backend, the order reversed in every other pair
                 # (none first, then last), each backend's ratio taken to the `none` of its own pair.
                 # The agent and BPF CPU window is measured in the first pair only.
-                rows = {label: None for label, _, _ in columns}
-                ratios = {label: [] for label, _, _ in columns}
+                rows = {label: None for label, _, _ in over_columns}
+                ratios = {label: [] for label, _, _ in over_columns}
                 bases = []
+                pair_floor = []
                 for k in range(args.pipe_pairs):
-                    order = [None] + columns if k % 2 == 0 else columns + [None]
+                    order = [None] + over_columns if k % 2 == 0 else over_columns + [None]
                     pipes = {}
                     for col in order:
-                        if col is None:
+                        if col is None or col is floor:
                             load = Load(args.bin_dir, n, None, workdir)
                             try:
-                                base = pipe_usecs(args.pipe_loops, args.pipe_runs)
+                                if col is None:
+                                    base = pipe_usecs(args.pipe_loops, args.pipe_runs)
+                                else:
+                                    with EmptySwitchProgram():
+                                        pipes["floor"] = pipe_usecs(args.pipe_loops, args.pipe_runs)
+                                    if k == 0:
+                                        rows["floor"] = dict(pipe=pipes["floor"])
                             finally:
                                 load.stop()
                             continue
@@ -327,17 +384,27 @@ def main():
                     bases.append(base)
                     for label, pipe in pipes.items():
                         ratios[label].append(pipe / base)
+                    if "trace" in pipes:
+                        pair_floor.append(pipes["trace"] / pipes["floor"])
                     print(f"round {r} pair {k + 1} {n} workers: pipe none {base:.2f} us, "
                           + ", ".join(f"{label} {pipe:.2f} us ({pipe / base:.3f}x)" for label, pipe in pipes.items()), flush=True)
                 base = statistics.median(bases)
                 none[n].append(base)
-                for label, _, _ in columns:
+                if pair_floor:
+                    over_floor[n].append(dict(ratio=statistics.median(pair_floor), pair_ratios=pair_floor))
+                    print(f"round {r} overhead trace {n} workers: context switch {over_floor[n][-1]['ratio']:.3f}x floor "
+                          f"(median of {len(pair_floor)} pairs)", flush=True)
+                for label, _, _ in over_columns:
                     row = rows[label]
                     over[(label, n)].append(row)
                     if row is None:
                         continue
                     row["ratio"] = statistics.median(ratios[label]) if ratios[label] else float("nan")
                     row["pair_ratios"] = ratios[label]
+                    if label == "floor":
+                        print(f"round {r} overhead floor {n} workers: context switch {row['ratio']:.3f}x none "
+                              f"(median of {len(ratios[label])} pairs)", flush=True)
+                        continue
                     extra = ""
                     if "bpf_pct" in row:
                         extra = (f", BPF {row['bpf_pct']:.3f} % ({row['switch_ns']:.0f} ns a sched_switch run, "
@@ -362,17 +429,24 @@ def main():
     print("| workers | backend | context switch / none (rounds) | every pair | agent CPU % | BPF CPU % | agent + BPF % | sched_switch ns a run | timer or tick runs/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in WORKER_COUNTS:
-        for label in labels:
+        for label in labels + ["floor"]:
             rows = [x for x in over[(label, n)] if x is not None]
             if not rows:
                 print(f"| {n} | {label} | not measured (the workers did not register in any round) | | | | | | |")
+                continue
+            left_out = f" ({args.rounds - len(rows)} rounds left out)" if len(rows) < args.rounds else ""
+            pairs = [q for x in rows for q in x["pair_ratios"]]
+            if label == "floor":
+                print(f"| {n} | floor (empty program, no agent){left_out} | {spread([x['ratio'] for x in rows])} | {spread(pairs)} ({len(pairs)}) "
+                      f"| - | - | - | - | - |")
+                if over_floor[n]:
+                    fl = [q for x in over_floor[n] for q in x["pair_ratios"]]
+                    print(f"| {n} | trace / floor | {spread([x['ratio'] for x in over_floor[n]])} | {spread(fl)} ({len(fl)}) | - | - | - | - | - |")
                 continue
             has_bpf = "bpf_pct" in rows[0]
             bpf = spread([x["bpf_pct"] for x in rows]) if has_bpf else "-"
             both = spread([x["agent_pct"] + x.get("bpf_pct", 0) for x in rows])
             sw = spread([x["switch_ns"] for x in rows], "{:.0f}") if has_bpf else "-"
-            left_out = f" ({args.rounds - len(rows)} rounds left out)" if len(rows) < args.rounds else ""
-            pairs = [q for x in rows for q in x["pair_ratios"]]
             print(f"| {n} | {label}{left_out} | {spread([x['ratio'] for x in rows])} | {spread(pairs)} ({len(pairs)}) | {spread([x['agent_pct'] for x in rows])} | {bpf} | {both} | {sw} | "
                   f"{spread([x['ticks_per_s'] for x in rows], '{:.0f}')} |")
     print(f"(none: pipe round trip {', '.join(f'{n} busy threads ' + spread(none[n], '{:.2f}') + ' us' for n in WORKER_COUNTS)})")
