@@ -95,7 +95,8 @@ def run_matrix(agents, scenarios, timeout: float, jobs: int, build: bool = True)
                 else:
                     cells.append((sc, variant, spec))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(CellRun(sc, v, spec, timeout).run) for sc, v, spec in cells]
+        futures = [pool.submit(CellRun(sc, v, spec, timeout if spec.timeout is None else spec.timeout).run)
+                   for sc, v, spec in cells]
         results += [f.result() for f in futures]
     return results
 

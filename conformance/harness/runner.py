@@ -43,6 +43,8 @@ class AgentSpec:
     build: list[list[str]] = field(default_factory=list)
     description: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    # Seconds this agent may take to answer a request, in place of the run's --timeout (None: the run's).
+    timeout: float | None = None
 
 
 @dataclass

@@ -31,13 +31,14 @@ def reference(env=None, name="reference"):
     return AgentSpec(name, "sdk", REFERENCE, str(REPO_ROOT), env=env or {})
 
 
-def faulty(fault, op="checkpoint"):
-    return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT))
+def faulty(fault, op="checkpoint", timeout=None):
+    return AgentSpec(f"faulty-{fault}", "sdk", ["python3", FAULTY, fault, op], str(REPO_ROOT), timeout=timeout)
 
 
 # The per-request hang detector of these runs: generous, since a verdict must not depend on how loaded
 # the machine is (an agent that starts slowly under load is not a hung one); the tests of the detector
-# itself pass their own, short timeouts to faulty agents that really hang.
+# itself give their own, short timeout to the faulty agent alone (AgentSpec.timeout), never to the
+# reference agent beside it.
 def run(agents, names, timeout=60.0, scenarios_dir=SCENARIOS, build=False):
     scenarios, broken = load_dir(scenarios_dir)
     scenarios = [s for s in scenarios if s.name in names] if names else scenarios
@@ -540,9 +541,10 @@ class Protocol14Test(unittest.TestCase):
 
 class FaultyAgentTest(unittest.TestCase):
     def check(self, fault, expect_in, op="checkpoint", scenario="checkpoint_pending_yields_once", timeout=3.0):
+        # `timeout` is the faulty agent's own; the reference agent in the same run keeps run()'s generous
+        # one, so its cells pass however slowly a loaded machine starts it.
         start = time.monotonic()
-        results, _, _ = run([faulty(fault, op), reference()], {scenario, "checkpoint_idle_no_write"},
-                            timeout=timeout)
+        results, _, _ = run([faulty(fault, op, timeout), reference()], {scenario, "checkpoint_idle_no_write"})
         elapsed = time.monotonic() - start
         by = {(r.agent, r.row): r for r in results}
         bad = by[(f"faulty-{fault}", f"{scenario}[sync]")]
@@ -585,6 +587,17 @@ class FaultyAgentTest(unittest.TestCase):
 
     def test_silent_agent_is_killed(self):
         bad, _ = self.check("silent", "did not answer at start-up", op="-", timeout=2.0)
+
+    def test_a_short_timeout_is_the_faulty_agents_alone(self):
+        # A reference agent that takes 3 s to start, beside a silent agent given 1 s: the silent one is
+        # killed, the reference (under the run's timeout) passes, as a slow start on a loaded machine must.
+        slow = AgentSpec("slow-reference", "sdk", ["sh", "-c", 'sleep 3; exec "$0" "$@"'] + REFERENCE, str(REPO_ROOT))
+        results, _, _ = run([faulty("silent", "-", timeout=1.0), slow], {"checkpoint_idle_no_write"})
+        by = {(r.agent, r.row): r for r in results}
+        self.assertEqual(len(by), 4, by)
+        for (agent, row), r in by.items():
+            self.assertEqual(r.status, "fail" if agent == "faulty-silent" else "pass", r)
+        self.assertIn("within 1s", by[("faulty-silent", "checkpoint_idle_no_write[sync]")].message)
 
 
 class WatcherTest(unittest.TestCase):
