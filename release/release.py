@@ -366,8 +366,9 @@ def build_wheel(info: dict, stamp: dict, out: Path) -> list[Path]:
     wheels = []
     for platform in PLATFORMS:
         staging = out / f".wheel-{platform['name']}"
-        run(["maturin", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml", "--target", platform["rust"],
-             "-o", str(staging)], f"maturin ({platform['name']})")
+        # sdk-python/tools/maturin.sh: maturin under the lock every maturin build of the tree takes.
+        run(["bash", "sdk-python/tools/maturin.sh", "build", "--release", "--quiet", "-m", "sdk-python/Cargo.toml",
+             "--target", platform["rust"], "-o", str(staging)], f"maturin ({platform['name']})")
         made = list(staging.glob("morpheus-*.whl"))
         if len(made) != 1 or "abi3" not in made[0].name:
             raise Refused(f"maturin made {[w.name for w in made]} for {platform['name']}, expected one abi3 wheel")

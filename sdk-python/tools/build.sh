@@ -6,10 +6,11 @@
 # build cannot replace it meanwhile) and prints the copy's path. Used by the Bazel tests, the
 # conformance agent's build step and the bench.
 #
-# `bazel test //sdk-python/... //conformance:python` runs two callers at once: maturin stages the
-# library at one fixed path of the shared target dir, so builds are serialised with a lock, and the
-# wheel is reinstalled only when its extension differs from the installed one (reinstalling under a
-# test that is importing it would break that test).
+# `bazel test //sdk-python/... //conformance:python` runs two callers at once: this script's lock keeps
+# them from replacing each other's wheel in .build/wheels and the venv's install (tools/maturin.sh's lock
+# serialises the maturin build itself with every other of the tree), and the wheel is reinstalled only
+# when its extension differs from the installed one (reinstalling under a test that is importing it
+# would break that test).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="$here/.build"
@@ -17,7 +18,7 @@ mkdir -p "$build/wheels"
 exec 9>"$build/build.lock"
 flock 9
 rm -f "$build/wheels"/morpheus-*.whl
-maturin build --release --quiet -m "$here/Cargo.toml" -o "$build/wheels" >&2
+"$here/tools/maturin.sh" build --release --quiet -m "$here/Cargo.toml" -o "$build/wheels" >&2
 wheel="$(ls "$build/wheels"/morpheus-*.whl)"
 if [[ ! -x "$build/venv/bin/python" ]]; then
   python3 -m venv --system-site-packages "$build/venv"

@@ -34,7 +34,7 @@ if [[ -z $wheel ]]; then
   exec 9>"$here/.build/build-arm64.lock"
   flock 9
   rm -f "$out"/morpheus-*.whl
-  maturin build --release --quiet -m "$here/Cargo.toml" --target aarch64-unknown-linux-gnu -o "$out" >&2
+  "$here/tools/maturin.sh" build --release --quiet -m "$here/Cargo.toml" --target aarch64-unknown-linux-gnu -o "$out" >&2
   wheel="$(ls "$out"/morpheus-*.whl)"
 fi
 python3 "$here/tools/wheel_check.py" "$wheel" aarch64 || fail "$wheel is not what its tag says"

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0 OR MIT
 #
 # build.sh: the python-arm64 agent's build. maturin cross-builds the abi3 wheel for aarch64-unknown-linux-gnu
-# (as sdk-python/tools/test-arm64.sh does, under the same lock: maturin stages the library at one fixed path
-# of the target dir), and pip installs it for that platform (--platform manylinux_2_34_aarch64: pip refuses
-# a wheel whose tags do not fit) into target/conformance/arm64/python-<digest>, the digest of the package's
+# (through sdk-python/tools/maturin.sh, as every maturin build of the tree: it holds the lock that keeps
+# two builds from staging the library at the same path at once), and pip installs it for that platform
+# (--platform manylinux_2_34_aarch64: pip refuses a wheel whose tags do not fit) into target/conformance/arm64/python-<digest>, the digest of the package's
 # members in the wheel (morpheus/*, names and contents, as sdk-python/tools/build.sh compares them: the
 # wheel's own bytes and its SBOM differ each build).
 # target/conformance/arm64/python is a symlink to that directory, replaced by a rename: an agent of another
@@ -17,10 +17,8 @@ out=target/conformance/arm64
 mkdir -p "$out" sdk-python/.build
 scratch="$(mktemp -d "$out/.python-build.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
-(
-  flock 9
-  maturin build --release --quiet -m sdk-python/Cargo.toml --target aarch64-unknown-linux-gnu -o "$scratch/wheel" >&2
-) 9>sdk-python/.build/build-arm64.lock
+bash sdk-python/tools/maturin.sh build --release --quiet -m sdk-python/Cargo.toml --target aarch64-unknown-linux-gnu \
+  -o "$scratch/wheel" >&2
 wheel="$(ls "$scratch"/wheel/morpheus-*.whl)"
 digest="$(python3 - "$wheel" <<'PY'
 import hashlib, sys, zipfile
