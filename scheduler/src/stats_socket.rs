@@ -29,6 +29,28 @@ pub fn path_for(socket: &Path) -> PathBuf {
     socket.with_file_name(name)
 }
 
+/// The name of every thread scx_stats' server runs: its listener, its proxy and one per stats
+/// connection. scx_stats spawns them unnamed, and an unnamed thread takes its creator's name, so
+/// they are created under this name (see `under_thread_name`) and not under the main thread's.
+pub const SERVER_THREAD_NAME: &str = "stats-server";
+
+/// Runs `f` with the calling thread named `name` (at most 15 bytes, the kernel's limit), then
+/// gives the thread its name back. Threads `f` spawns without a name of their own, and the threads
+/// those spawn, carry `name`.
+fn under_thread_name<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let mut old = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `old`; PR_SET_NAME reads a
+    // NUL-terminated string of which the kernel keeps 15 bytes.
+    let got = unsafe { libc::prctl(libc::PR_GET_NAME, old.as_mut_ptr()) } == 0;
+    let new = std::ffi::CString::new(name).expect("a thread name has no NUL");
+    unsafe { libc::prctl(libc::PR_SET_NAME, new.as_ptr()) };
+    let out = f();
+    if got {
+        unsafe { libc::prctl(libc::PR_SET_NAME, old.as_ptr()) };
+    }
+    out
+}
+
 /// The agent's side: the scx_stats server and the channel pair to the main loop.
 pub struct StatsPublisher {
     /// Dropped before the socket file is removed (its drop wakes the listener through the path).
@@ -56,7 +78,9 @@ impl StatsPublisher {
         );
         // Bound with mode 0600 from the start (umask), then chmod'ed explicitly: no window in which
         // another user could connect.
-        let server = crate::rundir::under_strict_umask(|| StatsServer::new(data).set_path(&path).launch());
+        let server = under_thread_name(SERVER_THREAD_NAME, || {
+            crate::rundir::under_strict_umask(|| StatsServer::new(data).set_path(&path).launch())
+        });
         let server = server.with_context(|| format!("cannot serve the stats socket {}", path.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;
@@ -188,4 +212,37 @@ pub fn check_interval(flag: &str, seconds: f64) -> Result<Duration> {
         bail!("{flag} {seconds}: the interval must be between 0.01 and 3600 seconds");
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm(task: &str) -> String {
+        std::fs::read_to_string(format!("/proc/self/task/{task}/comm")).unwrap_or_default().trim().to_owned()
+    }
+
+    fn server_threads() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().filter_map(|t| t.ok()).filter(|t| comm(&t.file_name().to_string_lossy()) == SERVER_THREAD_NAME).count()
+    }
+
+    /// The server's listener and proxy carry SERVER_THREAD_NAME, and the thread that launched it
+    /// keeps its own name: the agent's threads tell the stats server apart from the main loop.
+    #[test]
+    fn the_server_threads_are_named_and_the_caller_keeps_its_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RuntimeDir::open(tmp.path()).unwrap();
+        let me = unsafe { libc::gettid() }.to_string();
+        let before = comm(&me);
+        assert_ne!(before, SERVER_THREAD_NAME);
+        let publisher = StatsPublisher::launch(&dir, "agent.sock").unwrap();
+        assert_eq!(comm(&me), before, "the caller got its name back");
+        // The listener is spawned by launch(); the proxy by the listener once it runs.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server_threads() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(server_threads() >= 2, "{} thread(s) named {SERVER_THREAD_NAME}", server_threads());
+        drop(publisher);
+    }
 }
