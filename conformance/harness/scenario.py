@@ -31,6 +31,7 @@ AGENT_OPS = {
     "status": set(),
     "shutdown": set(),
     "explicit_yield": set(),
+    "mode_clock": {"ns"},
     "tasks": {"count", "checkpoints", "tick_ns", "callbacks"},
     "gate": {"slot", "runtime_ns"},
     "escalate": {"slot", "runtime_ns", "now_ns"},
@@ -41,6 +42,7 @@ AGENT_OPS = {
 OPTIONAL_OPS = {
     "explicit_yield": "the SDK offers no explicit yield (SCB.md §5.8: C and Java do not in 1.4)",
     "tasks": "the SDK drives no event loop of several tasks (SCB.md §5.7 binds event-loop SDKs only)",
+    "mode_clock": "the SDK offers no clock the harness controls for its runtime modes (CONFORMANCE.md §2.3, `mode_clock`)",
 }
 # Optional capabilities a step asks for through an argument (CONFORMANCE.md §2.2, the hello's `ops`): the
 # argument, the capability the hello must list, and the reason a cell is n/a without it.
@@ -251,6 +253,8 @@ def _load_step(path: Path, index: int, raw: dict, default_slot: int) -> Step:
         missing = {"runtime_ns", "now_ns"} & AGENT_OPS[op] - set(args)
         if missing:
             raise _fail(path, where, f"{op} needs {sorted(missing)}")
+        if op == "mode_clock" and not (isinstance(args.get("ns"), int) and not isinstance(args["ns"], bool) and args["ns"] >= 0):
+            raise _fail(path, where, "mode_clock needs an integer ns >= 0")
         if op == "tasks" and not all(isinstance(args.get(k), int) and args[k] >= 1 for k in ("count", "checkpoints")):
             raise _fail(path, where, "tasks needs positive integers count and checkpoints")
         if op == "tasks" and "tick_ns" in args and not (isinstance(args["tick_ns"], int) and not isinstance(args["tick_ns"], bool)

@@ -182,6 +182,10 @@ function keeper(turns, own) {
 // Tests only: measure turns with `clock()` (ns) instead of the thread's CPU time and the wall clock,
 // so the order of turns never depends on the machine's speed; no argument restores both clocks.
 const setTurnClock = (clock) => (testClock = clock ?? null);
+// Tests only: time the runtime-mode rules (a slice since the last yield, since the last evaluation,
+// §5.4) by `ns` instead of CLOCK_MONOTONIC; no argument restores it. The fast state is re-read: while
+// the clock is set its quiet window is closed, so every check reaches the core.
+const setModeClock = (ns) => (native.setModeClock(ns ?? -1), refresh());
 
 /**
  * A checkpoint for hot loops that is real every `every`-th call: `const tick = checkpointEvery(100)`,
@@ -431,9 +435,9 @@ process.once('exit', () => {
 
 const [ABI_MAJOR, ABI_MINOR] = native.abiVersion();
 
-// `_setTurnClock`: tests only (not part of the API), see setTurnClock.
+// `_setTurnClock`, `_setModeClock`: tests only (not part of the API), see setTurnClock and setModeClock.
 module.exports = { ABI_MAJOR, ABI_MINOR, ESCAPABLE_DEFAULT: native.escapableDefault(), YIELD_PASSES, MorpheusError, errors, notices };
 Object.assign(module.exports, { Region: native.Region, Worker, attach, checkpoint, checkpointEvery, critical, criticalDepth, criticalEnter, criticalExit });
-Object.assign(module.exports, { currentWorker, initWorker, setEscapable, setPriority, shouldYield, yieldRequested, _setTurnClock: setTurnClock });
+Object.assign(module.exports, { currentWorker, initWorker, setEscapable, setPriority, shouldYield, yieldRequested, _setTurnClock: setTurnClock, _setModeClock: setModeClock });
 // Each error class by name too (require('@morpheus-sched/node').NotInCriticalError).
 Object.assign(module.exports, errors);

@@ -688,6 +688,13 @@ pub fn escapable_default() -> bool {
     morpheus_abi::escapable_default(RuntimeKind::Node)
 }
 
+/// Tests only: time this thread's runtime-mode rules (spec/SCB.md §5.4) by `ns`, or by
+/// CLOCK_MONOTONIC again when `ns` is negative (morpheus::kit::set_mode_clock).
+#[napi]
+pub fn set_mode_clock(ns: f64) {
+    morpheus::kit::set_mode_clock((ns >= 0.0).then_some(ns as u64));
+}
+
 /// The ABI version this addon was built with, `[major, minor]`.
 #[napi]
 pub fn abi_version() -> Vec<u32> {

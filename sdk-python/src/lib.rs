@@ -129,6 +129,13 @@ fn critical_depth() -> u32 {
     morpheus::kit::critical_depth()
 }
 
+/// Tests only: time the calling thread's runtime-mode rules (spec/SCB.md §5.4) by a clock the caller
+/// sets (ns), or by CLOCK_MONOTONIC again (None).
+#[pyfunction]
+fn _set_mode_clock(ns: Option<u64>) {
+    morpheus::kit::set_mode_clock(ns);
+}
+
 /// The ABI's default for ``escapable`` of a Python worker (False).
 #[pyfunction]
 fn escapable_default() -> bool {
@@ -239,6 +246,7 @@ fn _morpheus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(aio::_pass, m)?)?;
     m.add_function(wrap_pyfunction!(aio::_keeper, m)?)?;
     m.add_function(wrap_pyfunction!(aio::_set_turn_clock, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_mode_clock, m)?)?;
     m.add_function(wrap_pyfunction!(aio::_fast_path_view, m)?)?;
     m.add("YIELD_PASSES", morpheus::kit::rotation::YIELD_PASSES)?;
     m.add("LOOKS_PER_SLICE", morpheus::kit::rotation::LOOKS_PER_SLICE)?;

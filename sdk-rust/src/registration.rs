@@ -331,7 +331,7 @@ pub fn register_current_thread(config: &Config) -> Result<*mut RawWorker> {
         detach_detail: None,
         mode: RuntimeMode::Deterministic,
         last_hints_dropped: 0,
-        last_yield_ns: sys::monotonic_ns(),
+        last_yield_ns: sys::mode_now_ns(),
         last_mode_eval_ns: 0,
         counts: YieldCounts::default(),
         escapable,

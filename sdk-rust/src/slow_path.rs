@@ -156,7 +156,7 @@ pub(crate) unsafe fn commit(raw: *mut RawWorker, ticket: Ticket) -> bool {
     }
     inner.counts.0[ticket.reason.raw() as usize] += 1;
     inner.deferred = 0;
-    let now = sys::monotonic_ns();
+    let now = sys::mode_now_ns();
     inner.last_yield_ns = now;
     inner.evaluate_mode(raw, now);
     true
@@ -192,7 +192,7 @@ impl Inner {
     /// In PRESSURED / DEFENSIVE mode, whether the SDK yields on its own (§5.4).
     unsafe fn mode_yield(&mut self, raw: *mut RawWorker) -> Option<YieldReason> {
         let region = self.region.as_ref()?;
-        let now = sys::monotonic_ns();
+        let now = sys::mode_now_ns();
         let slice = region.slice_ns();
         let ran_a_slice = now.saturating_sub(self.last_yield_ns) >= slice;
         let reason = match self.mode {

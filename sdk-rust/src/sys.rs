@@ -216,3 +216,25 @@ pub(crate) fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+std::thread_local! {
+    /// The calling thread's mode clock while a test sets one (`kit::set_mode_clock`), else None.
+    static MODE_CLOCK: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The clock the runtime-mode rules of spec/SCB.md §5.4 are timed by (a slice since the last yield
+/// of any reason, a slice since the last mode evaluation): CLOCK_MONOTONIC, or the calling thread's
+/// mode clock while one is set. Every reading of those two clocks goes through here.
+pub(crate) fn mode_now_ns() -> u64 {
+    MODE_CLOCK.with(|c| c.get()).unwrap_or_else(monotonic_ns)
+}
+
+/// Whether the calling thread's mode clock is set: its times are then not CLOCK_MONOTONIC's, so no
+/// window of them can be measured with the wall clock.
+pub(crate) fn mode_clock_set() -> bool {
+    MODE_CLOCK.with(|c| c.get()).is_some()
+}
+
+pub(crate) fn set_mode_clock(ns: Option<u64>) {
+    MODE_CLOCK.with(|c| c.set(ns));
+}

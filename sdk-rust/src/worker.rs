@@ -340,7 +340,8 @@ impl Worker {
         self.inner().mode
     }
 
-    /// Outside DETERMINISTIC (spec/SCB.md §5.4), the `CLOCK_MONOTONIC` time (ns) before which a
+    /// Outside DETERMINISTIC (spec/SCB.md §5.4), the `CLOCK_MONOTONIC` time (ns; the thread's mode
+    /// clock while a test sets one, [`kit::set_mode_clock`](crate::kit::set_mode_clock)) before which a
     /// checkpoint of this worker that finds `preempt_seq` equal to [`acknowledged_seq`](Self::acknowledged_seq)
     /// decides nothing and writes nothing: its mode yield needs a slice since the last yield, and its
     /// mode evaluation a slice since the last one. A runtime whose checks cross into this SDK at a cost
@@ -358,7 +359,7 @@ impl Worker {
         // SAFETY: the only reference into Inner in this method.
         let inner = unsafe { self.inner_mut() };
         // SAFETY: this thread's state, generation checked.
-        unsafe { inner.evaluate_mode(self.raw, sys::monotonic_ns()) };
+        unsafe { inner.evaluate_mode(self.raw, sys::mode_now_ns()) };
         Ok(inner.mode)
     }
 

@@ -118,6 +118,22 @@ fn outside_deterministic_the_word_stays_and_the_quiet_window_lasts_until_the_nex
     assert_eq!(FastState::current(&rotation).quiet, Lasts::For(0));
 }
 
+/// On a mode clock a test sets (`kit::set_mode_clock`) the quiet window is no span of the wall
+/// clock, so it is closed: every check reaches the core, which reads the test's clock.
+#[test]
+fn on_a_mode_clock_the_quiet_window_is_closed() {
+    let (region, _token) = registered();
+    let rotation = Rotation::<u64>::new();
+    region.drop_hints(0, 1);
+    region.request_yield(0);
+    assert!(morpheus::checkpoint_sync());
+    assert!(matches!(FastState::current(&rotation).quiet, Lasts::For(left) if left > 0));
+    morpheus::kit::set_mode_clock(Some(0));
+    assert_eq!(FastState::current(&rotation).quiet, Lasts::For(0));
+    morpheus::kit::set_mode_clock(None);
+    assert!(matches!(FastState::current(&rotation).quiet, Lasts::For(left) if left > 0), "the wall clock's window again");
+}
+
 #[test]
 fn a_refused_view_sends_every_further_look_to_the_slow_path() {
     let (_region, _token) = registered();

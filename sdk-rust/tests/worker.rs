@@ -254,6 +254,36 @@ fn hint_loss_enters_defensive_mode() {
     assert_eq!(worker.refresh_mode().unwrap(), RuntimeMode::Deterministic);
 }
 
+/// SCB.md §5.8 (Appendix A 17d), on the thread's mode clock: an explicit yield is a yield of any
+/// reason, so DEFENSIVE's next yield on the SDK's own clock waits a slice from it, not from the
+/// yield before it. Without the reset the check at 1.2 slices would yield.
+#[test]
+fn an_explicit_yield_restarts_the_mode_clocks() {
+    const SLICE: u64 = 1_000_000;
+    let region = SimRegion::temp(1);
+    region.set_slice_ns(SLICE);
+    morpheus::kit::set_mode_clock(Some(0));
+    let worker = direct(&region, 0);
+    region.drop_hints(0, 1);
+    region.request_yield(0);
+    assert!(worker.checkpoint_sync(), "the request, at 0");
+    assert_eq!(worker.runtime_mode(), RuntimeMode::Defensive);
+    region.drop_hints(0, 1);
+    morpheus::kit::set_mode_clock(Some(SLICE * 6 / 10));
+    worker.record_explicit_yield().unwrap();
+    assert_eq!(worker.runtime_mode(), RuntimeMode::Defensive, "hints lost again: still DEFENSIVE");
+    assert_eq!(worker.mode_quiet_until_ns(), Some(SLICE * 16 / 10), "a slice after the explicit yield");
+    morpheus::kit::set_mode_clock(Some(SLICE * 12 / 10));
+    let before = region.snapshot(0);
+    assert!(!worker.checkpoint_sync(), "1.2 slices after the request's yield, 0.6 after the explicit one");
+    assert_eq!(region.snapshot(0), before, "nothing written");
+    region.drop_hints(0, 1);
+    morpheus::kit::set_mode_clock(Some(SLICE * 16 / 10));
+    assert!(worker.checkpoint_sync(), "a slice after the explicit yield: DEFENSIVE yields");
+    assert_eq!(region.snapshot(0).last_yield_reason, YieldReason::Defensive.raw());
+    morpheus::kit::set_mode_clock(None);
+}
+
 #[test]
 fn an_explicit_yield_acknowledges_what_is_pending() {
     let region = SimRegion::temp(1);

@@ -244,6 +244,10 @@ async function handle(id, request) {
     case 'explicit_yield':
       needWorker('explicit_yield').recordExplicitYield();
       return {};
+    case 'mode_clock':
+      if (!Number.isInteger(request.ns) || request.ns < 0) throw new ProtocolError('mode_clock needs an integer ns >= 0');
+      morpheus._setModeClock(request.ns); // the main thread's, where every op runs
+      return {};
     case 'tasks':
       if (!Number.isInteger(request.count) || !Number.isInteger(request.checkpoints)) {
         throw new ProtocolError('tasks needs integers count and checkpoints');
@@ -270,7 +274,7 @@ async function main() {
     abi_minor: morpheus.ABI_MINOR,
     checkpoint_modes: ['sync', 'async'],
     state_fields: ['escapable', 'priority'],
-    ops: ['explicit_yield', 'tasks', 'turn_clock'],
+    ops: ['explicit_yield', 'tasks', 'turn_clock', 'mode_clock'],
     pid: process.pid,
   });
   for (let line = readLine(); line !== null; line = readLine()) {

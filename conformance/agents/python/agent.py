@@ -243,6 +243,12 @@ class Agent:
         if op == "explicit_yield":
             self.need_worker("explicit_yield").record_explicit_yield()
             return {}
+        if op == "mode_clock":
+            ns = req.get("ns")
+            if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
+                raise ProtocolError("mode_clock needs an integer ns >= 0")
+            morpheus._morpheus._set_mode_clock(ns)  # this thread's: every op runs on it
+            return {}
         if op == "tasks":
             return self.tasks(req)
         if op == "shutdown":
@@ -258,7 +264,7 @@ def main() -> int:
     agent.send({"protocol": "morpheus-conformance", "version": 1, "sdk": "python",
                 "runtime_kind": "PYTHON", "abi_major": morpheus.ABI_MAJOR, "abi_minor": morpheus.ABI_MINOR,
                 "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-                "ops": ["explicit_yield", "tasks", "turn_clock"], "pid": os.getpid()})
+                "ops": ["explicit_yield", "tasks", "turn_clock", "mode_clock"], "pid": os.getpid()})
     for line in agent.lines:
         try:
             req = json.loads(line)

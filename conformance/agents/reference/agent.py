@@ -78,6 +78,9 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
                         §6.1: outside one only);
+  explicit_keeps_mode_clocks  the explicit yield leaves the mode clocks where they were, so a DEFENSIVE or
+                        PRESSURED yield comes a slice after the yield before it (SCB.md §5.8: a yield of
+                        any reason restarts them, §5.4);
   request_reserved_set  the registration request carries a nonzero reserved byte (SCB.md §4.1: bytes past
                         the fields the agent knows are zero; the agent answers MALFORMED);
   lost_writes_retired   a worker registered through the agent stores DEAD into its slot of the lost region
@@ -151,6 +154,7 @@ class Worker:
         self.last_dropped = 0
         self.last_yield_ns = 0
         self.last_eval_ns = 0
+        self.mode_clock = None  # the `mode_clock` op's time, read instead of CLOCK_MONOTONIC (None: not set)
         # Registration through the agent (SCB.md §4.1, §6.1).
         self.conn = None  # the connection kept for UNREGISTER
         self.socket_id = None  # (st_dev, st_ino) of the socket of the instance the worker registered with
@@ -327,7 +331,7 @@ class Worker:
         self.acked = self.cached_ack = seq
         self.mode, self.pressured, self.pressure_snapshot = Mode.DETERMINISTIC, False, None
         self.last_dropped = self.load(S.HINTS_DROPPED)  # the DEFENSIVE baseline (SCB.md §5.4)
-        self.last_yield_ns = self.last_eval_ns = time.monotonic_ns()
+        self.last_yield_ns = self.last_eval_ns = self.mode_now()
         return {"slot": slot, "tid": tid, "attached": True}
 
     def _socket_path(self) -> str:
@@ -429,7 +433,7 @@ class Worker:
         self.acked = self.cached_ack = seq
         self.mode, self.pressured, self.pressure_snapshot = Mode.DETERMINISTIC, False, None
         self.last_dropped = self.load(S.HINTS_DROPPED)
-        self.last_yield_ns = self.last_eval_ns = time.monotonic_ns()
+        self.last_yield_ns = self.last_eval_ns = self.mode_now()
         return {"slot": slot, "tid": tid, "attached": True}
 
     def _watch(self):
@@ -565,6 +569,10 @@ class Worker:
 
     # -- checkpoint -------------------------------------------------------------------------------
 
+    def mode_now(self):
+        """The clock of the mode rules (SCB.md §5.4): the `mode_clock` op's time once set, else CLOCK_MONOTONIC."""
+        return self.mode_clock if self.mode_clock is not None else time.monotonic_ns()
+
     def _decide(self):
         """(seq, reason) for a checkpoint that yields, or None. Writes nothing except a changed mode."""
         self._watch()
@@ -577,13 +585,13 @@ class Worker:
             return None
         if self.depth > 0:
             if BREAK == "modes_in_critical" and self.generation_ok():
-                self._evaluate_mode(time.monotonic_ns())
+                self._evaluate_mode(self.mode_now())
             return None  # a request stays pending; no mode evaluation (SCB.md §5.4)
         if not self.generation_ok():
             return None  # lost: a plain no-yield, never an error (§6)
         if seq != self.acked:
             return seq, m.YieldReason.PREEMPT_REQUEST
-        now = time.monotonic_ns()
+        now = self.mode_now()
         ran_a_slice = now - self.last_yield_ns >= self._slice_ns()
         if self.mode == Mode.PRESSURED and ran_a_slice and self.load(S.BUDGET_REMAINING_NS) == 0:
             return seq, m.YieldReason.BUDGET
@@ -608,7 +616,7 @@ class Worker:
             self.store(S.LAST_ACK_SEQ, seq)
         self.acked = max(seq, cur, self.acked)
         self.yields += 1
-        now = time.monotonic_ns()
+        now = self.mode_now()
         self.last_yield_ns = now
         if reason == m.YieldReason.PREEMPT_REQUEST or now - self.last_eval_ns >= self._slice_ns():
             self._evaluate_mode(now)
@@ -654,9 +662,10 @@ class Worker:
             self.store(S.LAST_ACK_SEQ, seq)
             self.acked = max(seq, cur, self.acked)
         self.yields += 1
-        now = time.monotonic_ns()
-        self.last_yield_ns = now  # a yield of any reason: the mode clocks restart (§5.4)
-        self._evaluate_mode(now)
+        now = self.mode_now()
+        if BREAK != "explicit_keeps_mode_clocks":
+            self.last_yield_ns = now  # a yield of any reason: the mode clocks restart (§5.4)
+            self._evaluate_mode(now)
         return {}
 
     def run_tasks(self, count: int, checkpoints: int, tick_ns: int | None = None, callbacks: int = 0) -> dict:
@@ -799,7 +808,7 @@ def main() -> int:
     send({"protocol": "morpheus-conformance", "version": 1, "sdk": "reference",
           "runtime_kind": kind.name, "abi_major": m.ABI_MAJOR, "abi_minor": m.ABI_MINOR,
           "checkpoint_modes": ["sync", "async"], "state_fields": ["escapable", "priority"],
-          "ops": ["explicit_yield", "tasks", "turn_clock"], "pid": os.getpid()})
+          "ops": ["explicit_yield", "tasks", "turn_clock", "mode_clock"], "pid": os.getpid()})
     lines = iter(sys.stdin.readline, "")
     for line in lines:
         req = json.loads(line)
@@ -851,6 +860,9 @@ def main() -> int:
                 result = worker.shutdown()
             elif op == "explicit_yield":
                 result = worker.explicit_yield()
+            elif op == "mode_clock":
+                worker.mode_clock = int(req["ns"])
+                result = {}
             elif op == "tasks":
                 tick = req.get("tick_ns")
                 result = worker.run_tasks(int(req["count"]), int(req["checkpoints"]), None if tick is None else int(tick),

@@ -95,6 +95,9 @@ class ScenarioFilesTest(unittest.TestCase):
                           "tick_ns belongs to the scenario's first `tasks` op only"),
             "tick_zero": ("intent = 'x.'\n[[step]]\nagent = 'tasks'\ncount = 2\ncheckpoints = 1\ntick_ns = 0\n",
                           "tick_ns must be a positive integer"),
+            "mode_clock_negative": ("intent = 'x.'\n[[step]]\nagent = 'mode_clock'\nns = -1\n", "mode_clock needs an integer ns >= 0"),
+            "mode_clock_missing": ("intent = 'x.'\n[[step]]\nagent = 'mode_clock'\n", "mode_clock needs an integer ns >= 0"),
+            "mode_clock_text": ("intent = 'x.'\n[[step]]\nagent = 'mode_clock'\nns = '5'\n", "mode_clock needs an integer ns >= 0"),
         }
         with tempfile.TemporaryDirectory() as tmp:
             for name, (text, why) in cases.items():
@@ -431,7 +434,8 @@ class Protocol14Test(unittest.TestCase):
 
     def test_the_explicit_yield_stores_its_reason_and_count(self):
         red = self.red("explicit_no_reason")
-        self.assertEqual(set(red), self.both("explicit_yield_acknowledges") | self.both("explicit_yield_inside_critical"))
+        self.assertEqual(set(red), self.both("explicit_yield_acknowledges") | self.both("explicit_yield_inside_critical")
+                         | self.both("explicit_yield_restarts_mode_clocks"))
         for name in self.both("explicit_yield_acknowledges"):
             self.assertEqual(red[name].step, 3)  # with nothing pending, before any request
             self.assertEqual(red[name].first_diff["field"], "scb[1].yield_count")
@@ -441,6 +445,15 @@ class Protocol14Test(unittest.TestCase):
         self.assertEqual(set(red), self.both("explicit_yield_inside_critical"))
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].last_ack_seq")
+
+    def test_the_explicit_yield_restarts_the_mode_clocks(self):
+        """Appendix A 17d, on the agent's mode clock (`mode_clock`): the other reading yields DEFENSIVE a
+        slice after the request's yield, at the check 0.6 slice after the explicit one."""
+        red = self.red("explicit_keeps_mode_clocks")
+        self.assertEqual(set(red), self.both("explicit_yield_restarts_mode_clocks"))
+        for r in red.values():
+            self.assertEqual(r.step, 12)
+            self.assertIn("reply yielded = True, expected False", r.message)
 
     def test_a_lost_workers_explicit_yield_is_no_error(self):
         red = self.red("explicit_lost_errors")

@@ -74,6 +74,11 @@ LOOKS_PER_SLICE: int
 # run time) and the end of a timed turn independent of speed.
 def _set_turn_clock(ns: Optional[int]) -> None: ...
 
+# Tests only: time the calling thread's runtime-mode rules (a slice since the last yield, since the
+# last mode evaluation, spec/SCB.md §5.4) by this clock (ns) instead of CLOCK_MONOTONIC; None goes
+# back to it.
+def _set_mode_clock(ns: Optional[int]) -> None: ...
+
 # Tests only: (the sequence the calling thread's fast path loads, the value it compares it with); a
 # checkpoint takes the slow path when they differ. Orders a test's events without a clock.
 def _fast_path_view() -> Tuple[int, int]: ...

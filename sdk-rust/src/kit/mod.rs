@@ -20,6 +20,7 @@
 //!   binding's handle object never holds the thread-bound [`Worker`](crate::Worker) itself.
 //! * [`options`]: the options a binding's caller gives, validated with one set of conflict rules and
 //!   errors that name what is wrong, into a [`Config`](crate::Config).
+//! * [`set_mode_clock`]: a clock a test controls for the §5.4 mode rules of the calling thread.
 //! * [`rotation`]: the §5.7 rotation of spec/SCB.md as one loop-agnostic state machine, with the one
 //!   [`YIELD_PASSES`](rotation::YIELD_PASSES) every event-loop binding uses.
 //!
@@ -69,6 +70,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use morpheus_abi::RuntimeMode;
 
 use crate::raw::{current_raw, FORCE_SLOW_PATH};
+
+/// Sets the calling thread's mode clock: from now on the runtime-mode rules of spec/SCB.md §5.4 (a
+/// slice since the worker's last yield of any reason, a slice since its last mode evaluation) read
+/// `ns` where they read CLOCK_MONOTONIC, until the next call; None gives them CLOCK_MONOTONIC back.
+/// For tests and conformance agents (CONFORMANCE.md §2.3, `mode_clock`), so a rule of wall time is
+/// judged by a clock the test controls. While it is set, [`fast_state`]'s quiet window is closed
+/// (every check looks), since its times are no span of the wall clock.
+pub fn set_mode_clock(ns: Option<u64>) {
+    crate::sys::set_mode_clock(ns);
+}
 
 /// What the calling thread's inline fast path compares, as the core sees it now. A binding reads it
 /// at registration and after every slow path (it makes no system call) and keeps its own one-load

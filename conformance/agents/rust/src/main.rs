@@ -273,6 +273,14 @@ impl Agent {
             "explicit_yield" => {
                 self.worker("explicit_yield").and_then(|w| w.record_explicit_yield().map_err(sdk_err)).map(|_| Obj::new())
             }
+            // The thread's mode clock (kit::set_mode_clock): every op of this agent runs on this thread.
+            "mode_clock" => match arg_int(req, "ns").ok().and_then(|ns| u64::try_from(ns).ok()) {
+                Some(ns) => {
+                    morpheus::kit::set_mode_clock(Some(ns));
+                    Ok(Obj::new())
+                }
+                None => Err(protocol_err("ns must be an integer >= 0")),
+            },
             "state" => self.state(),
             "status" => self.status(),
             "shutdown" => match self.worker.take() {
@@ -302,8 +310,9 @@ fn main() {
         .int("abi_minor", morpheus_abi_version().1)
         .raw("checkpoint_modes", "[\"sync\",\"async\"]".into())
         .raw("state_fields", "[\"escapable\",\"priority\"]".into())
-        // Worker::record_explicit_yield (SCB.md §5.8). No `tasks`: the crate drives no event loop (§5.7).
-        .raw("ops", "[\"explicit_yield\"]".into())
+        // Worker::record_explicit_yield (SCB.md §5.8) and kit::set_mode_clock (§5.4). No `tasks`: the
+        // crate drives no event loop (§5.7).
+        .raw("ops", "[\"explicit_yield\",\"mode_clock\"]".into())
         .int("pid", std::process::id());
     agent.send(hello.render());
     while let Some(Ok(line)) = agent.lines.next() {
