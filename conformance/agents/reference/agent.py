@@ -78,6 +78,11 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
                         §6.1: outside one only);
+  status_no_reread      the status call reports what the worker's last write check saw, without loading
+                        `generation` again (SCB.md §6: it re-reads it, Appendix A 8b);
+  pending_by_comparand  the checkpoint's pending test compares preempt_seq with the fast path's comparand,
+                        which outside DETERMINISTIC is the unreachable placeholder, not with the last
+                        acknowledged sequence (SCB.md §5.1, Appendix A 7a: two values);
   explicit_keeps_mode_clocks  the explicit yield leaves the mode clocks where they were, so a DEFENSIVE or
                         PRESSURED yield comes a slice after the yield before it (SCB.md §5.8: a yield of
                         any reason restarts them, §5.4);
@@ -466,7 +471,7 @@ class Worker:
         if BREAK == "status_unlatched" and self.slot is not None:
             if self._hdr(m.RegionHeader.GENERATION).value != self.attach_generation:
                 raise SdkError(m.ErrorCode.GENERATION_CHANGED, "the scheduler restarted (not latched)")
-        if self.slot is not None:
+        if self.slot is not None and BREAK != "status_no_reread":
             self.generation_ok()
         if BREAK == "status_reregisters":
             self._watch()
@@ -589,7 +594,7 @@ class Worker:
             return None  # a request stays pending; no mode evaluation (SCB.md §5.4)
         if not self.generation_ok():
             return None  # lost: a plain no-yield, never an error (§6)
-        if seq != self.acked:
+        if seq != (self.cached_ack if BREAK == "pending_by_comparand" else self.acked):
             return seq, m.YieldReason.PREEMPT_REQUEST
         now = self.mode_now()
         ran_a_slice = now - self.last_yield_ns >= self._slice_ns()

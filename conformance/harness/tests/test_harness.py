@@ -455,6 +455,25 @@ class Protocol14Test(unittest.TestCase):
             self.assertEqual(r.step, 12)
             self.assertIn("reply yielded = True, expected False", r.message)
 
+    def test_status_loads_the_generation_again(self):
+        """Appendix A 8b: the status call that re-reads nothing reports a worker the scheduler's restart
+        lost as attached, wherever only status sees the change."""
+        red = self.red("status_no_reread")
+        self.assertEqual(set(red), self.both("restart_status_latches_loss") | self.both("watcher_reregister_after_restart")
+                         | self.both("watcher_no_reregister_in_critical"))
+        for r in red.values():
+            self.assertIn("succeeded, expected error GENERATION_CHANGED", r.message)
+
+    def test_the_pending_test_uses_the_acknowledged_sequence(self):
+        """Appendix A 7a: a pending test against the fast path's comparand (the placeholder outside
+        DETERMINISTIC) takes every mode check for a request: each scenario that decides a mode yield or
+        a quiet check outside DETERMINISTIC turns red."""
+        red = self.red("pending_by_comparand")
+        modes = ("mode_defensive_enter_and_leave", "mode_defensive_leave_without_snapshot", "mode_defensive_over_pressured",
+                 "mode_pressured_budget_yield", "mode_pressured_leave", "mode_unknown_pressure_level_not_high",
+                 "explicit_yield_restarts_mode_clocks")
+        self.assertEqual(set(red), set().union(*(self.both(n) for n in modes)) | {"mode_yield_request_during_suspension[async]"})
+
     def test_a_lost_workers_explicit_yield_is_no_error(self):
         red = self.red("explicit_lost_errors")
         self.assertEqual(set(red), self.both("explicit_yield_lost_writes_nothing"))
