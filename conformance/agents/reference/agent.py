@@ -74,6 +74,9 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
                         refusal is the error REGISTRATION_REFUSED; only an absent scheduler detaches);
   leftover_socket_errors  a socket nobody accepts on (ECONNREFUSED) is the error IO (SCB.md §6.1: a killed
                         agent's leftover is the scheduler's absence, detached mode);
+  absent_socket_errors  a MORPHEUS_SOCKET that names no socket is the error IO (SCB.md §1.2, §6.1: the
+                        environment's socket only moves the default; none there is the scheduler's
+                        absence, detached mode; Appendix A 15b);
   reregister_defaults   after a restart the worker registers again with the defaults, not the options it
                         registered with (SCB.md §6.1: its original options);
   reregister_in_critical  after a restart the worker registers again inside a critical section (SCB.md
@@ -83,6 +86,12 @@ MORPHEUS_CONFORMANCE_BREAK breaks one rule on purpose, for the harness's own tes
   pending_by_comparand  the checkpoint's pending test compares preempt_seq with the fast path's comparand,
                         which outside DETERMINISTIC is the unreachable placeholder, not with the last
                         acknowledged sequence (SCB.md §5.1, Appendix A 7a: two values);
+  evaluate_before_deciding  a checkpoint with nothing pending evaluates the mode (when a slice has passed
+                        since the last evaluation) before it decides a mode yield, so it decides from the
+                        new mode (SCB.md §5.4, Appendix A 21a: decide from the current mode, evaluate when
+                        not yielding or after the yield);
+  slice_cached          the mode rules use the slice_ns the worker first read, not the header's at each
+                        checkpoint (SCB.md §5.4, Appendix A 21b: loaded at that checkpoint);
   explicit_keeps_mode_clocks  the explicit yield leaves the mode clocks where they were, so a DEFENSIVE or
                         PRESSURED yield comes a slice after the yield before it (SCB.md §5.8: a yield of
                         any reason restarts them, §5.4);
@@ -370,6 +379,8 @@ class Worker:
     def _register_agent(self, escapable, priority):
         path = self._socket_path()
         if not os.path.exists(path):
+            if BREAK == "absent_socket_errors":
+                raise SdkError(m.ErrorCode.IO, f"connecting to {path}: no such file")
             return self._detached(escapable, priority, False)  # no agent: the default paths, then detached
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -534,6 +545,10 @@ class Worker:
     # -- runtime modes (SCB.md §5.4) ---------------------------------------------------------------
 
     def _slice_ns(self):
+        if BREAK == "slice_cached":
+            if getattr(self, "_cached_slice", None) is None:
+                self._cached_slice = self._hdr(m.RegionHeader.SLICE_NS).value
+            return self._cached_slice
         return self._hdr(m.RegionHeader.SLICE_NS).value
 
     def _pressure_level(self):
@@ -597,6 +612,8 @@ class Worker:
         if seq != (self.cached_ack if BREAK == "pending_by_comparand" else self.acked):
             return seq, m.YieldReason.PREEMPT_REQUEST
         now = self.mode_now()
+        if BREAK == "evaluate_before_deciding" and now - self.last_eval_ns >= self._slice_ns():
+            self._evaluate_mode(now)  # the other reading of Appendix A 21a: evaluate, then decide
         ran_a_slice = now - self.last_yield_ns >= self._slice_ns()
         if self.mode == Mode.PRESSURED and ran_a_slice and self.load(S.BUDGET_REMAINING_NS) == 0:
             return seq, m.YieldReason.BUDGET

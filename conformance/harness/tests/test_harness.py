@@ -474,6 +474,31 @@ class Protocol14Test(unittest.TestCase):
                  "explicit_yield_restarts_mode_clocks")
         self.assertEqual(set(red), set().union(*(self.both(n) for n in modes)) | {"mode_yield_request_during_suspension[async]"})
 
+    def test_an_absent_socket_is_the_schedulers_absence(self):
+        """Appendix A 15b: MORPHEUS_SOCKET naming no socket is detached mode, not the error IO."""
+        red = self.red("absent_socket_errors")
+        self.assertEqual(set(red), self.both("channel_absent_socket_detaches"))
+        for r in red.values():
+            self.assertEqual(r.step, 1)
+            self.assertIn("failed with IO", r.message)
+
+    def test_a_checkpoint_decides_from_its_mode_before_evaluating(self):
+        """Appendix A 21a: evaluating first turns the pinning scenario red at the BUDGET yield, and with it
+        the older mode scenarios whose yield and evaluation fall at one checkpoint."""
+        red = self.red("evaluate_before_deciding")
+        self.assertEqual(set(red), self.both("mode_decided_before_evaluation") | self.both("mode_defensive_enter_and_leave")
+                         | self.both("mode_defensive_leave_without_snapshot") | self.both("mode_unknown_pressure_level_not_high"))
+        for name in self.both("mode_decided_before_evaluation"):
+            self.assertIn("reply yielded = False, expected True", red[name].message)
+
+    def test_the_slice_is_loaded_at_each_checkpoint(self):
+        """Appendix A 21b, on the agent's mode clock: a slice cached from the first read misses the
+        header's shorter slice."""
+        red = self.red("slice_cached")
+        self.assertEqual(set(red), self.both("mode_slice_loaded_at_each_checkpoint"))
+        for r in red.values():
+            self.assertEqual(r.step, 11)
+
     def test_a_lost_workers_explicit_yield_is_no_error(self):
         red = self.red("explicit_lost_errors")
         self.assertEqual(set(red), self.both("explicit_yield_lost_writes_nothing"))
