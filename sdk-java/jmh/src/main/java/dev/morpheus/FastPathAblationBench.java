@@ -48,6 +48,7 @@ public class FastPathAblationBench {
     private final java.util.concurrent.atomic.AtomicLong atomic = new java.util.concurrent.atomic.AtomicLong();
     private java.nio.ByteBuffer buffer;
     private Thread owner;
+    private long ownerId;
     private long scb;
     private long cachedAck;
 
@@ -59,6 +60,7 @@ public class FastPathAblationBench {
             scb = channel.map(FileChannel.MapMode.READ_WRITE, 0, 4096, Arena.global()).address();
         }
         owner = Thread.currentThread();
+        ownerId = owner.threadId();
         buffer = MemorySegment.ofAddress(scb).reinterpret(128).asByteBuffer();
     }
 
@@ -86,6 +88,19 @@ public class FastPathAblationBench {
     @Benchmark
     public boolean layoutHandleMaskedOwnerChecked() {
         if (Thread.currentThread() != owner) {
+            return false;
+        }
+        return (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & MASK) != cachedAck;
+    }
+
+    @Benchmark
+    public boolean layoutHandleMasked() {
+        return (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & MASK) != cachedAck;
+    }
+
+    @Benchmark
+    public boolean layoutHandleMaskedIdChecked() {
+        if (Thread.currentThread().threadId() != ownerId) {
             return false;
         }
         return (long) ScbLayout.PREEMPT_SEQ.getAcquire(ALL, scb & MASK) != cachedAck;
