@@ -148,6 +148,8 @@ class BrokenRuleTest(unittest.TestCase):
         "register_inside_critical[async]", "restart_during_async_yield[async]", "restart_reregister[async]",
         "explicit_yield_acknowledges[async]", "mode_yield_request_during_suspension[async]",
         "channel_register_request[async]", "watcher_reregister_after_restart[async]",
+        "explicit_yield_restarts_mode_clocks[async]", "mode_decided_before_evaluation[async]",
+        "mode_slice_loaded_at_each_checkpoint[async]",
     }
 
     def test_ack_before_yield_turns_exactly_the_expected_cells_red(self):
@@ -293,7 +295,8 @@ class OtherBrokenRulesTest(unittest.TestCase):
         self.assertEqual(set(red), {f"{name}[{v}]" for v in ("sync", "async") for name in (
             "mode_pressured_budget_yield", "mode_pressured_leave", "mode_defensive_enter_and_leave",
             "mode_defensive_over_pressured", "critical_no_mode_evaluation", "mode_unknown_pressure_level_not_high",
-            "mode_defensive_leave_without_snapshot")} | {"mode_yield_request_during_suspension[async]"})
+            "mode_defensive_leave_without_snapshot", "explicit_yield_restarts_mode_clocks", "mode_decided_before_evaluation",
+            "mode_slice_loaded_at_each_checkpoint")} | {"mode_yield_request_during_suspension[async]"})
         for r in red.values():
             self.assertEqual(r.first_diff["field"], "scb[1].runtime_mode")
 
@@ -471,7 +474,7 @@ class Protocol14Test(unittest.TestCase):
         red = self.red("pending_by_comparand")
         modes = ("mode_defensive_enter_and_leave", "mode_defensive_leave_without_snapshot", "mode_defensive_over_pressured",
                  "mode_pressured_budget_yield", "mode_pressured_leave", "mode_unknown_pressure_level_not_high",
-                 "explicit_yield_restarts_mode_clocks")
+                 "explicit_yield_restarts_mode_clocks", "mode_decided_before_evaluation", "mode_slice_loaded_at_each_checkpoint")
         self.assertEqual(set(red), set().union(*(self.both(n) for n in modes)) | {"mode_yield_request_during_suspension[async]"})
 
     def test_an_absent_socket_is_the_schedulers_absence(self):
