@@ -44,7 +44,8 @@ pub enum BaseOrder {
     /// Deadline: queued time plus the CPU used since the task last slept, less a credit for waking
     /// often (opt-in until a comparison run shows it ahead of `Cputime`).
     Deadline,
-    /// Least CPU time used for the task's weight first (the default).
+    /// Least CPU time used for the task's weight first (the default until `Recent` was measured
+    /// ahead of it; kept for the comparison's before/after).
     Cputime,
     /// `Cputime`'s weighted vtime with a waking task's credit bounded by a slice lag (an eighth of
     /// a slice) instead of a whole slice (opt-in until a comparison run shows it ahead of `Cputime`).
@@ -57,7 +58,7 @@ pub enum BaseOrder {
     Spare,
     /// `Burst` with no term while the task has slept and used less than a base slice of CPU since
     /// (a task preempted soon after waking keeps its place), the whole term otherwise and for a
-    /// task that never slept (opt-in until a comparison run shows it ahead of `Cputime`).
+    /// task that never slept (the default: ahead of `Cputime` in four comparison runs, BENCHMARKS.md).
     Recent,
 }
 

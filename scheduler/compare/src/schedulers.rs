@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The schedulers compared: the kernel's default (EEVDF, no sched_ext scheduler loaded), the peers
 //! scx_bpfland, scx_lavd, scx_flash, scx_cosmos and scx_pandemonium with their default options, and
-//! scx_morpheus's sched_ext backend in observer and enforced mode; on request also enforced mode on the
-//! base policy's former ordering (`--base-order cputime`), on its slice-lag variant (`--base-order
+//! scx_morpheus's sched_ext backend in observer and enforced mode on its default base order; on request
+//! also enforced mode on the base policy's former default (`--base-order cputime`), on its slice-lag variant (`--base-order
 //! lag`), on that with the CPU used since the last sleep added (`--base-order burst`) and on that
 //! with only that CPU beyond twice the task's usual burst added (`--base-order spare`) or with that
 //! CPU added only for a task that has not slept recently (`--base-order recent`), for a
@@ -34,7 +34,7 @@ pub enum Sched {
     Observer,
     Enforced,
     /// Enforced mode with the base policy ordering by CPU time used alone (scx_morpheus
-    /// `--base-order cputime`): the before of the deadline ordering's before/after.
+    /// `--base-order cputime`, the former default): the before of the default's before/after.
     EnforcedCputime,
     /// Enforced mode with the CPU-time order's credit bounded by a slice lag (scx_morpheus
     /// `--base-order lag`): measured against `EnforcedCputime` in the same rounds.
@@ -174,16 +174,19 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
             let mode = if sched == Sched::Observer { "observer" } else { "enforced" };
+            // Observer and Enforced run scx_morpheus's default order, the one it ships with.
             let order = match sched {
-                Sched::EnforcedCputime => "cputime",
-                Sched::EnforcedLag => "lag",
-                Sched::EnforcedBurst => "burst",
-                Sched::EnforcedSpare => "spare",
-                Sched::EnforcedRecent => "recent",
-                _ => "deadline",
+                Sched::EnforcedCputime => Some("cputime"),
+                Sched::EnforcedLag => Some("lag"),
+                Sched::EnforcedBurst => Some("burst"),
+                Sched::EnforcedSpare => Some("spare"),
+                Sched::EnforcedRecent => Some("recent"),
+                _ => None,
             };
             let mut child = Command::new(&bins.morpheus)
-                .args(["--backend", "kernel", "--mode", mode, "--policy", "kick", "--base-order", order, "--socket"])
+                .args(["--backend", "kernel", "--mode", mode, "--policy", "kick"])
+                .args(order.map(|o| ["--base-order", o]).into_iter().flatten())
+                .arg("--socket")
                 .arg(&socket)
                 // With COMPARE_DEBUG the base policy's debug trace is on (main.rs prints it per cell).
                 .args(std::env::var_os("COMPARE_DEBUG").map(|_| "--debug-base-trace"))

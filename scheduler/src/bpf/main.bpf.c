@@ -3,12 +3,11 @@
  * scx_morpheus: a sched_ext scheduler that asks cooperative runtimes to yield.
  *
  * Base policy (this file): one shared queue ordered by the rule morpheus_policy.h states (enum
- * morpheus_base_order): by default weighted virtual time, the task that used the least CPU for its
- * weight first; (--base-order lag) the same with a waking task's credit bounded by a slice lag;
- * (--base-order burst) lag's key plus the CPU the task used since it last slept, capped; (--base-order
- * spare) the same counting only that CPU beyond twice the task's usual burst; (--base-order recent)
- * burst's key without that CPU while the task slept and has used less than a base slice since; or
- * (--base-order deadline) a deadline, the time a task was queued plus the CPU time it used since it
+ * morpheus_base_order): (--base-order cputime) weighted virtual time, the task that used the least
+ * CPU for its weight first; (lag) the same with a waking task's credit bounded by a slice lag;
+ * (burst) lag's key plus the CPU the task used since it last slept, capped; (spare) the same counting
+ * only that CPU beyond twice the task's usual burst; (recent, the default) burst's key without that
+ * CPU while the task slept and has used less than a base slice since; or (deadline) a deadline, the time a task was queued plus the CPU time it used since it
  * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
  * takes the task directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
@@ -28,8 +27,8 @@ UEI_DEFINE(uei);
 /* 0: the kernel's default slice (SCX_SLICE_DFL). */
 const volatile u64 task_slice_ns;
 const volatile u32 nr_online_cpus = 1;
-/* enum morpheus_base_order: how the shared queue is ordered. */
-const volatile u32 base_order = MORPHEUS_BASE_ORDER_CPUTIME;
+/* enum morpheus_base_order: how the shared queue is ordered (the agent sets it; this is its default). */
+const volatile u32 base_order = MORPHEUS_BASE_ORDER_RECENT;
 
 /*
  * Highest queue key seen starting to run: under CPUTIME and LAG the clock a waking task's vtime is
