@@ -201,6 +201,24 @@ int32_t morpheus_runtime_mode(struct morpheus_worker *w);
 uint64_t morpheus_yield_count(struct morpheus_worker *w, uint32_t reason);
 
 /*
+ Record a yield the application made on its own (spec/SCB.md §5.8, the explicit yield): it returned
+ to its scheduler loop, slept, or called `sched_yield()`. Acknowledges any pending request, counts
+ the yield with reason `MORPHEUS_YIELD_REASON_EXPLICIT` and restarts the runtime modes' clocks; it
+ suspends nothing. Allowed inside a critical section. Returns 0, also for a detached worker or one a
+ scheduler restart detached (it then writes nothing), or `-MORPHEUS_E_NOT_REGISTERED` if `w` is not
+ the calling thread's worker.
+ */
+int32_t morpheus_record_explicit_yield(struct morpheus_worker *w);
+
+/*
+ For tests and conformance agents only (spec/CONFORMANCE.md §2.3, `mode_clock`): from now on the
+ calling thread's runtime-mode rules (spec/SCB.md §5.4: a slice since the worker's last yield, a slice
+ since its last mode evaluation) read `ns` where they read `CLOCK_MONOTONIC`, until the next call; a
+ negative `ns` gives them `CLOCK_MONOTONIC` back. The clock never moves on its own.
+ */
+void morpheus_testing_set_mode_clock(int64_t ns);
+
+/*
  A description of the calling thread's last failure (valid until its next failing call).
  */
 const char *morpheus_last_error(void);

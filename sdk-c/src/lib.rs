@@ -448,6 +448,29 @@ pub unsafe extern "C" fn morpheus_yield_count(w: *mut RawWorker, reason: u32) ->
     with_worker(w, "morpheus_yield_count", |worker| worker.yield_counts().get(reason)).unwrap_or(0)
 }
 
+/// Record a yield the application made on its own (spec/SCB.md §5.8, the explicit yield): it returned
+/// to its scheduler loop, slept, or called `sched_yield()`. Acknowledges any pending request, counts
+/// the yield with reason `MORPHEUS_YIELD_REASON_EXPLICIT` and restarts the runtime modes' clocks; it
+/// suspends nothing. Allowed inside a critical section. Returns 0, also for a detached worker or one a
+/// scheduler restart detached (it then writes nothing), or `-MORPHEUS_E_NOT_REGISTERED` if `w` is not
+/// the calling thread's worker.
+#[no_mangle]
+pub unsafe extern "C" fn morpheus_record_explicit_yield(w: *mut RawWorker) -> i32 {
+    match with_worker(w, "morpheus_record_explicit_yield", |worker| worker.record_explicit_yield()) {
+        Ok(result) => status(result),
+        Err(err) => fail(err),
+    }
+}
+
+/// For tests and conformance agents only (spec/CONFORMANCE.md §2.3, `mode_clock`): from now on the
+/// calling thread's runtime-mode rules (spec/SCB.md §5.4: a slice since the worker's last yield, a slice
+/// since its last mode evaluation) read `ns` where they read `CLOCK_MONOTONIC`, until the next call; a
+/// negative `ns` gives them `CLOCK_MONOTONIC` back. The clock never moves on its own.
+#[no_mangle]
+pub extern "C" fn morpheus_testing_set_mode_clock(ns: i64) {
+    morpheus::kit::set_mode_clock(u64::try_from(ns).ok());
+}
+
 /// A description of the calling thread's last failure (valid until its next failing call).
 #[no_mangle]
 pub extern "C" fn morpheus_last_error() -> *const c_char {

@@ -160,6 +160,88 @@ TEST_F(MorpheusTest, CheckpointWithoutAndWithAPendingRequest) {
   EXPECT_EQ(morpheus_checkpoint_call(w), 0);
 }
 
+TEST_F(MorpheusTest, AnExplicitYieldAcknowledgesCountsAndSuspendsNothing) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0) << last_error();
+  // Nothing pending: counted, nothing acknowledged.
+  ASSERT_EQ(morpheus_record_explicit_yield(w), 0) << last_error();
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, yield_count), 1u);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_yield_reason), MORPHEUS_YIELD_REASON_EXPLICIT);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), 0u);
+  // A pending request, inside a critical section (allowed, SCB.md §5.8): acknowledged, and the inline
+  // fast path compares with the new acknowledgement.
+  uint64_t seq = sim_request_yield(region.get(), 0);
+  morpheus_critical_enter(w);
+  ASSERT_EQ(morpheus_record_explicit_yield(w), 0) << last_error();
+  EXPECT_EQ(morpheus_critical_exit(w), 0);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), seq);
+  EXPECT_EQ(w->cached_ack, seq);
+  EXPECT_FALSE(morpheus_checkpoint(w)) << "the request was served by the application's own yield";
+  EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_EXPLICIT), 2u);
+  EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_PREEMPT_REQUEST), 0u);
+  // After a scheduler restart it writes nothing and is no error (SCB.md §6).
+  sim_set_generation(region.get(), 2);
+  sim_request_yield(region.get(), 0);
+  EXPECT_EQ(morpheus_record_explicit_yield(w), 0) << last_error();
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, yield_count), 2u);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), seq);
+}
+
+TEST_F(MorpheusTest, AnExplicitYieldOfAForeignOrNullHandleIsNotRegistered) {
+  EXPECT_EQ(morpheus_record_explicit_yield(nullptr), -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_NE(last_error().find("morpheus_record_explicit_yield"), std::string::npos) << last_error();
+  Region region;
+  morpheus_worker *w = nullptr;
+  ASSERT_EQ(register_direct(region, 0, &w), 0);
+  sim_request_yield(region.get(), 0);
+  struct Result {
+    morpheus_worker *w;
+    int rc;
+  } result{w, 0};
+  pthread_t t;
+  pthread_create(
+      &t, nullptr,
+      [](void *arg) -> void * {
+        auto *r = static_cast<Result *>(arg);
+        r->rc = morpheus_record_explicit_yield(r->w);
+        return nullptr;
+      },
+      &result);
+  pthread_join(t, nullptr);
+  EXPECT_EQ(result.rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, yield_count), 0u);
+  EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), 0u);
+}
+
+TEST_F(MorpheusTest, TheModeClockTimesTheDefensiveYield) {
+  Region region;
+  morpheus_worker *w = nullptr;
+  const int64_t t0 = 1000000000;
+  morpheus_testing_set_mode_clock(t0);
+  ASSERT_EQ(register_direct(region, 0, &w), 0) << last_error();
+  const int64_t slice = (int64_t)__atomic_load_n(&sim_header(region.get())->slice_ns, __ATOMIC_ACQUIRE);
+  // A dropped hint, then a request: the yield evaluates the mode, DEFENSIVE (spec/SCB.md §5.4). From then
+  // on the worker yields once per slice since its last yield, on the mode clock, which moves only when set.
+  __atomic_fetch_add(&sim_scb(region.get(), 0)->hints_dropped, 1, __ATOMIC_RELAXED);
+  sim_request_yield(region.get(), 0);
+  EXPECT_TRUE(morpheus_checkpoint(w));
+  EXPECT_EQ(morpheus_runtime_mode(w), (int)MORPHEUS_RUNTIME_MODE_DEFENSIVE);
+  __atomic_fetch_add(&sim_scb(region.get(), 0)->hints_dropped, 1, __ATOMIC_RELAXED);  // stays DEFENSIVE
+  morpheus_testing_set_mode_clock(t0 + slice - 1);
+  for (int i = 0; i < 100; i++) EXPECT_FALSE(morpheus_checkpoint(w)) << "no slice since the last yield";
+  morpheus_testing_set_mode_clock(t0 + slice);
+  EXPECT_TRUE(morpheus_checkpoint(w));
+  EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_DEFENSIVE), 1u);
+  // An explicit yield restarts the clock too (§5.8).
+  morpheus_testing_set_mode_clock(t0 + 2 * slice - 1);
+  ASSERT_EQ(morpheus_record_explicit_yield(w), 0) << last_error();
+  morpheus_testing_set_mode_clock(t0 + 2 * slice);
+  EXPECT_FALSE(morpheus_checkpoint(w)) << "a slice since the DEFENSIVE yield, not since the explicit one";
+  EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_DEFENSIVE), 1u);
+  morpheus_testing_set_mode_clock(-1);
+}
+
 TEST_F(MorpheusTest, NestedCriticalSectionsDeferTheRequest) {
   Region region;
   morpheus_worker *w = nullptr;

@@ -2,7 +2,9 @@
 /*
  * Conformance agent for sdk-c (libmorpheus): speaks spec/CONFORMANCE.md's protocol on stdin/stdout and
  * drives the public C API (morpheus.h, morpheus_inline.h) as a C application would. Every request
- * runs on the main thread, which is the worker thread. The C SDK has only the synchronous checkpoint.
+ * runs on the main thread, which is the worker thread. The C SDK has only the synchronous checkpoint; it
+ * offers the explicit yield (morpheus_record_explicit_yield) and the mode clock tests set
+ * (morpheus_testing_set_mode_clock), so the optional ops `explicit_yield` and `mode_clock` are its.
  *
  * libmorpheus attaches and registers in one call (morpheus_worker_register). `attach` validates the
  * region with morpheus_region_check (the header checks of SCB.md §1.3, writing nothing) and remembers
@@ -196,6 +198,24 @@ static void handle(long long id, const char *op, const char *line)
 			else
 				printf("{\"id\":%lld,\"ok\":true}\n", id);
 		}
+	} else if (!strcmp(op, "explicit_yield")) {
+		/* The application yielded on its own (SCB.md §5.8); a detached or lost worker writes nothing. */
+		if (!need_worker(id)) {
+			int rc = morpheus_record_explicit_yield(worker);
+			if (rc)
+				fail(id, rc);
+			else
+				printf("{\"id\":%lld,\"ok\":true}\n", id);
+		}
+	} else if (!strcmp(op, "mode_clock")) {
+		/* The thread's mode clock (SCB.md §5.4): every op of this agent runs on this thread. */
+		long long ns;
+		if (json_i64(line, "ns", &ns) || ns < 0) {
+			reply_error(id, "BAD_REQUEST", "ns must be an integer >= 0");
+		} else {
+			morpheus_testing_set_mode_clock((int64_t)ns);
+			printf("{\"id\":%lld,\"ok\":true}\n", id);
+		}
 	} else if (!strcmp(op, "state")) {
 		if (!worker) {
 			printf("{\"id\":%lld,\"ok\":true,\"attached\":%s,\"registered\":false,\"depth\":%u}\n", id,
@@ -256,7 +276,8 @@ int main(void)
 	printf("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"c\",\"runtime_kind\":");
 	json_print_str(morpheus_runtime_kind_name(MORPHEUS_RUNTIME_KIND_C));
 	printf(",\"abi_major\":%u,\"abi_minor\":%u,\"checkpoint_modes\":[\"sync\"],"
-	       "\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,\"pid\":%d}\n",
+	       "\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,"
+	       "\"ops\":[\"explicit_yield\",\"mode_clock\"],\"pid\":%d}\n",
 	       (unsigned)MORPHEUS_ABI_MAJOR, (unsigned)MORPHEUS_ABI_MINOR, (int)getpid());
 	while (getline(&line, &cap, stdin) > 0) {
 		long long id = -1;
