@@ -4,7 +4,9 @@
  * public Java API (dev.morpheus) as an application would. The backend is the one the JVM is started
  * with (-Dmorpheus.backend=ffm|jni): agent.toml here is the java-ffm column (JDK 25), ../java-jni the
  * java-jni column (JDK 17). Every request runs on the main thread, which is the worker thread. The Java
- * API has only the synchronous checkpoint.
+ * API has only the synchronous checkpoint; it offers the explicit yield (Worker.recordExplicitYield) and the
+ * mode clock tests set (Morpheus.setModeClockForTesting), so the optional ops `explicit_yield` and
+ * `mode_clock` are its.
  *
  * The Java API attaches and registers in one call: `attach` validates with Morpheus.checkRegion (the
  * header checks of SCB.md §1.3, writing nothing) and remembers the path; `register` maps it again.
@@ -42,7 +44,8 @@ public final class Agent {
         System.setOut(new PrintStream(System.err, true, StandardCharsets.UTF_8)); // nothing else on stdout
         OUT.println("{\"protocol\":\"morpheus-conformance\",\"version\":1,\"sdk\":\"java-" + Morpheus.backendName()
                 + "\",\"runtime_kind\":\"JAVA\",\"abi_major\":" + Abi.ABI_MAJOR + ",\"abi_minor\":" + Abi.ABI_MINOR
-                + ",\"checkpoint_modes\":[\"sync\"],\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,\"pid\":"
+                + ",\"checkpoint_modes\":[\"sync\"],\"state_fields\":[\"escapable\",\"priority\"],\"attach_maps\":false,"
+                + "\"ops\":[\"explicit_yield\",\"mode_clock\"],\"pid\":"
                 + ProcessHandle.current().pid() + "}");
         Agent agent = new Agent();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -135,6 +138,17 @@ public final class Agent {
             case "set_priority":
                 needWorker().setPriority(Math.toIntExact(integer(request, "value")));
                 return ok(id, null);
+            case "explicit_yield": // the application yielded on its own (SCB.md §5.8)
+                needWorker().recordExplicitYield();
+                return ok(id, null);
+            case "mode_clock": { // the thread's mode clock (SCB.md §5.4): every op of this agent runs on it
+                long ns = integer(request, "ns");
+                if (ns < 0) {
+                    throw new BadRequest("ns must be an integer >= 0");
+                }
+                Morpheus.setModeClockForTesting(ns);
+                return ok(id, null);
+            }
             case "status":
                 return status(id, needWorker());
             case "state":

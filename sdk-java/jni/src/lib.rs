@@ -266,6 +266,19 @@ pub extern "system" fn Java_dev_morpheus_JniNative_runtimeMode(_env: Env, _class
     thread::with(token as u64, "runtime_mode", |w| w.runtime_mode().raw() as jint).unwrap_or(0)
 }
 
+/// Record a yield the thread made on its own (spec/SCB.md §5.8): 0, also for a detached or lost
+/// worker (which writes nothing), or a negated error.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_recordExplicitYield(_env: Env, _class: Class, token: jlong) -> jint {
+    with_worker(token, "record_explicit_yield", |worker| status(worker.record_explicit_yield()))
+}
+
+/// Tests only: the calling thread's mode clock (`kit::set_mode_clock`); negative: CLOCK_MONOTONIC again.
+#[no_mangle]
+pub extern "system" fn Java_dev_morpheus_JniNative_setModeClock(_env: Env, _class: Class, nanos: jlong) {
+    kit::set_mode_clock(u64::try_from(nanos).ok());
+}
+
 /// The calling thread's last failure, naming what was expected and what was found.
 #[no_mangle]
 pub extern "system" fn Java_dev_morpheus_JniNative_lastError<'caller>(

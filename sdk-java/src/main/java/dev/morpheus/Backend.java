@@ -30,4 +30,7 @@ interface Backend {
 
     /** The calling thread's critical depth. */
     int threadCriticalDepth();
+
+    /** See {@link Morpheus#setModeClockForTesting(long)}. */
+    void setModeClock(long nanos);
 }

@@ -50,6 +50,11 @@ final class JniBackend implements Backend {
         return JniNative.threadCriticalDepth();
     }
 
+    @Override
+    public void setModeClock(long nanos) {
+        JniNative.setModeClock(nanos);
+    }
+
     private static byte[] bytes(String path) {
         return path == null ? null : path.getBytes(StandardCharsets.UTF_8);
     }

@@ -73,6 +73,10 @@ final class JniNative {
 
     static native int runtimeMode(long token);
 
+    static native int recordExplicitYield(long token);
+
+    static native void setModeClock(long nanos);
+
     static native String lastError();
 
     /** Does nothing: the empty JNI call the benchmarks compare with. */

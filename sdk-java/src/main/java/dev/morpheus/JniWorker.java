@@ -132,6 +132,15 @@ final class JniWorker extends Worker {
     }
 
     @Override
+    public void recordExplicitYield() {
+        checkOwner("recordExplicitYield");
+        int result = JniNative.recordExplicitYield(token);
+        word = fastPathWord(); // the core acknowledged (or detached the worker): take its fast path again
+        expected = JniNative.fastPathExpected();
+        JniNative.check(result);
+    }
+
+    @Override
     public RuntimeMode runtimeMode() {
         checkOwner("runtimeMode");
         return RuntimeMode.of(JniNative.runtimeMode(token));

@@ -135,6 +135,16 @@ public final class Morpheus {
         return worker != null ? worker.criticalDepth() : platformThreadBackend("criticalDepth").threadCriticalDepth();
     }
 
+    /**
+     * For tests and conformance agents only (spec/CONFORMANCE.md §2.3, {@code mode_clock}): from now on the
+     * calling thread's runtime-mode rules (spec/SCB.md §5.4: a slice since the worker's last yield, a slice
+     * since its last mode evaluation) read {@code nanos} where they read {@code CLOCK_MONOTONIC}, until the
+     * next call; a negative value gives them {@code CLOCK_MONOTONIC} back. The clock never moves on its own.
+     */
+    public static void setModeClockForTesting(long nanos) {
+        platformThreadBackend("setModeClockForTesting").setModeClock(nanos);
+    }
+
     private static Backend platformThreadBackend(String operation) {
         Thread thread = Thread.currentThread();
         if (isVirtual(thread)) {

@@ -95,6 +95,15 @@ public abstract class Worker implements AutoCloseable {
     public abstract long yieldCount();
 
     /**
+     * Record a yield the thread made on its own (spec/SCB.md §5.8, the explicit yield): it went back to its
+     * executor's queue, parked, slept or called {@link Thread#yield()} at a point of its choosing. Any pending
+     * request is acknowledged as a checkpoint would, the yield is counted as {@code EXPLICIT}, and the
+     * runtime modes' clocks restart. It suspends nothing and is allowed inside a critical section. A
+     * detached worker, or one a scheduler restart detached, writes nothing and throws nothing.
+     */
+    public abstract void recordExplicitYield();
+
+    /**
      * What the checkpoint's fast path compares {@code preempt_seq} with: the last acknowledged sequence, or
      * 2^64-1 (-1 as a signed long) in the modes where every checkpoint takes the slow path (spec/SCB.md §5.4);
      * 0 when detached.

@@ -78,6 +78,15 @@ final class FfmBackend implements Backend {
     }
 
     @Override
+    public void setModeClock(long nanos) {
+        try {
+            FfmLibmorpheus.TESTING_SET_MODE_CLOCK.invokeExact(nanos);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    @Override
     public long currentHandle() {
         try {
             return ((MemorySegment) FfmLibmorpheus.WORKER_CURRENT.invokeExact()).address();

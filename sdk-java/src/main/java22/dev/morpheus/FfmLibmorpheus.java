@@ -59,6 +59,10 @@ final class FfmLibmorpheus {
     static final MethodHandle YIELD_COUNT =
             function("morpheus_yield_count", FunctionDescriptor.of(JAVA_LONG, ADDRESS, JAVA_INT), CRITICAL);
     static final MethodHandle RUNTIME_MODE = function("morpheus_runtime_mode", FunctionDescriptor.of(JAVA_INT, ADDRESS), CRITICAL);
+    static final MethodHandle RECORD_EXPLICIT_YIELD =
+            function("morpheus_record_explicit_yield", FunctionDescriptor.of(JAVA_INT, ADDRESS), CRITICAL);
+    static final MethodHandle TESTING_SET_MODE_CLOCK =
+            function("morpheus_testing_set_mode_clock", FunctionDescriptor.ofVoid(JAVA_LONG), CRITICAL);
     static final MethodHandle LAST_ERROR = function("morpheus_last_error", FunctionDescriptor.of(ADDRESS));
 
     /** The library's answer to morpheus_layout_offset(name); an unknown name fails loudly. */

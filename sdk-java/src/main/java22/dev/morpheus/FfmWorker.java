@@ -215,6 +215,12 @@ final class FfmWorker extends Worker {
     }
 
     @Override
+    public void recordExplicitYield() {
+        checkOwner("recordExplicitYield");
+        call(() -> (int) FfmLibmorpheus.RECORD_EXPLICIT_YIELD.invokeExact(rawHandle));
+    }
+
+    @Override
     public boolean escapable() {
         checkOwner("escapable");
         return call(() -> (int) FfmLibmorpheus.ESCAPABLE.invokeExact(rawHandle)) != 0;

@@ -85,6 +85,16 @@ final class TestRegion implements AutoCloseable {
         return TestRegionWriter.publishRequest(bytes, scb(slot, 0), System.nanoTime());
     }
 
+    /** A hint the scheduler could not deliver: {@code hints_dropped} grows (a relaxed add, as the scheduler's). */
+    void dropHint(int slot) {
+        INT.getAndAddRelease(bytes, scb(slot, ScbOffsets.HINTS_DROPPED), 1);
+    }
+
+    /** The header's {@code slice_ns}. */
+    long sliceNs() {
+        return (long) LONG.getAcquire(bytes, (int) RegionHeaderOffsets.SLICE_NS);
+    }
+
     /** A scheduler restart as the old region sees it: generation changes (release). */
     void setGeneration(long generation) {
         LONG.setRelease(bytes, (int) RegionHeaderOffsets.GENERATION, generation);

@@ -15,6 +15,7 @@ import dev.morpheus.abi.RuntimeKind;
 import dev.morpheus.abi.RuntimeMode;
 import dev.morpheus.abi.ScbOffsets;
 import dev.morpheus.abi.WorkerState;
+import dev.morpheus.abi.YieldReason;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.concurrent.atomic.AtomicReference;
@@ -182,6 +183,76 @@ class WorkerTest {
             assertTrue(Morpheus.checkpoint() == false);
             region.bump(0);
             assertTrue(Morpheus.checkpoint(), "the static checkpoint uses the thread's worker");
+        }
+    }
+
+    @Test
+    void anExplicitYieldAcknowledgesCountsAndSuspendsNothing() {
+        try (Worker worker = register(0)) {
+            worker.recordExplicitYield(); // nothing pending: counted, nothing acknowledged
+            assertEquals(1, region.load64(0, ScbOffsets.YIELD_COUNT));
+            assertEquals(YieldReason.EXPLICIT.value, region.load32(0, ScbOffsets.LAST_YIELD_REASON));
+            assertEquals(0, region.load64(0, ScbOffsets.LAST_ACK_SEQ));
+            long seq = region.bump(0);
+            try (CriticalSection cs = worker.critical()) {
+                worker.recordExplicitYield(); // allowed in a section: it causes no yield (spec/SCB.md §5.8)
+            }
+            assertEquals(seq, region.load64(0, ScbOffsets.LAST_ACK_SEQ));
+            assertEquals(seq, worker.cachedAck(), "the fast path compares with the new acknowledgement");
+            assertFalse(worker.checkpoint(), "the request was served by the thread's own yield");
+            assertEquals(2, worker.yieldCount());
+            region.setGeneration(9); // a scheduler restart: it writes nothing and throws nothing
+            region.bump(0);
+            byte[] before = region.snapshot();
+            worker.recordExplicitYield();
+            assertArrayEquals(before, region.snapshot(), "a lost worker writes nothing");
+        }
+        try (Worker detached = Morpheus.register(Options.defaults().detached())) {
+            detached.recordExplicitYield();
+            assertEquals(0, detached.yieldCount());
+        }
+    }
+
+    @Test
+    void anExplicitYieldFromAnotherThreadIsRefused() throws InterruptedException {
+        try (Worker worker = register(0)) {
+            region.bump(0);
+            AtomicReference<Throwable> thrown = new AtomicReference<>();
+            Thread other = new Thread(() -> thrown.set(assertThrows(MorpheusException.class, worker::recordExplicitYield)));
+            other.start();
+            other.join();
+            assertInstanceOf(MorpheusException.class, thrown.get());
+            assertEquals(ErrorCode.NOT_REGISTERED, ((MorpheusException) thrown.get()).code());
+            assertEquals(0, region.load64(0, ScbOffsets.YIELD_COUNT));
+        }
+    }
+
+    @Test
+    void theModeClockTimesTheDefensiveYield() {
+        long t0 = 1_000_000_000L;
+        Morpheus.setModeClockForTesting(t0);
+        try (Worker worker = register(0)) {
+            long slice = region.sliceNs();
+            // A dropped hint, then a request: the yield evaluates the mode, DEFENSIVE (spec/SCB.md §5.4); from
+            // then on one yield per slice since the last yield, on the mode clock, which moves only when set.
+            region.dropHint(0);
+            region.bump(0);
+            assertTrue(worker.checkpoint());
+            assertEquals(RuntimeMode.DEFENSIVE, worker.runtimeMode());
+            region.dropHint(0); // stays DEFENSIVE
+            Morpheus.setModeClockForTesting(t0 + slice - 1);
+            for (int i = 0; i < 100; i++) {
+                assertFalse(worker.checkpoint(), "no slice since the last yield");
+            }
+            Morpheus.setModeClockForTesting(t0 + slice);
+            assertTrue(worker.checkpoint());
+            assertEquals(YieldReason.DEFENSIVE.value, region.load32(0, ScbOffsets.LAST_YIELD_REASON));
+            Morpheus.setModeClockForTesting(t0 + 2 * slice - 1);
+            worker.recordExplicitYield(); // restarts the clocks (§5.8)
+            Morpheus.setModeClockForTesting(t0 + 2 * slice);
+            assertFalse(worker.checkpoint(), "a slice since the DEFENSIVE yield, not since the explicit one");
+        } finally {
+            Morpheus.setModeClockForTesting(-1);
         }
     }
 
