@@ -40,7 +40,7 @@ AGENT_OPS = {
 # Ops an SDK may lack (CONFORMANCE.md §2.2, the hello's `ops`): a cell whose scenario uses one the agent
 # does not declare is n/a, with the reason given here.
 OPTIONAL_OPS = {
-    "explicit_yield": "the SDK offers no explicit yield (SCB.md §5.8: C and Java do not in 1.4)",
+    "explicit_yield": "the SDK offers no explicit yield (SCB.md §5.8)",
     "tasks": "the SDK drives no event loop of several tasks (SCB.md §5.7 binds event-loop SDKs only)",
     "mode_clock": "the SDK offers no clock the harness controls for its runtime modes (CONFORMANCE.md §2.3, `mode_clock`)",
 }
