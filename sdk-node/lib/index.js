@@ -179,12 +179,11 @@ function keeper(turns, own) {
   resume(next);
 }
 
-// Tests only: measure turns with `clock()` (ns) instead of the thread's CPU time and the wall clock,
-// so the order of turns never depends on the machine's speed; no argument restores both clocks.
+// Tests only, exported as _setTurnClock and _setModeClock (not part of the API); no argument restores the
+// clocks. setTurnClock: turns measured by `clock()` (ns), not the thread's CPU time and the wall clock, so
+// their order never depends on the machine's speed. setModeClock: the runtime-mode rules (§5.4) timed by
+// `ns`, not CLOCK_MONOTONIC; the fast state is re-read, and its quiet window stays closed meanwhile.
 const setTurnClock = (clock) => (testClock = clock ?? null);
-// Tests only: time the runtime-mode rules (a slice since the last yield, since the last evaluation,
-// §5.4) by `ns` instead of CLOCK_MONOTONIC; no argument restores it. The fast state is re-read: while
-// the clock is set its quiet window is closed, so every check reaches the core.
 const setModeClock = (ns) => (native.setModeClock(ns ?? -1), refresh());
 
 /**
@@ -233,10 +232,7 @@ function critical(fn) {
     exitAfterFailure();
     throw error;
   }
-  if (result === null || typeof result !== 'object' || typeof result.then !== 'function') {
-    criticalExit();
-    return result;
-  }
+  if (result === null || typeof result !== 'object' || typeof result.then !== 'function') return (criticalExit(), result);
   return Promise.resolve(result).then(
     (value) => (criticalExit(), value),
     (error) => {
@@ -435,7 +431,6 @@ process.once('exit', () => {
 
 const [ABI_MAJOR, ABI_MINOR] = native.abiVersion();
 
-// `_setTurnClock`, `_setModeClock`: tests only (not part of the API), see setTurnClock and setModeClock.
 module.exports = { ABI_MAJOR, ABI_MINOR, ESCAPABLE_DEFAULT: native.escapableDefault(), YIELD_PASSES, MorpheusError, errors, notices };
 Object.assign(module.exports, { Region: native.Region, Worker, attach, checkpoint, checkpointEvery, critical, criticalDepth, criticalEnter, criticalExit });
 Object.assign(module.exports, { currentWorker, initWorker, setEscapable, setPriority, shouldYield, yieldRequested, _setTurnClock: setTurnClock, _setModeClock: setModeClock });
