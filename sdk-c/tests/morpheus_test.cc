@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <pthread.h>
 #include <stdlib.h>
 
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "morpheus_inline.h"
@@ -195,21 +195,9 @@ TEST_F(MorpheusTest, AnExplicitYieldOfAForeignOrNullHandleIsNotRegistered) {
   morpheus_worker *w = nullptr;
   ASSERT_EQ(register_direct(region, 0, &w), 0);
   sim_request_yield(region.get(), 0);
-  struct Result {
-    morpheus_worker *w;
-    int rc;
-  } result{w, 0};
-  pthread_t t;
-  pthread_create(
-      &t, nullptr,
-      [](void *arg) -> void * {
-        auto *r = static_cast<Result *>(arg);
-        r->rc = morpheus_record_explicit_yield(r->w);
-        return nullptr;
-      },
-      &result);
-  pthread_join(t, nullptr);
-  EXPECT_EQ(result.rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  int rc = 0;
+  std::thread([&] { rc = morpheus_record_explicit_yield(w); }).join();
+  EXPECT_EQ(rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
   EXPECT_EQ(SIM_LOAD(region.get(), 0, yield_count), 0u);
   EXPECT_EQ(SIM_LOAD(region.get(), 0, last_ack_seq), 0u);
 }
@@ -495,21 +483,9 @@ TEST_F(MorpheusTest, AHandleFromAnotherThreadIsRefused) {
   Region region;
   morpheus_worker *w = nullptr;
   ASSERT_EQ(register_direct(region, 0, &w), 0);
-  struct Result {
-    morpheus_worker *w;
-    int rc;
-  } result{w, 0};
-  pthread_t t;
-  pthread_create(
-      &t, nullptr,
-      [](void *arg) -> void * {
-        auto *r = static_cast<Result *>(arg);
-        r->rc = morpheus_worker_unregister(r->w);
-        return nullptr;
-      },
-      &result);
-  pthread_join(t, nullptr);
-  EXPECT_EQ(result.rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  int rc = 0;
+  std::thread([&] { rc = morpheus_worker_unregister(w); }).join();
+  EXPECT_EQ(rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
   EXPECT_EQ(SIM_LOAD(region.get(), 0, worker_state), MORPHEUS_WORKER_STATE_RUNNING);
 }
 
@@ -635,25 +611,15 @@ TEST_F(MorpheusTest, EscapableAndPriorityGettersRefuseAForeignHandle) {
   Region region;
   morpheus_worker *w = nullptr;
   ASSERT_EQ(register_direct(region, 0, &w), 0);
-  struct Result {
-    const morpheus_worker *w;
-    int escapable, priority_rc;
-    int32_t priority;
-  } result{w, 0, 0, 42};
-  pthread_t t;
-  pthread_create(
-      &t, nullptr,
-      [](void *arg) -> void * {
-        auto *r = static_cast<Result *>(arg);
-        r->escapable = morpheus_escapable(r->w);
-        r->priority_rc = morpheus_priority(r->w, &r->priority);
-        return nullptr;
-      },
-      &result);
-  pthread_join(t, nullptr);
-  EXPECT_EQ(result.escapable, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
-  EXPECT_EQ(result.priority_rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
-  EXPECT_EQ(result.priority, 42) << "nothing stored on failure";
+  int escapable = 0, priority_rc = 0;
+  int32_t priority = 42;
+  std::thread([&] {
+    escapable = morpheus_escapable(w);
+    priority_rc = morpheus_priority(w, &priority);
+  }).join();
+  EXPECT_EQ(escapable, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(priority_rc, -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
+  EXPECT_EQ(priority, 42) << "nothing stored on failure";
   EXPECT_EQ(morpheus_escapable(nullptr), -static_cast<int>(MORPHEUS_E_NOT_REGISTERED));
 }
 
