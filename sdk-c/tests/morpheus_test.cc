@@ -65,11 +65,12 @@ class Region {
   bool ok_ = false;
 };
 
-// Every test leaves the thread without a worker.
+// Every test leaves the thread without a worker, and its mode rules on CLOCK_MONOTONIC.
 class MorpheusTest : public ::testing::Test {
  protected:
   void TearDown() override {
     if (morpheus_worker *w = morpheus_worker_current()) morpheus_worker_unregister(w);
+    morpheus_testing_set_mode_clock(-1);
   }
 
   static int register_direct(const Region &region, int slot, morpheus_worker **w) {
@@ -227,7 +228,6 @@ TEST_F(MorpheusTest, TheModeClockTimesTheDefensiveYield) {
   morpheus_testing_set_mode_clock(t0 + 2 * slice);
   EXPECT_FALSE(morpheus_checkpoint(w)) << "a slice since the DEFENSIVE yield, not since the explicit one";
   EXPECT_EQ(morpheus_yield_count(w, MORPHEUS_YIELD_REASON_DEFENSIVE), 1u);
-  morpheus_testing_set_mode_clock(-1);
 }
 
 TEST_F(MorpheusTest, NestedCriticalSectionsDeferTheRequest) {
