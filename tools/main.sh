@@ -130,9 +130,9 @@ step_node_service() {
 # CPU-time base order (the before/after of the base policy), on the reference evaluation's tables
 # (latency, starvation, liar) and a CPU-bound batch, in the real-kernel VM, one boot, schedulers
 # interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
-# and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. Estimated 35-40 minutes
-# on a quiet host with the peers built (the eleventh run took 19 for five schedulers; nine now), plus
-# the peers' first build. On a loaded host a round is far longer: 10 minutes for seven schedulers at
+# and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About 36 minutes on a
+# quiet host with the peers built (all nine columns in a fresh clone: 2,165 s, scheduler/BENCHMARKS.md),
+# plus the peers' first build (about 10 minutes with warm cargo caches, far longer from cold ones). On a loaded host a round is far longer: 10 minutes for seven schedulers at
 # load average 20-40 (scx_lavd's BPF load alone took 2 minutes under TCG; scheduler/BENCHMARKS.md).
 # MORPHEUS_COMPARE_TABLES picks tables (default all: latency,checkpoint_cost,starvation,liar,batch), e.g.
 # latency,starvation,batch for the peers' verdicts alone; MORPHEUS_COMPARE_SCHEDULERS picks columns.
