@@ -29,7 +29,8 @@ BASELINE = "eevdf"
 # has not slept recently: the befores and afters of a before/after); every other
 # scheduler is a peer it is measured against.
 MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime", "morpheus_enforced_lag", "morpheus_enforced_burst",
-            "morpheus_enforced_spare", "morpheus_enforced_recent")
+            "morpheus_enforced_spare", "morpheus_enforced_recent",
+            "morpheus_enforced_arrival")
 
 
 def load(path):

@@ -60,6 +60,10 @@ pub enum BaseOrder {
     /// (a task preempted soon after waking keeps its place), the whole term otherwise and for a
     /// task that never slept (the default: ahead of `Cputime` in four comparison runs, BENCHMARKS.md).
     Recent,
+    /// `Recent`, but a task that slept recently is keyed at the slice-lag floor whatever CPU it
+    /// used before that sleep, so such tasks run in the order they were queued (opt-in until a
+    /// comparison run shows it ahead of `Recent`).
+    Arrival,
 }
 
 /// Everything the command line decides, validated (see main.rs).

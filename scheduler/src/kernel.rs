@@ -1269,6 +1269,7 @@ impl KernelBackend {
             crate::backend::BaseOrder::Burst => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_BURST,
             crate::backend::BaseOrder::Spare => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_SPARE,
             crate::backend::BaseOrder::Recent => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_RECENT,
+            crate::backend::BaseOrder::Arrival => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_ARRIVAL,
         };
 
         rodata.base_trace_on = config.debug_base_trace;

@@ -50,6 +50,9 @@ pub enum Sched {
     /// than a base slice of CPU since (scx_morpheus `--base-order recent`): measured against
     /// `EnforcedCputime` and `EnforcedSpare` in the same rounds.
     EnforcedRecent,
+    /// Enforced mode with tasks that slept recently keyed by when they were queued (scx_morpheus
+    /// `--base-order arrival`): measured against `Enforced` (the default, `recent`) in the same rounds.
+    EnforcedArrival,
 }
 
 impl Sched {
@@ -69,11 +72,12 @@ impl Sched {
             Sched::EnforcedBurst => "morpheus_enforced_burst",
             Sched::EnforcedSpare => "morpheus_enforced_spare",
             Sched::EnforcedRecent => "morpheus_enforced_recent",
+            Sched::EnforcedArrival => "morpheus_enforced_arrival",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival)
     }
 }
 
@@ -96,7 +100,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival => None,
         }
     }
 }
@@ -169,7 +173,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
@@ -181,6 +185,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
                 Sched::EnforcedBurst => Some("burst"),
                 Sched::EnforcedSpare => Some("spare"),
                 Sched::EnforcedRecent => Some("recent"),
+                Sched::EnforcedArrival => Some("arrival"),
                 _ => None,
             };
             let mut child = Command::new(&bins.morpheus)

@@ -463,6 +463,12 @@ MORPHEUS_POLICY_FN int morpheus_effect_may_hold(const struct morpheus_scb *scb)
  *     CPU, not the wall time since the wake-up, because the wall time includes the queue waits the
  *     order exists to shorten; a hog never sleeps, so it carries the whole term at every queueing,
  *     as under BURST. Why these choices, with the figures: scheduler/BENCHMARKS.md, issue 21.
+ *   ARRIVAL: RECENT, but a task that slept recently (RECENT's test) is keyed at the slice-lag floor
+ *     itself, vtime_now less the lag when it is queued, whatever its vtime: the CPU it used before
+ *     that sleep is not held against it. Tasks that sleep often are so served in the order they were
+ *     queued (vtime_now never goes back, and equal keys keep their insertion order), as a FIFO would,
+ *     while a task that has run a base slice of CPU without sleeping, or never slept, is keyed as
+ *     under RECENT: its vtime raised to the floor plus the capped exec term, behind them.
  * Which of them main.bpf.c uses when none is asked for is scx_morpheus's --base-order default
  * (src/main.rs); the enum's values are the load-time constant main.bpf.c reads.
  */
@@ -473,16 +479,17 @@ enum morpheus_base_order {
 	MORPHEUS_BASE_ORDER_BURST = 3,
 	MORPHEUS_BASE_ORDER_SPARE = 4,
 	MORPHEUS_BASE_ORDER_RECENT = 5,
+	MORPHEUS_BASE_ORDER_ARRIVAL = 6,
 };
 
-/* LAG, BURST, SPARE and RECENT orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
+/* LAG, BURST, SPARE, RECENT and ARRIVAL orders: the most credit a waking task keeps, as a fraction of a base slice (1 / this). */
 #define MORPHEUS_BASE_LAG_DIV 8
 
 /*
  * The credit, in vtime (CPU time * 100 / weight), that a task of `weight` (100 = nice 0, 0 taken as
  * 100) keeps below vtime_now when it is queued: a whole slice under CPUTIME (and for a task cpu.max
  * held, under DEADLINE, which keys its queue by deadline instead), the slice lag under LAG, BURST,
- * SPARE and RECENT.
+ * SPARE, RECENT and ARRIVAL.
  * Never 0 for a non-zero slice, so a task is never keyed past vtime_now by the floor itself.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, morpheus_u64 slice_ns, morpheus_u64 weight)
@@ -490,7 +497,7 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_vtime_credit(morpheus_u32 order, m
 	morpheus_u64 lag;
 
 	if (order != MORPHEUS_BASE_ORDER_LAG && order != MORPHEUS_BASE_ORDER_BURST && order != MORPHEUS_BASE_ORDER_SPARE &&
-	    order != MORPHEUS_BASE_ORDER_RECENT)
+	    order != MORPHEUS_BASE_ORDER_RECENT && order != MORPHEUS_BASE_ORDER_ARRIVAL)
 		return slice_ns;
 	lag = slice_ns / MORPHEUS_BASE_LAG_DIV * 100 / (weight ? weight : 100);
 	return lag ? lag : (slice_ns ? 1 : 0);
@@ -598,13 +605,13 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_deadline(const struct morpheus_bas
 
 /*
  * Whether order `order` keeps a task's vtime apart from its queue key (struct morpheus_base_task's
- * `vtime`): BURST, SPARE and RECENT, whose keys add an exec-runtime term that must not add up over
- * queueings (morpheus_base_kept_key).
+ * `vtime`): BURST, SPARE, RECENT and ARRIVAL, whose keys add an exec-runtime term that must not add
+ * up over queueings (morpheus_base_kept_key).
  */
 MORPHEUS_POLICY_FN int morpheus_base_keeps_vtime(morpheus_u32 order)
 {
 	return order == MORPHEUS_BASE_ORDER_BURST || order == MORPHEUS_BASE_ORDER_SPARE ||
-	       order == MORPHEUS_BASE_ORDER_RECENT;
+	       order == MORPHEUS_BASE_ORDER_RECENT || order == MORPHEUS_BASE_ORDER_ARRIVAL;
 }
 
 /*
@@ -634,29 +641,35 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_spare_term(const struct morpheus_b
 }
 
 /*
- * RECENT order: the second term of the key of a task (state `t`, NULL: none yet, so no exec runtime
- * either): 0 if it has slept under this scheduler and used less than MORPHEUS_BASE_RECENT_SLICES base
- * slices of CPU (weight-scaled) since, else its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES
+ * RECENT and ARRIVAL orders: whether a task (state `t`, NULL: none yet, so it never slept) has slept
+ * under this scheduler and used less than MORPHEUS_BASE_RECENT_SLICES base slices of CPU
+ * (weight-scaled) since. If not, its term is its exec runtime capped at MORPHEUS_BASE_EXEC_CAP_SLICES
  * base slices, BURST's term.
  */
+MORPHEUS_POLICY_FN int morpheus_base_slept_recently(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
+{
+	return t && t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES;
+}
+
+/* RECENT (and ARRIVAL) order: the second term of the key, 0 for a task that slept recently. */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_term(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
 {
-	if (t && t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES)
+	if (morpheus_base_slept_recently(t, slice_ns))
 		return 0;
 	return morpheus_base_capped_exec(t, slice_ns);
 }
 
 /*
  * The second term of the key of a task (state `t`, NULL: none yet) under a kept-vtime order `order`
- * (morpheus_base_kept_key): BURST's capped exec runtime, SPARE's or RECENT's term; 0 under any other
- * order. The one place an order picks its term: the queue's key and the trace's record both take it here.
+ * (morpheus_base_kept_key): BURST's capped exec runtime, SPARE's term, or RECENT's (also ARRIVAL's);
+ * 0 under any other order. The one place an order picks its term: the queue's key and the trace's record both take it here.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_exec_term(morpheus_u32 order, const struct morpheus_base_task *t,
 							 morpheus_u64 slice_ns)
 {
 	if (order == MORPHEUS_BASE_ORDER_SPARE)
 		return morpheus_base_spare_term(t, slice_ns);
-	if (order == MORPHEUS_BASE_ORDER_RECENT)
+	if (order == MORPHEUS_BASE_ORDER_RECENT || order == MORPHEUS_BASE_ORDER_ARRIVAL)
 		return morpheus_base_recent_term(t, slice_ns);
 	if (order == MORPHEUS_BASE_ORDER_BURST)
 		return morpheus_base_capped_exec(t, slice_ns);
@@ -664,10 +677,11 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_exec_term(morpheus_u32 order, cons
 }
 
 /*
- * The key of a task under a kept-vtime order `order` (BURST, SPARE or RECENT: the task's vtime kept
- * apart from its key) with state `t` (NULL: none yet), key so far `dsq_vtime` and `weight` (100 =
- * nice 0), queued when the highest vtime started is `vtime_now`: its vtime raised to the order's
- * slice-lag floor (morpheus_base_vtime_key), plus the order's exec term (morpheus_base_exec_term).
+ * The key of a task under a kept-vtime order `order` (BURST, SPARE, RECENT or ARRIVAL: the task's
+ * vtime kept apart from its key) with state `t` (NULL: none yet), key so far `dsq_vtime` and `weight`
+ * (100 = nice 0), queued when the highest vtime started is `vtime_now`: its vtime raised to the
+ * order's slice-lag floor (morpheus_base_vtime_key), plus the order's exec term
+ * (morpheus_base_exec_term); under ARRIVAL, the floor alone for a task that slept recently.
  */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_kept_key(morpheus_u32 order, const struct morpheus_base_task *t,
 							morpheus_u64 dsq_vtime, morpheus_u64 vtime_now, morpheus_u64 slice_ns,
@@ -675,6 +689,8 @@ MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_kept_key(morpheus_u32 order, const
 {
 	morpheus_u64 credit = morpheus_base_vtime_credit(order, slice_ns, weight);
 
+	if (order == MORPHEUS_BASE_ORDER_ARRIVAL && morpheus_base_slept_recently(t, slice_ns))
+		return vtime_now - credit;
 	return morpheus_base_vtime_key(morpheus_base_burst_vtime(t, dsq_vtime), vtime_now, credit) +
 	       morpheus_base_exec_term(order, t, slice_ns);
 }

@@ -891,6 +891,61 @@ TEST(BaseRecent, ATaskThatNeverSleptGetsTheTermAsUnderBurst)
 	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &hog, 0, now, kBaseSlice, 100), morpheus_base_kept_key(MORPHEUS_BASE_ORDER_BURST, &hog, 0, now, kBaseSlice, 100));
 }
 
+// The ARRIVAL order: RECENT, with a task that slept recently keyed at the slice-lag floor whatever
+// its vtime.
+TEST(BaseArrival, TasksThatSleptRecentlyAreKeyedByWhenTheyWereQueuedNotByTheCpuTheyUsedBefore)
+{
+	// Two workers woke: one used 5 ms more CPU before its sleep than the other (its vtime is ahead
+	// by that much). Under RECENT the one that used less goes first whenever both wait, even if it
+	// was queued later; under ARRIVAL the one queued first goes first.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	const morpheus_u64 lag = morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_ARRIVAL, kBaseSlice, 100);
+	morpheus_base_task heavy{}, light{};
+	morpheus_base_burst_charge(&heavy, now, 5 * ms);
+	morpheus_base_sleep(&heavy, 1 * kSecond); // vtime now + 5 ms
+	morpheus_base_burst_charge(&light, now, 0);
+	morpheus_base_sleep(&light, 1 * kSecond); // vtime now
+	const morpheus_u64 heavy_key = morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &heavy, 0, now, kBaseSlice, 100);
+	const morpheus_u64 light_key = morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &light, 0, now + 1 * ms, kBaseSlice, 100);
+	EXPECT_EQ(heavy_key, now - lag);
+	EXPECT_LT(heavy_key, light_key);
+	EXPECT_EQ(light_key, now + 1 * ms - lag);
+	// RECENT keys the heavy one by its vtime, behind the light one queued after it.
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &heavy, 0, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &light, 0, now + 1 * ms, kBaseSlice, 100));
+	// Preempted inside its op (less than a base slice of CPU since its sleep): still the floor.
+	morpheus_base_burst_charge(&heavy, 0, kBaseSlice * MORPHEUS_BASE_RECENT_SLICES - 1);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &heavy, 0, now, kBaseSlice, 100), now - lag);
+	EXPECT_EQ(morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_ARRIVAL, kBaseSlice, 100),
+		  morpheus_base_vtime_credit(MORPHEUS_BASE_ORDER_RECENT, kBaseSlice, 100));
+	EXPECT_TRUE(morpheus_base_keeps_vtime(MORPHEUS_BASE_ORDER_ARRIVAL));
+}
+
+TEST(BaseArrival, ATaskThatHasNotSleptRecentlyIsKeyedAsUnderRecentBehindTheSleepers)
+{
+	// A hog (never slept) and a task past a base slice of CPU since its sleep carry RECENT's whole
+	// key, vtime raised to the floor plus the capped term: behind a sleeper queued at the same time.
+	const morpheus_u64 now = 100 * kSecond, ms = 1000 * 1000;
+	morpheus_base_task hog{}, long_run{}, sleeper{};
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, nullptr, now, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, nullptr, now, now, kBaseSlice, 100));
+	morpheus_base_burst_charge(&hog, now - 9 * ms, 7 * ms);
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &hog, 0, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &hog, 0, now, kBaseSlice, 100));
+	morpheus_base_burst_charge(&long_run, now, 1 * ms);
+	morpheus_base_sleep(&long_run, 1 * kSecond);
+	morpheus_base_burst_charge(&long_run, 0, kBaseSlice * MORPHEUS_BASE_RECENT_SLICES);
+	EXPECT_FALSE(morpheus_base_slept_recently(&long_run, kBaseSlice));
+	EXPECT_EQ(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &long_run, 0, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_RECENT, &long_run, 0, now, kBaseSlice, 100));
+	morpheus_base_burst_charge(&sleeper, now + 50 * ms, 0);
+	morpheus_base_sleep(&sleeper, 1 * kSecond); // vtime far ahead of vtime_now
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &hog, 0, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &sleeper, 0, now, kBaseSlice, 100));
+	EXPECT_GT(morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &long_run, 0, now, kBaseSlice, 100),
+		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &sleeper, 0, now, kBaseSlice, 100));
+}
+
 TEST(BaseKept, EachOrderTakesItsOwnTermAndOnlyTheKeptOrdersKeepAVtime)
 {
 	// The queue's key and the debug trace both take the term from morpheus_base_exec_term: a term
