@@ -127,7 +127,7 @@ step_node_service() {
 # scx_morpheus against EEVDF and the scx peers scx_bpfland, scx_lavd, scx_flash, scx_cosmos and
 # scx_pandemonium (built from crates.io by tools/setup.sh --peers-only the first time this step runs, and
 # only then: it says so and cargo shows its progress), observer, enforced, and enforced on the former
-# CPU-time base order (the before/after of the base policy), on the reference evaluation's tables
+# default base order, `recent` (the before/after of the base policy), on the reference evaluation's tables
 # (latency, starvation, liar) and a CPU-bound batch, in the real-kernel VM, one boot, schedulers
 # interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
 # and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About 36 minutes on a
@@ -148,7 +148,7 @@ step_compare() {
   fi
   mkdir -p "$out"
   bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" "${vm[@]}" -- \
-    --schedulers "${MORPHEUS_COMPARE_SCHEDULERS:-eevdf,bpfland,lavd,flash,cosmos,pandemonium,observer,enforced,enforced-cputime}" \
+    --schedulers "${MORPHEUS_COMPARE_SCHEDULERS:-eevdf,bpfland,lavd,flash,cosmos,pandemonium,observer,enforced,enforced-recent}" \
     --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}" \
     --tables "${MORPHEUS_COMPARE_TABLES:-latency,checkpoint_cost,starvation,liar,batch}"
 }

@@ -298,7 +298,7 @@ fi
 # the agent must exit 0, as it does not after a sched_ext error exit, and sched_ext return to disabled.
 # The verdicts are exit codes, states and counts.
 order_attached() { [ "$(state)" = enabled ] && case "$(cat /sys/kernel/sched_ext/root/ops)" in morpheus*) true ;; *) false ;; esac; }
-for order in deadline cputime lag burst spare; do
+for order in deadline cputime lag burst spare recent; do
 	if start_agent "/tmp/order-$order.log" --mode observer --base-order "$order"; then
 		check "--base-order $order: sched_ext runs scx_morpheus's ops" order_attached
 		sed -n "s/.*verified_insns: /e2e-veristat: base-order=$order /p" "/tmp/order-$order.log"

@@ -58,11 +58,12 @@ pub enum BaseOrder {
     Spare,
     /// `Burst` with no term while the task has slept and used less than a base slice of CPU since
     /// (a task preempted soon after waking keeps its place), the whole term otherwise and for a
-    /// task that never slept (the default: ahead of `Cputime` in four comparison runs, BENCHMARKS.md).
+    /// task that never slept (the default until `Arrival` was measured ahead of it; ahead of `Cputime`
+    /// in four comparison runs, BENCHMARKS.md).
     Recent,
     /// `Recent`, but a task that slept recently is keyed at the slice-lag floor whatever CPU it
-    /// used before that sleep, so such tasks run in the order they were queued (opt-in until a
-    /// comparison run shows it ahead of `Recent`).
+    /// used before that sleep, so such tasks run in the order they were queued (the default: ahead
+    /// of `Recent` in every Table 1 cell of two comparison runs, BENCHMARKS.md).
     Arrival,
 }
 

@@ -115,7 +115,7 @@ struct Opts {
 
     /// Kernel backend: how its sched_ext ops order every runnable task (the sim backend schedules
     /// nothing itself).
-    #[arg(long, value_enum, default_value_t = BaseOrder::Recent)]
+    #[arg(long, value_enum, default_value_t = BaseOrder::Arrival)]
     base_order: BaseOrder,
 
     /// Kernel backend, debugging only: the BPF program traces its base policy (queue waits, keys

@@ -151,7 +151,7 @@ fn rejects_bad_options() {
         (vec!["--mode", "chaos"], "invalid value 'chaos'"),
         (vec!["--policy", "nuke"], "invalid value 'nuke'"),
         (vec!["--base-order", "fifo"], "invalid value 'fifo' for '--base-order <BASE_ORDER>'"),
-        (vec!["--base-order", "fifo"], "[possible values: deadline, cputime, lag, burst, spare, recent]"),
+        (vec!["--base-order", "fifo"], "[possible values: deadline, cputime, lag, burst, spare, recent, arrival]"),
         (vec!["--frobnicate"], "unexpected argument '--frobnicate'"),
         (vec!["--socket", &"x".repeat(200)], "must be shorter than 108"),
         (vec!["--stats", "0"], "--stats 0"),

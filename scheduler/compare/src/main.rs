@@ -2,7 +2,7 @@
 //! scx_morpheus against the schedulers an operator would pick instead (scheduler/BENCHMARKS.md,
 //! "Comparison"): EEVDF (no sched_ext scheduler), scx_bpfland, scx_lavd, scx_flash, scx_cosmos,
 //! scx_pandemonium, and scx_morpheus's sched_ext backend in observer and enforced mode (and, when
-//! asked, enforced on the base policy's former CPU-time ordering), on the reference evaluation's
+//! asked, enforced on another of the base policy's orders, such as a former default), on the reference evaluation's
 //! workloads:
 //! - Table 1, latency: request workers (4 and 8), with and without CPU hogs beside them, with and
 //!   without checkpoints: ops/s and op latency p50 to p99.9;
@@ -40,7 +40,8 @@ const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "
 #[command(name = "compare", about = "scx_morpheus against EEVDF and the scx peers on the reference workloads")]
 struct Opts {
     /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag, enforced-burst,
-    /// enforced-spare and enforced-recent, enforced on the other base orders, only when named).
+    /// enforced-spare, enforced-recent and enforced-arrival, enforced on a named base order, only
+    /// when named).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Flash, Sched::Cosmos, Sched::Pandemonium, Sched::Observer, Sched::Enforced])]
     schedulers: Vec<Sched>,
     /// Rounds over all schedulers.

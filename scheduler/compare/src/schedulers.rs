@@ -51,7 +51,8 @@ pub enum Sched {
     /// `EnforcedCputime` and `EnforcedSpare` in the same rounds.
     EnforcedRecent,
     /// Enforced mode with tasks that slept recently keyed by when they were queued (scx_morpheus
-    /// `--base-order arrival`): measured against `Enforced` (the default, `recent`) in the same rounds.
+    /// `--base-order arrival`, the default since it was measured against `EnforcedRecent`): the same
+    /// order as `Enforced`, named.
     EnforcedArrival,
 }
 

@@ -6,8 +6,10 @@
  * morpheus_base_order): (--base-order cputime) weighted virtual time, the task that used the least
  * CPU for its weight first; (lag) the same with a waking task's credit bounded by a slice lag;
  * (burst) lag's key plus the CPU the task used since it last slept, capped; (spare) the same counting
- * only that CPU beyond twice the task's usual burst; (recent, the default) burst's key without that
- * CPU while the task slept and has used less than a base slice since; or (deadline) a deadline, the time a task was queued plus the CPU time it used since it
+ * only that CPU beyond twice the task's usual burst; (recent) burst's key without that CPU while the
+ * task slept and has used less than a base slice since; (arrival, the default) recent, with such a task
+ * keyed at the slice-lag floor whatever its vtime, so that tasks that sleep often run in the order they
+ * were queued; or (deadline) a deadline, the time a task was queued plus the CPU time it used since it
  * last slept, less a credit for waking often. A waking task preempts the task
  * running on its CPU if that one is well behind it in the same order; an idle CPU found at wake-up
  * takes the task directly. On top of it, the worker layer (worker.bpf.c) accounts registered worker threads and asks
@@ -28,7 +30,7 @@ UEI_DEFINE(uei);
 const volatile u64 task_slice_ns;
 const volatile u32 nr_online_cpus = 1;
 /* enum morpheus_base_order: how the shared queue is ordered (the agent sets it; this is its default). */
-const volatile u32 base_order = MORPHEUS_BASE_ORDER_RECENT;
+const volatile u32 base_order = MORPHEUS_BASE_ORDER_ARRIVAL;
 
 /*
  * Highest queue key seen starting to run: under CPUTIME and LAG the clock a waking task's vtime is
