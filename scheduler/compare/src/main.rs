@@ -242,7 +242,7 @@ fn main() -> Result<()> {
                         let r = workloads::latency(shape, morpheus_socket, ncpu, opts.cell_seconds)?;
                         if let (Some(before), Some(socket)) = (&before, morpheus_socket) {
                             let after = morpheus_starvation::read_stats(socket)?;
-                            eprintln!("compare: base-trace {} {cell} round {}: {}", sched.name(), round + 1, schedulers::base_trace_delta(before, &after));
+                            eprintln!("compare: counters {} {cell} round {}: {}", sched.name(), round + 1, schedulers::cell_counters_delta(before, &after));
                         }
                         let mut figures = summary(&mut r.all_ns().collect::<Vec<_>>());
                         figures["ops_per_s"] = json!(r.ops() as f64 / r.measured_s.max(1e-9));

@@ -258,19 +258,20 @@ fn cpu_time_ms(pid: u32) -> Option<u64> {
     Some(ticks * 1000 / hz)
 }
 
-/// With COMPARE_DEBUG: the base policy's debug trace of one cell (scx_morpheus --debug-base-trace),
-/// the change of each `base_trace_*` backend counter between two stats snapshots (the maxima are
-/// since the scheduler loaded).
-pub fn base_trace_delta(before: &serde_json::Value, after: &serde_json::Value) -> String {
-    let Some(after) = after.pointer("/backend_counters").and_then(|v| v.as_object()) else { return String::new() };
-    after
-        .iter()
-        .filter(|(k, _)| k.starts_with("base_trace_"))
-        .map(|(k, v)| {
+/// With COMPARE_DEBUG: what scx_morpheus did in one cell, the change of each counter between two
+/// stats snapshots: the hints it published, then every backend counter (the kernel backend's kicks,
+/// check-timer runs, wake-up preemptions, ...), with the base policy's debug trace (scx_morpheus
+/// --debug-base-trace) as its `base_trace_*` counters without the prefix (the maxima are since the
+/// scheduler loaded).
+pub fn cell_counters_delta(before: &serde_json::Value, after: &serde_json::Value) -> String {
+    let hints = stats_counter(after, "/hints_emitted").saturating_sub(stats_counter(before, "/hints_emitted"));
+    let Some(counters) = after.pointer("/backend_counters").and_then(|v| v.as_object()) else { return format!("hints={hints}") };
+    std::iter::once(format!("hints={hints}"))
+        .chain(counters.iter().map(|(k, v)| {
             let (now, was) = (v.as_u64().unwrap_or(0), stats_counter(before, &format!("/backend_counters/{k}")));
             let v = if k.ends_with("_max_us") { now } else { now.saturating_sub(was) };
-            format!("{}={v}", &k["base_trace_".len()..])
-        })
+            format!("{}={v}", k.strip_prefix("base_trace_").unwrap_or(k))
+        }))
         .collect::<Vec<_>>()
         .join(" ")
 }
