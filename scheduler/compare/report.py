@@ -178,12 +178,21 @@ def liar_table(cells, order, rounds):
 
 
 def batch_table(cells, order, rounds):
-    print("| threads | scheduler | runs | median ms | min ms | max ms | median ÷ EEVDF | per round |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| threads | scheduler | runs | median ms | min ms | max ms | median ÷ EEVDF | per round | "
+          "switches of the threads per run | CPU idle ms per run |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     ms = lambda ns: f"{ns / 1e6:.0f}"
+
+    def per_run(cell, s, key):
+        # Where the time went (compare's batch records since they carry it): the rounds' sum per run.
+        recs = [x for x in rounds.get(("batch", cell, s), {}).values() if key in x]
+        runs = sum(x["samples"] for x in recs)
+        return f"{sum(x[key] for x in recs) / runs:.0f}" if runs else "—"
+
     for cell, s, r, base in rows(cells, order):
         print(f"| {cell} | {s} | {r['samples']} | {ms(r['p50'])} | {ms(r.get('min', r['p50']))} | {ms(r['max'])} | "
-              f"{ratio(r['p50'], base.get('p50'))} | {spread(paired_ratios(rounds, 'batch', cell, s, 'p50'))} |")
+              f"{ratio(r['p50'], base.get('p50'))} | {spread(paired_ratios(rounds, 'batch', cell, s, 'p50'))} | "
+              f"{per_run(cell, s, 'thread_switches')} | {per_run(cell, s, 'idle_ms')} |")
 
 
 def best_mode_line(rounds, cell, mine, peers):

@@ -44,7 +44,9 @@ def made_up_run(rounds=5):
                 "morpheus_enforced_cputime": 0.995}
         for s in SCHEDULERS:
             base = {"scheduler": s, "round": k}
-            out.append(line("round", {**base, "table": "batch", "cell": "2_threads", "p50": int(2e9 * batch[s] * drift)}))
+            # Where the batch's time went: carried by the morpheus rounds only (an older run's records have none).
+            spent = {"samples": 2, "thread_switches": 40 * k, "idle_ms": 10} if s.startswith("morpheus") else {}
+            out.append(line("round", {**base, "table": "batch", "cell": "2_threads", "p50": int(2e9 * batch[s] * drift), **spent}))
             out.append(line("round", {**base, "table": "latency", "cell": "w4", "p99": int(p99[s] * drift), "ops_per_s": 100}))
             out.append(line("round", {**base, "table": "starvation", "cell": "zombie+3", "p99": int(starv[s] * drift),
                                       "slice_plus_grace_ns": 2_000 * drift}))
@@ -121,6 +123,9 @@ class Report(unittest.TestCase):
             self.assertIn(f"| w4 | {s} |", out)
         self.assertEqual(self.verdict_of(out, "liar section_100ms, morpheus_observer"), "met")
         self.assertEqual(self.verdict_of(out, "liar section_100ms, morpheus_enforced"), "missed")
+        # Per run over the rounds: switches (40 + ... + 200) / 10 runs, idle 50 ms / 10 runs; "—" without records.
+        self.assertIn("| 2_threads | morpheus_observer | 10 | 0 | 0 | 0 | 1.000 | 1.000 [1.000–1.000] | 60 | 5 |", out)
+        self.assertIn("| 2_threads | eevdf | 10 | 0 | 0 | 0 | 1.000 | 1.000 [1.000–1.000] | — | — |", out)
         # The paired ratio is exact although every round's absolute figures differ.
         self.assertIn("1.100 [1.100–1.100]", out)
         self.assertIn("1.714 [1.714–1.714]", out)

@@ -173,6 +173,12 @@ fn main() -> Result<()> {
             bail!("--tables: unknown table '{table}' ({})", TABLES.join(", "));
         }
     }
+    if std::env::var_os("COMPARE_DEBUG").is_some() {
+        // BPF programs' run time, for the debug lines (costs two clock reads per program run).
+        if let Err(e) = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1") {
+            eprintln!("compare: could not enable kernel.bpf_stats_enabled: {e}");
+        }
+    }
     let need = |s: Sched, p: &Option<PathBuf>, flag: &str| -> Result<PathBuf> {
         match p {
             Some(p) if p.is_file() => Ok(p.clone()),
@@ -288,9 +294,26 @@ fn main() -> Result<()> {
                 }
                 if has("batch") {
                     let cell = format!("{ncpu}_threads");
+                    let progs_before = workloads::bpf_prog_stats();
                     let runs = (0..opts.batch_repeats).map(|_| workloads::batch(ncpu, opts.batch_iterations)).collect::<Result<Vec<_>>>()?;
-                    print_round("batch", &cell, sched, round, summary(&mut runs.clone()));
-                    pools.entry(("batch".into(), cell, sched.name())).or_default().samples.extend(runs);
+                    if std::env::var_os("COMPARE_DEBUG").is_some() {
+                        for (id, (tag, ns, cnt)) in workloads::bpf_prog_stats() {
+                            let (ns0, cnt0) = progs_before.get(&id).map_or((0, 0), |p| (p.1, p.2));
+                            if cnt > cnt0 {
+                                eprintln!("compare: bpf {} batch round {}: prog {id} {tag}: {} runs, {} µs", sched.name(), round + 1, cnt - cnt0, (ns - ns0) / 1000);
+                            }
+                        }
+                    }
+                    let walls: Vec<u64> = runs.iter().map(|r| r.wall_ns).collect();
+                    let mut figures = summary(&mut walls.clone());
+                    // Where the time went, summed over the round's runs (read by no verdict).
+                    let sum = |f: fn(&workloads::BatchRun) -> u64| runs.iter().map(f).sum::<u64>();
+                    figures["ctxt"] = json!(sum(|r| r.ctxt));
+                    figures["idle_ms"] = json!(sum(|r| r.idle_ms));
+                    figures["thread_switches"] = json!(sum(|r| r.thread_switches));
+                    figures["thread_stime_us"] = json!(sum(|r| r.thread_stime_us));
+                    print_round("batch", &cell, sched, round, figures);
+                    pools.entry(("batch".into(), cell, sched.name())).or_default().samples.extend(walls);
                 }
                 Ok(())
             })();

@@ -261,28 +261,113 @@ pub fn liar(section_ms: u64, rest_ms: u64, cpu: usize, socket: Option<&Path>, se
     handle.join().map_err(|_| anyhow!("the liar thread panicked"))?
 }
 
-/// The batch: `threads` threads of `iterations` multiply-adds each, no worker; wall time in ns.
-pub fn batch(threads: usize, iterations: u64) -> Result<u64> {
+/// One run of the batch: its wall time, and where the machine's time went meanwhile (what the batch's
+/// cost over EEVDF is made of; measurement only, the verdict reads `wall_ns`).
+pub struct BatchRun {
+    pub wall_ns: u64,
+    /// Context switches on the whole machine (/proc/stat `ctxt`).
+    pub ctxt: u64,
+    /// Idle time summed over the CPUs (/proc/stat `idle` + `iowait`, in USER_HZ ticks), ms: a CPU idle
+    /// while the batch ran, because a thread waited elsewhere or finished before the other.
+    pub idle_ms: u64,
+    /// The batch threads' own switches (getrusage RUSAGE_THREAD, voluntary + involuntary).
+    pub thread_switches: u64,
+    /// Kernel time charged to the batch threads (ru_stime, as the tick samples it), µs.
+    pub thread_stime_us: u64,
+}
+
+/// /proc/stat's `ctxt` and the idle + iowait ticks of the `cpu` line.
+fn proc_stat() -> Result<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let mut ctxt = None;
+    let mut idle = None;
+    for line in text.lines() {
+        let mut f = line.split_ascii_whitespace();
+        match f.next() {
+            Some("cpu") => {
+                let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
+                idle = Some(v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0));
+            }
+            Some("ctxt") => ctxt = f.next().and_then(|x| x.parse().ok()),
+            _ => {}
+        }
+    }
+    match (ctxt, idle) {
+        (Some(c), Some(i)) => Ok((c, i)),
+        _ => Err(anyhow!("/proc/stat has no `cpu` or `ctxt` line")),
+    }
+}
+
+/// The calling thread's switches and kernel time (µs).
+fn thread_usage() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid out-value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer; RUSAGE_THREAD is Linux's.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (
+        (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+        ru.ru_stime.tv_sec as u64 * 1_000_000 + ru.ru_stime.tv_usec as u64,
+    )
+}
+
+/// BPF programs' run time so far (with `kernel.bpf_stats_enabled`; COMPARE_DEBUG turns it on): by
+/// program id, (tag, run_time_ns, run_cnt), read from the fdinfo of every process that holds one.
+pub fn bpf_prog_stats() -> std::collections::BTreeMap<u64, (String, u64, u64)> {
+    let mut progs = std::collections::BTreeMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return progs };
+    for pid in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(pid.path().join("fdinfo")) else { continue };
+        for fd in fds.flatten() {
+            let Ok(text) = std::fs::read_to_string(fd.path()) else { continue };
+            if !text.contains("run_time_ns:") {
+                continue;
+            }
+            let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+            let num = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());
+            if let (Some(id), Some(ns), Some(cnt)) = (num("prog_id:"), num("run_time_ns:"), num("run_cnt:")) {
+                let name = format!("{} ({} insns)", field("prog_tag:").unwrap_or(""), field("verified_insns:").unwrap_or("?"));
+                progs.insert(id, (name, ns, cnt));
+            }
+        }
+    }
+    progs
+}
+
+/// The batch: `threads` threads of `iterations` multiply-adds each, no worker.
+pub fn batch(threads: usize, iterations: u64) -> Result<BatchRun> {
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let barrier = Arc::clone(&barrier);
             std::thread::spawn(move || {
                 barrier.wait();
+                let before = thread_usage();
                 let mut x = 1u64;
                 for _ in 0..iterations {
                     x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                 }
-                x
+                std::hint::black_box(x);
+                let after = thread_usage();
+                (after.0 - before.0, after.1 - before.1)
             })
         })
         .collect();
+    let (ctxt0, idle0) = proc_stat()?;
     barrier.wait();
     let t0 = monotonic_ns();
+    let mut run = BatchRun { wall_ns: 0, ctxt: 0, idle_ms: 0, thread_switches: 0, thread_stime_us: 0 };
     for h in handles {
-        h.join().map_err(|_| anyhow!("a batch thread panicked"))?;
+        let (switches, stime) = h.join().map_err(|_| anyhow!("a batch thread panicked"))?;
+        run.thread_switches += switches;
+        run.thread_stime_us += stime;
     }
-    Ok(monotonic_ns() - t0)
+    run.wall_ns = monotonic_ns() - t0;
+    let (ctxt1, idle1) = proc_stat()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    run.ctxt = ctxt1.saturating_sub(ctxt0);
+    run.idle_ms = idle1.saturating_sub(idle0) * 1000 / hz;
+    Ok(run)
 }
 
 /// The starvation cell's target: scx_morpheus's socket, when it runs.
