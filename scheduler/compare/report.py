@@ -309,8 +309,11 @@ def main():
     seen = {r["scheduler"] for r in results}
     order = [s for s in config["schedulers"] if s in seen]
     tables = index(results)
-    print(f"Comparison: {config['rounds']} rounds, {config['cell_seconds']} s per cell and round, {config['cpus']} CPUs; "
-          f"ratios are to {BASELINE} of the same run.")
+    # Runs before the starvation cell had a length of its own ran it for cell_seconds.
+    starvation_s = config.get("starvation", {}).get("seconds")
+    starvation = f" ({starvation_s} s for the starvation cell)" if starvation_s else ""
+    print(f"Comparison: {config['rounds']} rounds, {config['cell_seconds']} s per cell and round{starvation}, "
+          f"{config['cpus']} CPUs; ratios are to {BASELINE} of the same run.")
     sections = [
         ("latency", "Table 1, latency (request workers; op latency = end of think time to end of work)", latency_table),
         ("checkpoint_cost", "Checkpoint cost (Table 1's shapes, each worker alternating ops with and without checkpoints)", checkpoint_cost_table),

@@ -29,7 +29,8 @@ def made_up_run(rounds=5):
     - Table 1 w4: enforced best in every round (met: the former-order mode, lower still, is scx_morpheus's
       own, not a peer); observer 1.714× pandemonium, the best peer (missed); the best mode is cputime;
     - liar: 0.1 % overhead and no escalation inside, except enforced took one inside (missed)."""
-    out = [line("config", {"schedulers": SCHEDULERS, "rounds": rounds, "cell_seconds": 1.0, "cpus": 2})]
+    out = [line("config", {"schedulers": SCHEDULERS, "rounds": rounds, "cell_seconds": 1.0, "cpus": 2,
+                           "starvation": {"seconds": 8.0}})]
     out.append("a console line that is not a record\n")
     out.append("result {\"cut by a kernel messa\n")
     for k in range(1, rounds + 1):
@@ -109,6 +110,7 @@ class Report(unittest.TestCase):
         out, err = self.render(made_up_run())
         self.assertIn("1 garbled result line(s) skipped", err)
         self.assertIn("with 5 rounds the range holds the true median with confidence 93.8%", out)
+        self.assertIn("1.0 s per cell and round (8.0 s for the starvation cell)", out)
         self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.03× EEVDF, morpheus_observer"), "met")
         self.assertEqual(self.verdict_of(out, "no-worker batch ≤ 1.03× EEVDF, morpheus_enforced"), "missed")
         self.assertEqual(self.verdict_of(out, "enforced starvation p99 ≤ 0.33× EEVDF"), "not resolved")

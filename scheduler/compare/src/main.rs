@@ -47,9 +47,14 @@ struct Opts {
     /// Rounds over all schedulers.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
-    /// Seconds of each latency, starvation and liar cell per round.
+    /// Seconds of each latency and liar cell per round (and of the starvation cell, unless
+    /// --starvation-seconds says otherwise).
     #[arg(long, default_value_t = 3.0)]
     cell_seconds: f64,
+    /// Seconds of the starvation cell per round (default: --cell-seconds). Its three workers release
+    /// every 10 ms each, so a 2 s cell gives ~450 latencies, and its p99 is the fifth largest.
+    #[arg(long)]
+    starvation_seconds: Option<f64>,
     /// Tables to run.
     #[arg(long, value_delimiter = ',', default_values_t = TABLES.map(String::from).to_vec())]
     tables: Vec<String>,
@@ -165,8 +170,9 @@ fn print_round(table: &str, cell: &str, sched: Sched, round: u32, figures: Value
 
 fn main() -> Result<()> {
     let opts = Opts::parse();
-    if opts.rounds == 0 || opts.cell_seconds <= 0.6 || opts.schedulers.is_empty() {
-        bail!("--rounds must be positive, --cell-seconds above 0.6 (0.3 s of warm-up) and --schedulers non-empty");
+    let starvation_seconds = opts.starvation_seconds.unwrap_or(opts.cell_seconds);
+    if opts.rounds == 0 || opts.cell_seconds <= 0.6 || starvation_seconds <= 0.6 || opts.schedulers.is_empty() {
+        bail!("--rounds must be positive, --cell-seconds and --starvation-seconds above 0.6 (0.3 s of warm-up) and --schedulers non-empty");
     }
     for table in &opts.tables {
         if !TABLES.contains(&table.as_str()) {
@@ -210,7 +216,7 @@ fn main() -> Result<()> {
             "schedulers": opts.schedulers.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "rounds": opts.rounds, "cell_seconds": opts.cell_seconds, "cpus": ncpu,
             "think_us": opts.think_us, "op_work_us": opts.op_work_us, "chunk_us": opts.chunk_us,
-            "starvation": {"workers": starvation.workers, "period_ms": starvation.period_ms, "work_us": starvation.work_us, "cpu": pinned_cpu},
+            "starvation": {"workers": starvation.workers, "period_ms": starvation.period_ms, "work_us": starvation.work_us, "cpu": pinned_cpu, "seconds": starvation_seconds},
             "batch_iterations": opts.batch_iterations, "batch_threads": ncpu,
         })
     );
@@ -270,7 +276,13 @@ fn main() -> Result<()> {
                     }
                 }
                 if has("starvation") {
-                    let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), opts.cell_seconds)?;
+                    let trace = std::env::var_os("COMPARE_DEBUG").is_some();
+                    let before = morpheus_socket.filter(|_| trace).map(morpheus_starvation::read_stats).transpose()?;
+                    let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), starvation_seconds)?;
+                    if let (Some(before), Some(socket)) = (&before, morpheus_socket) {
+                        let after = morpheus_starvation::read_stats(socket)?;
+                        eprintln!("compare: counters {} zombie+3 round {}: {}", sched.name(), round + 1, schedulers::cell_counters_delta(before, &after));
+                    }
                     bound_ns = bound_ns.or(bound);
                     let mut figures = summary(&mut lat.clone());
                     figures["slice_plus_grace_ns"] = json!(bound);
