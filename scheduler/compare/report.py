@@ -184,7 +184,7 @@ def batch_table(cells, order, rounds):
     ms = lambda ns: f"{ns / 1e6:.0f}"
 
     def per_run(cell, s, key):
-        # Where the time went (compare's batch records since they carry it): the rounds' sum per run.
+        # Where the time went: the rounds' sums per run ("—" for older records, which carry none).
         recs = [x for x in rounds.get(("batch", cell, s), {}).values() if key in x]
         runs = sum(x["samples"] for x in recs)
         return f"{sum(x[key] for x in recs) / runs:.0f}" if runs else "—"

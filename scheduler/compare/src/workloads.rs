@@ -335,6 +335,8 @@ pub fn bpf_prog_stats() -> std::collections::BTreeMap<u64, (String, u64, u64)> {
 
 /// The batch: `threads` threads of `iterations` multiply-adds each, no worker.
 pub fn batch(threads: usize, iterations: u64) -> Result<BatchRun> {
+    // Before the threads start: an error here leaves none waiting at the barrier.
+    let (ctxt0, idle0) = proc_stat()?;
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -352,7 +354,6 @@ pub fn batch(threads: usize, iterations: u64) -> Result<BatchRun> {
             })
         })
         .collect();
-    let (ctxt0, idle0) = proc_stat()?;
     barrier.wait();
     let t0 = monotonic_ns();
     let mut run = BatchRun { wall_ns: 0, ctxt: 0, idle_ms: 0, thread_switches: 0, thread_stime_us: 0 };
