@@ -189,26 +189,36 @@ fn escalations_of(worker: &morpheus::Worker) -> u64 {
     }
 }
 
-/// The calling thread's involuntary context switches (diagnostics).
-fn involuntary_switches() -> i64 {
+/// The calling thread's context switches, voluntary and involuntary, and its kernel time (diagnostics).
+struct ThreadUsage {
+    switches: u64,
+    involuntary: u64,
+    stime_us: u64,
+}
+
+fn thread_usage() -> ThreadUsage {
     // SAFETY: a zeroed rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
+    // SAFETY: valid out-pointer; RUSAGE_THREAD is Linux's.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    ru.ru_nivcsw
+    ThreadUsage {
+        switches: (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+        involuntary: ru.ru_nivcsw as u64,
+        stime_us: ru.ru_stime.tv_sec as u64 * 1_000_000 + ru.ru_stime.tv_usec as u64,
+    }
+}
+
+/// Idle + iowait time (ms) of the /proc/stat line `name` ("cpu": all CPUs, "cpuN": one) in `stat`.
+fn idle_ms_of(stat: &str, name: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.split_ascii_whitespace().next() == Some(name))?;
+    let ticks: u64 = line.split_ascii_whitespace().skip(4).take(2).filter_map(|v| v.parse::<u64>().ok()).sum();
+    // SAFETY: sysconf has no preconditions.
+    Some(ticks * 1000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64)
 }
 
 /// Idle time of `cpu` so far (ms), from /proc/stat (diagnostics).
 fn idle_ms(cpu: usize) -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let name = format!("cpu{cpu}");
-    let ticks: u64 = stat
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
-        .map(|l| l.split_whitespace().skip(4).take(2).filter_map(|v| v.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    ticks * 1000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+    idle_ms_of(&std::fs::read_to_string("/proc/stat").unwrap_or_default(), &format!("cpu{cpu}")).unwrap_or(0)
 }
 
 /// Table 3: the liar, pinned to `cpu`, loops { critical section of `section_ms` of CPU without a
@@ -224,7 +234,7 @@ pub fn liar(section_ms: u64, rest_ms: u64, cpu: usize, socket: Option<&Path>, se
         let mut result = LiarResult { overhead_ppm: Vec::new(), escalations_inside: 0 };
         // A section is only started when it can end inside the cell's time at no overhead.
         while monotonic_ns() + section < end {
-            let sw0 = involuntary_switches();
+            let sw0 = thread_usage().involuntary;
             let idle0 = idle_ms(cpu);
             let guard = worker.critical_section();
             // Read inside the section at both ends: an escalation between the exit and the
@@ -242,7 +252,7 @@ pub fn liar(section_ms: u64, rest_ms: u64, cpu: usize, socket: Option<&Path>, se
                     "liar: section wall {} µs cpu {} µs switches {} cpu{cpu} idle {} ms escalations {}",
                     wall / 1000,
                     used / 1000,
-                    involuntary_switches() - sw0,
+                    thread_usage().involuntary - sw0,
                     idle_ms(cpu).saturating_sub(idle0),
                     esc1.wrapping_sub(esc0)
                 );
@@ -267,7 +277,7 @@ pub struct BatchRun {
     pub wall_ns: u64,
     /// Context switches on the whole machine (/proc/stat `ctxt`).
     pub ctxt: u64,
-    /// Idle time summed over the CPUs (/proc/stat `idle` + `iowait`, in USER_HZ ticks), ms: a CPU idle
+    /// Idle time summed over the CPUs (/proc/stat `idle` + `iowait`), ms: a CPU idle
     /// while the batch ran, because a thread waited elsewhere or finished before the other.
     pub idle_ms: u64,
     /// The batch threads' own switches (getrusage RUSAGE_THREAD, voluntary + involuntary).
@@ -276,38 +286,14 @@ pub struct BatchRun {
     pub thread_stime_us: u64,
 }
 
-/// /proc/stat's `ctxt` and the idle + iowait ticks of the `cpu` line.
+/// /proc/stat's `ctxt` and the idle time of all CPUs (ms).
 fn proc_stat() -> Result<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let mut ctxt = None;
-    let mut idle = None;
-    for line in text.lines() {
-        let mut f = line.split_ascii_whitespace();
-        match f.next() {
-            Some("cpu") => {
-                let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-                idle = Some(v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0));
-            }
-            Some("ctxt") => ctxt = f.next().and_then(|x| x.parse().ok()),
-            _ => {}
-        }
-    }
-    match (ctxt, idle) {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let ctxt = stat.lines().find_map(|l| l.strip_prefix("ctxt ")).and_then(|v| v.trim().parse().ok());
+    match (ctxt, idle_ms_of(&stat, "cpu")) {
         (Some(c), Some(i)) => Ok((c, i)),
         _ => Err(anyhow!("/proc/stat has no `cpu` or `ctxt` line")),
     }
-}
-
-/// The calling thread's switches and kernel time (µs).
-fn thread_usage() -> (u64, u64) {
-    // SAFETY: an all-zero rusage is a valid out-value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer; RUSAGE_THREAD is Linux's.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (
-        (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
-        ru.ru_stime.tv_sec as u64 * 1_000_000 + ru.ru_stime.tv_usec as u64,
-    )
 }
 
 /// BPF programs' run time so far (with `kernel.bpf_stats_enabled`; COMPARE_DEBUG turns it on): by
@@ -350,7 +336,7 @@ pub fn batch(threads: usize, iterations: u64) -> Result<BatchRun> {
                 }
                 std::hint::black_box(x);
                 let after = thread_usage();
-                (after.0 - before.0, after.1 - before.1)
+                (after.switches - before.switches, after.stime_us - before.stime_us)
             })
         })
         .collect();
@@ -364,10 +350,8 @@ pub fn batch(threads: usize, iterations: u64) -> Result<BatchRun> {
     }
     run.wall_ns = monotonic_ns() - t0;
     let (ctxt1, idle1) = proc_stat()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     run.ctxt = ctxt1.saturating_sub(ctxt0);
-    run.idle_ms = idle1.saturating_sub(idle0) * 1000 / hz;
+    run.idle_ms = idle1.saturating_sub(idle0);
     Ok(run)
 }
 
