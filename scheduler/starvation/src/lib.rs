@@ -5,7 +5,7 @@
 //! registration through the agent's socket, the SDK's yield counters).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -132,15 +132,23 @@ pub fn run_phase(opts: &Scenario, cpu: usize, target: Option<Target>, seconds: f
 
     let period = opts.period_ms * 1_000_000;
     let warmup_ns = 500_000_000;
+    // The releases' common origin, set by the first worker past the barrier. Each worker's own clock
+    // read would not do: the threads share one CPU with the zombie, so they run after the barrier up
+    // to a tick apart, and the stagger (hence whether two workers' releases coincide) would change
+    // from phase to phase.
+    let origin = Arc::new(AtomicU64::new(0));
     for i in 0..opts.workers {
-        let (stop, barrier, target) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone());
+        let (stop, barrier, target, origin) = (Arc::clone(&stop), Arc::clone(&barrier), target.clone(), Arc::clone(&origin));
         let (work, chunk, workers) = (opts.work_us * 1000, opts.chunk_us * 1000, opts.workers as u64);
         handles.push(std::thread::Builder::new().name(format!("coop-{i}")).spawn(move || -> Result<(Vec<u64>, Yields, Option<u64>)> {
             pin_to(cpu)?;
             let worker = register(&target)?;
             barrier.wait();
-            let start = monotonic_ns();
-            // Stagger releases so the workers do not all wake at once.
+            let now = monotonic_ns();
+            let start = origin.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire).err().unwrap_or(now);
+            // Stagger releases evenly over the period so the workers do not all wake at once. A worker
+            // that first runs after its first release makes it late, within the warm-up, and keeps
+            // its phase.
             let mut release = start + period * (i as u64 + 1) / workers;
             let mut latencies = Vec::new();
             while !stop.load(Ordering::Relaxed) {
