@@ -868,6 +868,8 @@ const BASE_TRACE: [(&str, bpf_intf::morpheus_base_trace); bpf_intf::morpheus_bas
     ("runs_preempted", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUNS_PREEMPTED),
     ("runs_slept", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUNS_SLEPT),
     ("run_us", bpf_intf::morpheus_base_trace_MORPHEUS_BT_RUN_US),
+    ("wake_spared", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_SPARED),
+    ("wake_spared_ge1ms", bpf_intf::morpheus_base_trace_MORPHEUS_BT_WAKE_SPARED_GE1MS),
 ];
 
 /// The reaction times the agent measures from the worker layer's records: overrun -> hint (the first

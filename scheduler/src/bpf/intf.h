@@ -212,6 +212,8 @@ enum morpheus_base_trace {
 	MORPHEUS_BT_RUNS_PREEMPTED,      /* runs that ended with the task still runnable */
 	MORPHEUS_BT_RUNS_SLEPT,          /* runs that ended with the task going to sleep */
 	MORPHEUS_BT_RUN_US,              /* sum of the lengths of all runs */
+	MORPHEUS_BT_WAKE_SPARED,         /* wake enqueues that found their CPU running a task they did not preempt */
+	MORPHEUS_BT_WAKE_SPARED_GE1MS,   /* of those, the ones that waited 1 ms or more */
 	MORPHEUS_NR_BASE_TRACE,
 };
 

@@ -70,6 +70,7 @@ u64 base_trace[MORPHEUS_NR_BASE_TRACE];
 struct trace_task {
 	u64 queued_ns;
 	u64 kind; /* TRACE_*; TRACE_NONE once its wait was counted */
+	u64 spared; /* a TRACE_WAKE that found its CPU running a task it did not preempt */
 };
 
 struct {
@@ -154,6 +155,7 @@ static __always_inline void trace_queued(struct task_struct *p, u64 kind, u64 ke
 		return;
 	tt->queued_ns = bpf_ktime_get_ns();
 	tt->kind = kind;
+	tt->spared = 0;
 	if (kind == TRACE_DIRECT) {
 		trace_add(MORPHEUS_BT_DIRECT, 1);
 		return;
@@ -196,6 +198,8 @@ static __always_inline void trace_running(struct task_struct *p)
 			trace_add(MORPHEUS_BT_WAKE_WAIT_GE4MS, 1);
 		if (wait >= 8000)
 			trace_add(MORPHEUS_BT_WAKE_WAIT_GE8MS, 1);
+		if (tt->spared && wait >= 1000)
+			trace_add(MORPHEUS_BT_WAKE_SPARED_GE1MS, 1);
 	} else if (tt->kind == TRACE_REQUEUE) {
 		trace_add(MORPHEUS_BT_REQUEUE_WAIT_US, wait);
 		trace_max(MORPHEUS_BT_REQUEUE_WAIT_MAX_US, wait);
@@ -207,6 +211,20 @@ static __always_inline void trace_running(struct task_struct *p)
 		trace_add(MORPHEUS_BT_DIRECT_WAIT_US, wait);
 	}
 	tt->kind = TRACE_NONE;
+}
+
+/* Trace (base_trace_on): the waking p found its CPU running a task it does not preempt. */
+static __always_inline void trace_spared(struct task_struct *p)
+{
+	struct trace_task *tt;
+
+	if (!base_trace_on)
+		return;
+	tt = bpf_task_storage_get(&trace_tasks, p, 0, 0);
+	if (!tt || tt->kind != TRACE_WAKE)
+		return;
+	tt->spared = 1;
+	trace_add(MORPHEUS_BT_WAKE_SPARED, 1);
 }
 
 /* Trace (base_trace_on): the run of the task on `cpu` ends (before vtime_stopping clears its record). */
@@ -295,6 +313,8 @@ static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 	if (run->demoted || time_before(vtime + base_slice() / 8, runner_vtime)) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_WAKE_PREEMPTS);
+	} else {
+		trace_spared(p);
 	}
 }
 
