@@ -26,12 +26,12 @@ from collections import OrderedDict
 BASELINE = "eevdf"
 # scx_morpheus's modes (the last ones: enforced on the CPU-time base order, on its slice-lag variant and on
 # that with the CPU used since the last sleep, whole, beyond twice the usual burst or only for a task that
-# has not slept recently, and that with such a task keyed by when it was queued: the befores and afters
-# of a before/after); every other
+# has not slept recently, and that with such a task keyed by when it was queued, and the default order
+# with a wake-up preemption margin of 500 µs: the befores and afters of a before/after); every other
 # scheduler is a peer it is measured against.
 MORPHEUS = ("morpheus_observer", "morpheus_enforced", "morpheus_enforced_cputime", "morpheus_enforced_lag", "morpheus_enforced_burst",
             "morpheus_enforced_spare", "morpheus_enforced_recent",
-            "morpheus_enforced_arrival")
+            "morpheus_enforced_arrival", "morpheus_enforced_margin500")
 
 
 def load(path):

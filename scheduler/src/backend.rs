@@ -97,6 +97,9 @@ pub struct Config {
     /// Kernel backend: the base policy's queue order.
     #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub base_order: BaseOrder,
+    /// Kernel backend: the wake-up preemption margin in ns (0: the default, a slice lag).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
+    pub wake_margin_ns: u64,
     /// Kernel backend: fill the base policy's debug trace (`--debug-base-trace`).
     #[cfg_attr(not(feature = "kernel"), allow(dead_code))]
     pub debug_base_trace: bool,

@@ -1273,6 +1273,7 @@ impl KernelBackend {
             crate::backend::BaseOrder::Recent => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_RECENT,
             crate::backend::BaseOrder::Arrival => bpf_intf::morpheus_base_order_MORPHEUS_BASE_ORDER_ARRIVAL,
         };
+        rodata.wake_margin_ns = config.wake_margin_ns;
 
         rodata.base_trace_on = config.debug_base_trace;
 

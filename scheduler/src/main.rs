@@ -118,6 +118,12 @@ struct Opts {
     #[arg(long, value_enum, default_value_t = BaseOrder::Arrival)]
     base_order: BaseOrder,
 
+    /// Kernel backend: a waking task preempts the task running on its CPU if its queue key is ahead
+    /// of the runner's (advanced by the CPU the runner has used since it started) by more than this
+    /// margin, in µs (default: a slice lag, an eighth of the base slice).
+    #[arg(long, value_name = "MICROSECONDS")]
+    wake_margin_us: Option<u64>,
+
     /// Kernel backend, debugging only: the BPF program traces its base policy (queue waits, keys
     /// against vtime_now, the BURST exec term; intf.h, enum morpheus_base_trace) into the stats'
     /// backend_counters as base_trace_*. Off by default; it costs each scheduling event a little.
@@ -203,6 +209,9 @@ fn validate(opts: &Opts) -> Result<Config> {
     range("hint-interval-us", opts.hint_interval_us, 1, MAX_SLICE_US, "µs")?;
     range("throttle-max-ms", opts.throttle_max_ms, 1, 60_000, "ms")?;
     range("tick-us", opts.tick_us, 100, 1_000_000, "µs")?;
+    if let Some(margin) = opts.wake_margin_us {
+        range("wake-margin-us", margin, 1, MAX_SLICE_US, "µs")?;
+    }
     if opts.max_workers == 0 || opts.max_workers > MAX_SLOTS {
         bail!("--max-workers {}: must be between 1 and {MAX_SLOTS}", opts.max_workers);
     }
@@ -264,6 +273,7 @@ fn validate(opts: &Opts) -> Result<Config> {
         verbose: opts.verbose,
         exit_dump_len: opts.exit_dump_len,
         base_order: opts.base_order,
+        wake_margin_ns: opts.wake_margin_us.map_or(0, |us| us * 1000),
         debug_base_trace: opts.debug_base_trace,
     })
 }

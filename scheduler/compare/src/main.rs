@@ -40,8 +40,8 @@ const TABLES: [&str; 5] = ["latency", "checkpoint_cost", "starvation", "liar", "
 #[command(name = "compare", about = "scx_morpheus against EEVDF and the scx peers on the reference workloads")]
 struct Opts {
     /// Schedulers, in the order of the first round (enforced-cputime, enforced-lag, enforced-burst,
-    /// enforced-spare, enforced-recent and enforced-arrival, enforced on a named base order, only
-    /// when named).
+    /// enforced-spare, enforced-recent and enforced-arrival, enforced on a named base order, and
+    /// enforced-margin500, enforced with a 500 µs wake-up margin, only when named).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Sched::Eevdf, Sched::Bpfland, Sched::Lavd, Sched::Flash, Sched::Cosmos, Sched::Pandemonium, Sched::Observer, Sched::Enforced])]
     schedulers: Vec<Sched>,
     /// Rounds over all schedulers.

@@ -5,7 +5,8 @@
 //! also enforced mode on the base policy's former default (`--base-order cputime`), on its slice-lag variant (`--base-order
 //! lag`), on that with the CPU used since the last sleep added (`--base-order burst`) and on that
 //! with only that CPU beyond twice the task's usual burst added (`--base-order spare`) or with that
-//! CPU added only for a task that has not slept recently (`--base-order recent`), for a
+//! CPU added only for a task that has not slept recently (`--base-order recent`), or on the default
+//! order with a 500 µs wake-up preemption margin (`--wake-margin-us 500`), for a
 //! before/after in the same run. Each is
 //! started before a round's cells and stopped after them.
 
@@ -54,6 +55,9 @@ pub enum Sched {
     /// `--base-order arrival`, the default since it was measured against `EnforcedRecent`): the same
     /// order as `Enforced`, named.
     EnforcedArrival,
+    /// Enforced mode on the default order with a wake-up preemption margin of 500 µs instead of a
+    /// slice lag (scx_morpheus `--wake-margin-us 500`): measured against `Enforced` in the same rounds.
+    EnforcedMargin500,
 }
 
 impl Sched {
@@ -74,11 +78,12 @@ impl Sched {
             Sched::EnforcedSpare => "morpheus_enforced_spare",
             Sched::EnforcedRecent => "morpheus_enforced_recent",
             Sched::EnforcedArrival => "morpheus_enforced_arrival",
+            Sched::EnforcedMargin500 => "morpheus_enforced_margin500",
         }
     }
 
     pub fn is_morpheus(self) -> bool {
-        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival)
+        matches!(self, Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival | Sched::EnforcedMargin500)
     }
 }
 
@@ -101,7 +106,7 @@ impl Binaries {
             Sched::Flash => Some(&self.flash),
             Sched::Cosmos => Some(&self.cosmos),
             Sched::Pandemonium => Some(&self.pandemonium),
-            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival => None,
+            Sched::Eevdf | Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival | Sched::EnforcedMargin500 => None,
         }
     }
 }
@@ -174,7 +179,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             }
             running.child = Some(child);
         }
-        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival => {
+        Sched::Observer | Sched::Enforced | Sched::EnforcedCputime | Sched::EnforcedLag | Sched::EnforcedBurst | Sched::EnforcedSpare | Sched::EnforcedRecent | Sched::EnforcedArrival | Sched::EnforcedMargin500 => {
             let dir = std::env::temp_dir().join(format!("morpheus-compare-{}-{}", std::process::id(), sched.name()));
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("agent.sock");
@@ -192,6 +197,7 @@ pub fn start(sched: Sched, bins: &Binaries) -> Result<Running> {
             let mut child = Command::new(&bins.morpheus)
                 .args(["--backend", "kernel", "--mode", mode, "--policy", "kick"])
                 .args(order.map(|o| ["--base-order", o]).into_iter().flatten())
+                .args(if sched == Sched::EnforcedMargin500 { &["--wake-margin-us", "500"][..] } else { &[] })
                 .arg("--socket")
                 .arg(&socket)
                 // With COMPARE_DEBUG the base policy's debug trace is on (main.rs prints it per cell).

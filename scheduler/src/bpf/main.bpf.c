@@ -31,6 +31,8 @@ const volatile u64 task_slice_ns;
 const volatile u32 nr_online_cpus = 1;
 /* enum morpheus_base_order: how the shared queue is ordered (the agent sets it; this is its default). */
 const volatile u32 base_order = MORPHEUS_BASE_ORDER_ARRIVAL;
+/* The wake-up preemption margin in ns (morpheus_base_wake_margin; 0: a slice lag). Set by the agent. */
+const volatile u64 wake_margin_ns;
 
 /*
  * Highest queue key seen starting to run: under CPUTIME and LAG the clock a waking task's vtime is
@@ -296,9 +298,8 @@ s32 BPF_STRUCT_OPS(morpheus_select_cpu, struct task_struct *p, s32 prev_cpu, u64
 
 /*
  * A task waking up on a busy CPU preempts the task running there if that one's key, advanced by the
- * CPU it has used since it started, is behind the waker's by more than a fraction of a slice (the
- * margin keeps tasks of equal standing from trading the CPU at every wake-up). Without it a waking
- * task waits out the runner's whole slice.
+ * CPU it has used since it started, is behind the waker's by more than the margin
+ * (morpheus_base_wake_preempts). Without it a waking task waits out the runner's whole slice.
  */
 static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 {
@@ -310,7 +311,8 @@ static __always_inline void preempt_on_wakeup(struct task_struct *p, u64 vtime)
 	if (!run || !run->weight)
 		return;
 	runner_vtime = run->vtime + scale_by_weight(bpf_ktime_get_ns() - run->start_ns, run->weight);
-	if (run->demoted || time_before(vtime + base_slice() / 8, runner_vtime)) {
+	if (run->demoted ||
+	    morpheus_base_wake_preempts(vtime, runner_vtime, morpheus_base_wake_margin(wake_margin_ns, base_slice()))) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		count(MORPHEUS_CNT_WAKE_PREEMPTS);
 	} else {

@@ -651,6 +651,24 @@ MORPHEUS_POLICY_FN int morpheus_base_slept_recently(const struct morpheus_base_t
 	return t && t->last_sleep_ns && t->exec_ns < slice_ns * MORPHEUS_BASE_RECENT_SLICES;
 }
 
+/*
+ * Wake-up preemption (every order): a waking task with queue key `waker_key` preempts the task
+ * running on its CPU, whose key advanced by the CPU it has used since it started (weight-scaled) is
+ * `runner_key`, if it is ahead by more than `margin`. The margin keeps tasks of equal standing from
+ * trading the CPU at every wake-up: a runner is preempted by an equal only once it has run that long.
+ * Keys wrap as vtime does (compared by their signed difference).
+ */
+MORPHEUS_POLICY_FN int morpheus_base_wake_preempts(morpheus_u64 waker_key, morpheus_u64 runner_key, morpheus_u64 margin)
+{
+	return (long long)(waker_key + margin - runner_key) < 0;
+}
+
+/* The wake-up preemption margin: `margin_ns` as the agent set it, or by default a slice lag. */
+MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_wake_margin(morpheus_u64 margin_ns, morpheus_u64 slice_ns)
+{
+	return margin_ns ? margin_ns : slice_ns / MORPHEUS_BASE_LAG_DIV;
+}
+
 /* RECENT (and ARRIVAL) order: the second term of the key, 0 for a task that slept recently. */
 MORPHEUS_POLICY_FN morpheus_u64 morpheus_base_recent_term(const struct morpheus_base_task *t, morpheus_u64 slice_ns)
 {

@@ -946,6 +946,30 @@ TEST(BaseArrival, ATaskThatHasNotSleptRecentlyIsKeyedAsUnderRecentBehindTheSleep
 		  morpheus_base_kept_key(MORPHEUS_BASE_ORDER_ARRIVAL, &sleeper, 0, now, kBaseSlice, 100));
 }
 
+// Wake-up preemption: a waker preempts the runner only when it is ahead by more than the margin, a
+// slice lag unless the agent set one.
+TEST(BaseWakePreempt, AWakerPreemptsOnlyWhenAheadByMoreThanTheMargin)
+{
+	const morpheus_u64 now = 100 * kSecond, us = 1000;
+	const morpheus_u64 lag = morpheus_base_wake_margin(0, kBaseSlice);
+	EXPECT_EQ(lag, kBaseSlice / MORPHEUS_BASE_LAG_DIV);
+	EXPECT_EQ(morpheus_base_wake_margin(500 * us, kBaseSlice), 500 * us);
+	// Of equal keys, the runner is preempted once it has run past the margin, not before.
+	EXPECT_FALSE(morpheus_base_wake_preempts(now, now + lag, lag));
+	EXPECT_TRUE(morpheus_base_wake_preempts(now, now + lag + 1, lag));
+	EXPECT_FALSE(morpheus_base_wake_preempts(now, now + 500 * us, 500 * us));
+	EXPECT_TRUE(morpheus_base_wake_preempts(now, now + 500 * us + 1, 500 * us));
+	// A 2 ms run of an equal: preempted under a 500 µs margin, not under the default lag.
+	ASSERT_GT(lag, 2000 * us);
+	EXPECT_FALSE(morpheus_base_wake_preempts(now, now + 2000 * us, lag));
+	EXPECT_TRUE(morpheus_base_wake_preempts(now, now + 2000 * us, 500 * us));
+	// A waker behind the runner never preempts it.
+	EXPECT_FALSE(morpheus_base_wake_preempts(now + 3000 * us, now + 2000 * us, 500 * us));
+	// Keys wrap as vtime does.
+	EXPECT_TRUE(morpheus_base_wake_preempts(~0ULL - 10 * us, 500 * us, 500 * us));
+	EXPECT_FALSE(morpheus_base_wake_preempts(500 * us, ~0ULL - 10 * us, 500 * us));
+}
+
 TEST(BaseKept, EachOrderTakesItsOwnTermAndOnlyTheKeptOrdersKeepAVtime)
 {
 	// The queue's key and the debug trace both take the term from morpheus_base_exec_term: a term
