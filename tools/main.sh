@@ -131,7 +131,9 @@ step_node_service() {
 # (latency, starvation, liar) and a CPU-bound batch, in the real-kernel VM, one boot, schedulers
 # interleaved by round (scheduler/BENCHMARKS.md, "Comparison"). Prints the tables with ratios to EEVDF
 # and the verdicts, and writes one p99 plot per table to $MORPHEUS_CACHE/compare. About 36 minutes on a
-# quiet host with the peers built (all nine columns in a fresh clone: 2,165 s, scheduler/BENCHMARKS.md),
+# quiet host with the peers built (all nine columns in a fresh clone: 2,165 s, scheduler/BENCHMARKS.md,
+# with 2.5 s starvation cells), and about 10 minutes more with the 16 s starvation cell it now runs
+# (MORPHEUS_COMPARE_STARVATION_SECONDS; shorter cells leave that verdict unresolved, BENCHMARKS.md),
 # plus the peers' first build (about 10 minutes with warm cargo caches, far longer from cold ones). On a loaded host a round is far longer: 10 minutes for seven schedulers at
 # load average 20-40 (scx_lavd's BPF load alone took 2 minutes under TCG; scheduler/BENCHMARKS.md).
 # MORPHEUS_COMPARE_TABLES picks tables (default all: latency,checkpoint_cost,starvation,liar,batch), e.g.
@@ -150,6 +152,7 @@ step_compare() {
   bash scheduler/compare/run-vm.sh --plots "$out" --json "$out/results.jsonl" --log "$out/console.log" "${vm[@]}" -- \
     --schedulers "${MORPHEUS_COMPARE_SCHEDULERS:-eevdf,bpfland,lavd,flash,cosmos,pandemonium,observer,enforced,enforced-recent}" \
     --rounds "${MORPHEUS_COMPARE_ROUNDS:-5}" --cell-seconds "${MORPHEUS_COMPARE_CELL_SECONDS:-2.5}" \
+    --starvation-seconds "${MORPHEUS_COMPARE_STARVATION_SECONDS:-16}" \
     --tables "${MORPHEUS_COMPARE_TABLES:-latency,checkpoint_cost,starvation,liar,batch}"
 }
 
