@@ -21,6 +21,7 @@ any attack worked.
 """
 
 import argparse
+import collections
 import json
 import os
 import pwd
@@ -751,21 +752,36 @@ class Suite:
         a = self.agent()
 
         def held():
-            """The agent's descriptors, and its threads by name, but for the stats server's. Those
-            are scx_stats' (named "stats-server" by the agent): its listener spawns its proxy
-            thread whenever it first runs, which on a loaded machine can be after the baseline, and
-            the abuse never reaches the stats socket."""
-            names = []
+            """The agent's descriptors by what each names (a socket's inode, a file's path), and its
+            threads by name, but for the stats server's. Those are scx_stats' (named "stats-server"
+            by the agent): its listener spawns its proxy thread whenever it first runs, which on a
+            loaded machine can be after the baseline, and the abuse never reaches the stats socket."""
+            names, fds = [], collections.Counter()
             for t in os.listdir(f"/proc/{a.proc.pid}/task"):
                 try:
                     names.append(open(f"/proc/{a.proc.pid}/task/{t}/comm").read().strip())
                 except OSError:
                     pass
-            return len(os.listdir(f"/proc/{a.proc.pid}/fd")), sorted(n for n in names if n != "stats-server")
+            for fd in os.listdir(f"/proc/{a.proc.pid}/fd"):
+                try:
+                    fds[os.readlink(f"/proc/{a.proc.pid}/fd/{fd}")] += 1
+                except OSError:
+                    pass
+            return fds, sorted(n for n in names if n != "stats-server")
+
+        def left_by(base):
+            """What the agent holds now that it did not hold at `base`: the descriptors and threads it
+            gained. One it has since let go of is not the abuse's doing: the baseline can hold a
+            connection the agent was still serving (wait_ready's, queued until the accept thread takes
+            it: its thread, socket, peer pidfd and /proc directory), which the settling below cannot
+            rule out. One it gained and kept is (a connection, a passed descriptor)."""
+            fds, names = held()
+            return fds - base[0], collections.Counter(names) - collections.Counter(base[1])
 
         # The baseline once start-up is over (the agent logs "listening" after its last start-up step)
-        # and the connection wait_ready made is served and closed: no connection thread, i.e. only
-        # the accept thread is named "registry". A connection thread names itself "registry-conn"
+        # and no connection thread is seen, i.e. only the accept thread is named "registry". That does
+        # not prove wait_ready's connection was served: it can wait in the listen queue and be taken
+        # just after, so left_by counts only what the agent gained. A connection thread names itself "registry-conn"
         # once it runs; until then it carries the accept thread's name, which Linux copies to a new
         # thread, so on a loaded machine it can be seen as a second "registry".
         def no_connection_thread():
@@ -775,8 +791,9 @@ class Suite:
         settled = eventually(15.0, lambda: "listening for registrations" in a.log() and no_connection_thread())
         before = held()
         out = first_line(spawn(abuse(ATTACKER, "protocol-abuse", "--socket", a.socket)), timeout=120)
-        back = eventually(15.0, lambda: held() == before)
+        back = eventually(15.0, lambda: left_by(before) == (collections.Counter(), collections.Counter()))
         after = held()
+        gained, gained_threads = left_by(before)
         alive = a.alive()
         reg = first_line(spawn(client(VICTIM, "register-once", "--socket", a.socket)))["results"] if alive else None
         log = a.log()
@@ -786,7 +803,10 @@ class Suite:
               and out.get("fds_passed") in answered and out.get("own_socket_passed") in answered
               and out.get("garbage_closed") is True and out.get("idle_closed") is True and out.get("never_reading_cut_off") is True
               and settled and back and alive and reg == [0])
-        return ok, (f"{out}; agent descriptors/threads {before} -> {after}; victim registers: {reg}"
+        summary = (f"agent descriptors {sum(before[0].values())} -> {sum(after[0].values())}, threads {before[1]} -> {after[1]}"
+                   + (f", gained {dict(gained)}" if gained else "") + (f", gained threads {dict(gained_threads)}" if gained_threads else "")
+                   + (f", closed since the baseline {dict(before[0] - after[0])}" if before[0] - after[0] else ""))
+        return ok, (f"{out}; {summary}; victim registers: {reg}"
                     + ("" if ok else f"; agent alive={alive}; log: {log[-300:]}"))
 
     def a10_escape_own_demotion(self):
