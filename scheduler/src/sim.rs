@@ -467,6 +467,11 @@ impl SimBackend {
             return;
         }
         let Some(action) = step.action() else { return };
+        // The sim backend's kick is a demotion, in force until the lift: a repeat changes nothing.
+        let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
+        if !step.takes_effect(worker.episode.state.open != 0 && demoted) {
+            return;
+        }
         let overrun_ns = (since_yield - input.slice_ns).saturating_sub(input.grace_ns);
         if worker.episode.state.open == 0 {
             self.reactions.escalation.push(overrun_ns);
@@ -475,7 +480,6 @@ impl SimBackend {
             *n += 1;
         }
         let cause = Cause { preempt_seq: input.preempt_seq, overrun_ns };
-        let demoted = worker.episode.effects.iter().any(|e| matches!(e, Effect::Demoted(_)));
         let effects = self.effects.apply(&mut self.counters, slot, action, &thread, pid, cause, demoted);
         let worker = self.workers[slot as usize].as_mut().expect("tracked");
         worker.episode.effects.extend(effects);

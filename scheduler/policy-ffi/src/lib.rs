@@ -83,6 +83,14 @@ impl EscalationStep {
         (action != 0).then_some(action)
     }
 
+    /// Whether this action step changes anything when the episode's effect is a demotion that stands
+    /// until the lift (`demotion_stands`): a repeated KICK does not, and is then no action at all
+    /// (not taken, counted or committed).
+    pub fn takes_effect(self, demotion_stands: bool) -> bool {
+        // SAFETY: pure function of its arguments.
+        unsafe { raw::morpheus_ffi_step_takes_effect(self, demotion_stands as core::ffi::c_int) != 0 }
+    }
+
     /// Whether the step lifts an open episode.
     pub fn is_lift(self) -> bool {
         self.lift_reason().is_some()

@@ -480,6 +480,9 @@ static __always_inline void run_escalation_locked(struct morpheus_scb *scb, stru
 	action = morpheus_step_action(step);
 	if (!action || cpu < 0)
 		return;
+	/* A kick the agent carried out is a demotion, in force until the lift: a repeat changes nothing. */
+	if (!morpheus_step_takes_effect(step, w->esc.open && w->agent_effect))
+		return;
 	opened = !w->esc.open;
 	morpheus_escalation_commit(&w->esc, step, &in, now);
 	if (opened)

@@ -317,6 +317,20 @@ morpheus_escalation_decide(const struct morpheus_escalation *e, const struct mor
 	return MORPHEUS_STEP_NONE;
 }
 
+/*
+ * Whether an action step changes anything, given whether the episode's effect is a demotion that
+ * stands until the lift (`demotion_stands`: the first kick was carried out by demoting the thread,
+ * as the sim backend and the agent of a kernel without sched_ext do). A repeated KICK then finds the
+ * demotion in force: it is no action, so it is neither taken, counted in `escalations` nor
+ * committed (the episode's last action stays the demotion), and every backend counts one action
+ * for what one demotion did. A kick the kernel carries out preempts the CPU again; a THROTTLE
+ * always changes the effect.
+ */
+MORPHEUS_POLICY_FN int morpheus_step_takes_effect(enum morpheus_escalation_step step, int demotion_stands)
+{
+	return !(step == MORPHEUS_STEP_KICK && demotion_stands);
+}
+
 /* Record a step the caller took: an action opens or advances the episode, a lift closes it. */
 MORPHEUS_POLICY_FN void morpheus_escalation_commit(struct morpheus_escalation *e, enum morpheus_escalation_step step,
 						   const struct morpheus_gate_input *in, morpheus_u64 now_ns)

@@ -55,6 +55,11 @@ morpheus_u32 morpheus_ffi_step_action(enum morpheus_escalation_step step)
 	return morpheus_step_action(step);
 }
 
+int morpheus_ffi_step_takes_effect(enum morpheus_escalation_step step, int demotion_stands)
+{
+	return morpheus_step_takes_effect(step, demotion_stands);
+}
+
 int morpheus_ffi_effect_may_hold(const struct morpheus_scb *scb)
 {
 	return morpheus_effect_may_hold(scb);

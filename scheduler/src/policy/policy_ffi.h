@@ -22,6 +22,7 @@ enum morpheus_escalation_step morpheus_ffi_escalation_decide(const struct morphe
 void morpheus_ffi_escalation_commit(struct morpheus_escalation *e, enum morpheus_escalation_step step,
 				    const struct morpheus_gate_input *in, morpheus_u64 now_ns);
 morpheus_u32 morpheus_ffi_step_action(enum morpheus_escalation_step step);
+int morpheus_ffi_step_takes_effect(enum morpheus_escalation_step step, int demotion_stands);
 int morpheus_ffi_effect_may_hold(const struct morpheus_scb *scb);
 morpheus_u32 morpheus_ffi_escalation_action(morpheus_u32 policy, int repeated);
 morpheus_u32 morpheus_ffi_pressure_level(morpheus_u32 cpu_some_avg10_centi);

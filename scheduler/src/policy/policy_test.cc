@@ -375,6 +375,40 @@ TEST(Escalation, HybridEpisodeEndToEnd)
 	EXPECT_EQ(e.opened_ns, kT0 + kBound + 1);
 }
 
+// A THREAD_KICK episode whose kick is a standing demotion (sim; the agent's kick under the tracing
+// backend): the repeats the state machine decides are no action, so the episode keeps its first
+// action's time and count, and it is still lifted as any episode is. A HYBRID repeat still throttles.
+TEST(Escalation, ARepeatedKickOverAStandingDemotionIsNoAction)
+{
+	morpheus_gate_input in = Escalatable();
+	in.escalation_policy = MORPHEUS_ESCALATION_POLICY_THREAD_KICK;
+	morpheus_escalation e{};
+	int actions = 0;
+	for (morpheus_u64 now = kT0; now < kT0 + kBound; now += kGrace / 2) {
+		const morpheus_escalation_step step = morpheus_escalation_decide(&e, &in, morpheus_gate(&in), now, kBound);
+		if (morpheus_step_action(step) && !morpheus_step_takes_effect(step, e.open != 0))
+			continue;
+		EXPECT_EQ(step, now == kT0 ? MORPHEUS_STEP_KICK : MORPHEUS_STEP_NONE) << "at " << now - kT0;
+		actions += morpheus_step_action(step) != 0;
+		morpheus_escalation_commit(&e, step, &in, now);
+	}
+	EXPECT_EQ(actions, 1);
+	EXPECT_EQ(e.steps, 1u);
+	EXPECT_EQ(e.last_action_ns, kT0);
+	EXPECT_EQ(morpheus_escalation_decide(&e, &in, morpheus_gate(&in), kT0 + kBound, kBound), MORPHEUS_STEP_LIFT_EXPIRED);
+
+	// The kernel's kick preempts again: no standing demotion, so the repeat is an action.
+	EXPECT_TRUE(morpheus_step_takes_effect(MORPHEUS_STEP_KICK, 0));
+	// The first kick of an episode, and any throttle, always take effect.
+	EXPECT_TRUE(morpheus_step_takes_effect(MORPHEUS_STEP_THROTTLE, 1));
+	in.escalation_policy = MORPHEUS_ESCALATION_POLICY_HYBRID;
+	morpheus_escalation h{};
+	morpheus_escalation_commit(&h, MORPHEUS_STEP_KICK, &in, kT0);
+	const morpheus_escalation_step repeat = morpheus_escalation_decide(&h, &in, morpheus_gate(&in), kT0 + kGrace + 1, kBound);
+	EXPECT_EQ(repeat, MORPHEUS_STEP_THROTTLE);
+	EXPECT_TRUE(morpheus_step_takes_effect(repeat, 1));
+}
+
 struct HintCase {
 	const char *name;
 	morpheus_u32 state;
