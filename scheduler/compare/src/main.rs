@@ -55,6 +55,10 @@ struct Opts {
     /// every 10 ms each, so a 2 s cell gives ~450 latencies, and its p99 is the fifth largest.
     #[arg(long)]
     starvation_seconds: Option<f64>,
+    /// Restart each scheduler before the starvation cell, so that the cell runs on a scheduler that
+    /// served no other table in the round (by default one instance serves every table of a round).
+    #[arg(long)]
+    fresh_starvation: bool,
     /// Tables to run.
     #[arg(long, value_delimiter = ',', default_values_t = TABLES.map(String::from).to_vec())]
     tables: Vec<String>,
@@ -233,7 +237,7 @@ fn main() -> Result<()> {
             if unavailable.iter().any(|(s, _)| *s == sched) {
                 continue;
             }
-            let running = match schedulers::start(sched, &bins) {
+            let mut running = match schedulers::start(sched, &bins) {
                 Ok(r) => r,
                 // A peer that cannot load here is reported and left out; scx_morpheus must load.
                 Err(e) if !sched.is_morpheus() => {
@@ -246,6 +250,7 @@ fn main() -> Result<()> {
             };
             let socket = running.socket.clone();
             let morpheus_socket = if sched.is_morpheus() { socket.as_deref() } else { None };
+            let mut served_totals = None;
             let outcome = (|| -> Result<()> {
                 if has("latency") {
                     let trace = std::env::var_os("COMPARE_DEBUG").is_some();
@@ -276,6 +281,10 @@ fn main() -> Result<()> {
                     }
                 }
                 if has("starvation") {
+                    if opts.fresh_starvation && sched != Sched::Eevdf {
+                        // The same socket path: the restarted scx_morpheus serves it again.
+                        served_totals = schedulers::restart(&mut running, &bins)?;
+                    }
                     let trace = std::env::var_os("COMPARE_DEBUG").is_some();
                     let before = morpheus_socket.filter(|_| trace).map(morpheus_starvation::read_stats).transpose()?;
                     let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), starvation_seconds)?;
@@ -331,7 +340,7 @@ fn main() -> Result<()> {
             })();
             let totals = schedulers::stop(running)?;
             outcome?;
-            if let Some(stats) = totals {
+            for stats in [served_totals, totals].into_iter().flatten() {
                 // Whole-round counters, kept on the starvation cell (the one that escalates).
                 let pool = pools.entry(("starvation".into(), "zombie+3".into(), sched.name())).or_default();
                 pool.escalations += schedulers::stats_counter(&stats, "/escalations");

@@ -120,6 +120,16 @@ pub struct Running {
     dir: Option<PathBuf>,
 }
 
+/// Stops `running` and starts the same scheduler again in its place (the same socket path for
+/// scx_morpheus). Returns the stopped instance's stats snapshot, as [`stop`] does.
+pub fn restart(running: &mut Running, bins: &Binaries) -> Result<Option<serde_json::Value>> {
+    let sched = running.sched;
+    let served = std::mem::replace(running, Running { sched, child: None, socket: None, dir: None });
+    let totals = stop(served)?;
+    *running = start(sched, bins)?;
+    Ok(totals)
+}
+
 fn sched_ext_state() -> Result<String> {
     Ok(std::fs::read_to_string(SCHED_EXT_STATE).with_context(|| format!("cannot read {SCHED_EXT_STATE}"))?.trim().to_string())
 }
