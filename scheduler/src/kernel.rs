@@ -1375,6 +1375,10 @@ impl Backend for KernelBackend {
                 let v = unsafe { std::ptr::read_volatile(&bss.base_trace[idx as usize]) };
                 out.push((format!("base_trace_{name}"), v));
             }
+            // The base order's clock (a debug figure: a plain read of a value BPF updates with WRITE_ONCE).
+            // SAFETY: a u64 of the live .bss mapping.
+            let vtime_now = unsafe { std::ptr::read_volatile(&bss.vtime_now) };
+            out.push(("base_trace_vtime_now_us".into(), vtime_now / 1000));
         }
         out
     }

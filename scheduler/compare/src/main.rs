@@ -123,6 +123,16 @@ fn mean(samples: &[u64]) -> f64 {
 }
 
 /// Order statistics of one sample set (sorted here).
+/// COMPARE_DEBUG: each BPF program's runs and run time since `before` (kernel.bpf_stats_enabled).
+fn debug_bpf_delta(sched: Sched, cell: &str, round: u32, before: &BTreeMap<u64, (String, u64, u64)>) {
+    for (id, (tag, ns, cnt)) in workloads::bpf_prog_stats() {
+        let (ns0, cnt0) = before.get(&id).map_or((0, 0), |p| (p.1, p.2));
+        if cnt > cnt0 {
+            eprintln!("compare: bpf {} {cell} round {}: prog {id} {tag}: {} runs, {} µs", sched.name(), round + 1, cnt - cnt0, (ns - ns0) / 1000);
+        }
+    }
+}
+
 fn summary(samples: &mut [u64]) -> Value {
     samples.sort_unstable();
     let s = &*samples;
@@ -287,7 +297,15 @@ fn main() -> Result<()> {
                     }
                     let trace = std::env::var_os("COMPARE_DEBUG").is_some();
                     let before = morpheus_socket.filter(|_| trace).map(morpheus_starvation::read_stats).transpose()?;
+                    let progs_before = if trace { workloads::bpf_prog_stats() } else { Default::default() };
+                    let agent_cpu_before = running.cpu_ticks();
                     let (lat, _zombie, _yields, bound) = run_phase(&starvation, pinned_cpu, workloads::target(morpheus_socket), starvation_seconds)?;
+                    if trace {
+                        debug_bpf_delta(sched, "zombie+3", round, &progs_before);
+                        if let (Some(t0), Some(t1)) = (agent_cpu_before, running.cpu_ticks()) {
+                            eprintln!("compare: scheduler process {} zombie+3 round {}: {} clock ticks of CPU", sched.name(), round + 1, t1 - t0);
+                        }
+                    }
                     if let (Some(before), Some(socket)) = (&before, morpheus_socket) {
                         let after = morpheus_starvation::read_stats(socket)?;
                         eprintln!("compare: counters {} zombie+3 round {}: {}", sched.name(), round + 1, schedulers::cell_counters_delta(before, &after));
@@ -318,12 +336,7 @@ fn main() -> Result<()> {
                     let progs_before = workloads::bpf_prog_stats();
                     let runs = (0..opts.batch_repeats).map(|_| workloads::batch(ncpu, opts.batch_iterations)).collect::<Result<Vec<_>>>()?;
                     if std::env::var_os("COMPARE_DEBUG").is_some() {
-                        for (id, (tag, ns, cnt)) in workloads::bpf_prog_stats() {
-                            let (ns0, cnt0) = progs_before.get(&id).map_or((0, 0), |p| (p.1, p.2));
-                            if cnt > cnt0 {
-                                eprintln!("compare: bpf {} batch round {}: prog {id} {tag}: {} runs, {} µs", sched.name(), round + 1, cnt - cnt0, (ns - ns0) / 1000);
-                            }
-                        }
+                        debug_bpf_delta(sched, "batch", round, &progs_before);
                     }
                     let walls: Vec<u64> = runs.iter().map(|r| r.wall_ns).collect();
                     let mut figures = summary(&mut walls.clone());

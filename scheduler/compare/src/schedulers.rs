@@ -120,6 +120,20 @@ pub struct Running {
     dir: Option<PathBuf>,
 }
 
+impl Running {
+    /// The scheduler process's CPU time so far (utime + stime, clock ticks, /proc/PID/stat), for the
+    /// debug lines; None for EEVDF (no process) or when it cannot be read.
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    }
+}
+
 /// Stops `running` and starts the same scheduler again in its place (the same socket path for
 /// scx_morpheus). Returns the stopped instance's stats snapshot, as [`stop`] does.
 pub fn restart(running: &mut Running, bins: &Binaries) -> Result<Option<serde_json::Value>> {
@@ -285,8 +299,15 @@ pub fn cell_counters_delta(before: &serde_json::Value, after: &serde_json::Value
     std::iter::once(format!("hints={hints}"))
         .chain(counters.iter().map(|(k, v)| {
             let (now, was) = (v.as_u64().unwrap_or(0), stats_counter(before, &format!("/backend_counters/{k}")));
-            let v = if k.ends_with("_max_us") { now } else { now.saturating_sub(was) };
-            format!("{}={v}", k.strip_prefix("base_trace_").unwrap_or(k))
+            let name = k.strip_prefix("base_trace_").unwrap_or(k);
+            // A maximum is the instance's since it started; a clock is shown with its advance in the cell.
+            if k.ends_with("_max_us") {
+                format!("{name}={now}")
+            } else if k.ends_with("_now_us") {
+                format!("{name}={now}(+{})", now.saturating_sub(was))
+            } else {
+                format!("{name}={}", now.saturating_sub(was))
+            }
         }))
         .collect::<Vec<_>>()
         .join(" ")
