@@ -387,7 +387,7 @@ fn scb_of(pid: u32, slot: u32) -> Result<String, String> {
     for line in maps.lines() {
         // "lo-hi perms offset dev inode [name]": readable mappings at offset 0, not [heap], [stack]...
         let parts: Vec<&str> = line.split_whitespace().collect();
-        if parts.len() < 5 || !parts[1].starts_with('r') || parts[2].trim_start_matches('0') != "" {
+        if parts.len() < 5 || !parts[1].starts_with('r') || !parts[2].trim_start_matches('0').is_empty() {
             continue;
         }
         if parts.get(5).is_some_and(|name| name.starts_with('[')) {

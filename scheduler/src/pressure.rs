@@ -22,7 +22,7 @@ pub fn parse_psi_some_avg10(text: &str) -> Option<u32> {
     while frac2.len() < 2 {
         frac2.push('0');
     }
-    Some(whole.checked_mul(100)?.checked_add(frac2.parse::<u32>().ok()?)?)
+    whole.checked_mul(100)?.checked_add(frac2.parse::<u32>().ok()?)
 }
 
 /// The runnable tasks of /proc/loadavg (its fourth field, `running/threads`): the kernel's nr_running(),

@@ -226,6 +226,12 @@ impl Region {
         self.len
     }
 
+    /// Never true: a region maps at least its header.
+    #[allow(dead_code)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn scb_count(&self) -> u32 {
         self.scb_count
     }
