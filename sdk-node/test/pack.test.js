@@ -63,8 +63,11 @@ test('npm pack, npm install into a fresh folder, run the example and a worker fr
       assert.equal(heavy.units, 500);
       assert.equal(heavy.yields, 0);
     } finally {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
+      // An example that already exited has emitted its 'exit': waiting for another would hang.
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        await once(child, 'exit');
+      }
     }
   } finally {
     region.close();

@@ -156,6 +156,16 @@ test('a connection made before the yield is accepted, read and answered before t
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
+  // Listening from the spawn on: the client may answer and exit during the yield's passes, and an
+  // 'exit' emitted before a listener is attached is never seen again.
+  const clientDone = Promise.all([
+    new Promise((resolve) => {
+      let out = '';
+      client.stdout.setEncoding('utf8').on('data', (d) => (out += d));
+      client.stdout.on('end', () => resolve(out.trim()));
+    }),
+    once(client, 'exit'),
+  ]);
   try {
     // The CPU-bound task: busy (no poll runs) until the request is in the kernel's buffers, then the
     // scheduler asks once; when the task resumes, the request must have been answered.
@@ -172,14 +182,7 @@ test('a connection made before the yield is accepted, read and answered before t
       }
     }
     assert.equal(answeredAtResume, true, `the request was not answered within the yield's ${morpheus.YIELD_PASSES} passes`);
-    const [body] = await Promise.all([
-      new Promise((resolve) => {
-        let out = '';
-        client.stdout.setEncoding('utf8').on('data', (d) => (out += d));
-        client.stdout.on('end', () => resolve(out.trim()));
-      }),
-      once(client, 'exit'),
-    ]);
+    const [body] = await clientDone;
     assert.equal(body, 'light');
   } finally {
     client.kill();
