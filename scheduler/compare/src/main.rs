@@ -122,7 +122,6 @@ fn mean(samples: &[u64]) -> f64 {
     samples.iter().map(|&x| x as f64).sum::<f64>() / samples.len() as f64
 }
 
-/// Order statistics of one sample set (sorted here).
 /// COMPARE_DEBUG: each BPF program's runs and run time since `before` (kernel.bpf_stats_enabled).
 fn debug_bpf_delta(sched: Sched, cell: &str, round: u32, before: &BTreeMap<u64, (String, u64, u64)>) {
     for (id, (tag, ns, cnt)) in workloads::bpf_prog_stats() {
@@ -133,6 +132,7 @@ fn debug_bpf_delta(sched: Sched, cell: &str, round: u32, before: &BTreeMap<u64, 
     }
 }
 
+/// Order statistics of one sample set (sorted here).
 fn summary(samples: &mut [u64]) -> Value {
     samples.sort_unstable();
     let s = &*samples;
