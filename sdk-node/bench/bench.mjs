@@ -10,7 +10,10 @@
 // Then the busy loop (BUSY_ROUNDS rounds, modes interleaved, the order rotated each round): the
 // example service's heavy loop (examples/fastify-service.js: ~10 µs units, `yieldRequested()` after
 // each, `await checkpoint()` when it says so) with nobody else on the event loop, per mode: no checks
-// at all; nothing asked (the region file's worker, whose scheduler never asks); and the thread
+// at all, twice (the second cell's ratio to the first is the method's own spread in a round); nothing
+// asked (the region file's worker, whose scheduler never asks); per slice, a yield to the event loop
+// without the SDK (`await new Promise(setImmediate)`, no worker) every slice of CPU time, the rate of
+// the scheduler's requests (what any yield at that rate costs this loop); and the thread
 // registered with scx_morpheus with the sim backend and with the tracing backend (where the kernel
 // and the user allow it; otherwise the table says why not), at each slice of BUSY_SLICES_US: by
 // default the scheduler's own default (DEFAULT_SLICE_NS of the ABI, 5 ms: what `scx_morpheus` runs
@@ -208,7 +211,7 @@ const cpuNs = () => {
  * yields, and the event loop's iterations (libuv's loop_count: the passes the yields took; -1 where
  * libuv lacks uv_metrics_info).
  */
-async function busyCell(checks) {
+async function busyCell(checks, immediateEvery = 0) {
   const reasonsBefore = checks ? morpheus.currentWorker().yieldCounts() : {};
   const iterationsBefore = native.loopIterations();
   const cpu0 = cpuNs();
@@ -217,7 +220,13 @@ async function busyCell(checks) {
   let pauses = 0;
   while (cpuNs() - cpu0 < BUSY_CELL_SECONDS * 1e9) {
     const state = { h: units, done: 0 };
-    if (!checks) {
+    if (immediateEvery > 0) {
+      const due = (done) => done % immediateEvery === 0;
+      while (hashUnits(state, REQUEST_UNITS, due)) {
+        await new Promise(setImmediate);
+        pauses++;
+      }
+    } else if (!checks) {
       hashUnits(state, REQUEST_UNITS, never);
     } else {
       while (hashUnits(state, REQUEST_UNITS, morpheus.yieldRequested)) {
@@ -263,25 +272,35 @@ if (!process.env.MORPHEUS_SCX_BIN) {
         sockets[`asked: ${backend}, ${sliceName(sliceUs)}`] = started.agents[backend].socket;
       }
     }
-    const modes = ['no checks', 'nothing asked', ...Object.keys(sockets)];
-    // Warm-up: the loop compiled with both kinds of check before any cell.
+    // Warm-up: the loop compiled with both kinds of check before any cell; then the time of a unit,
+    // for the yields without the SDK.
     {
       const w = morpheus.initWorker({ region: region.path, slot: 0 });
       hashUnits({ h: 1, done: 0 }, 5000, never);
       hashUnits({ h: 1, done: 0 }, 5000, morpheus.yieldRequested);
       w.close();
     }
+    const unitStart = cpuNs();
+    hashUnits({ h: 2, done: 0 }, 5000, never);
+    const unitUs = (cpuNs() - unitStart) / 5000 / 1e3;
+    // The references beside the asked modes: a second no-checks cell (what two cells of the same
+    // loop differ by in a round: the method's own spread), and per slice a yield to the event loop
+    // without the SDK (`await new Promise(setImmediate)`, one pass, no worker) every slice of CPU
+    // time, the rate of the scheduler's requests: what any yield at that rate costs on this loop.
+    const immediateEvery = {};
+    for (const sliceUs of BUSY_SLICES_US) immediateEvery[`setImmediate every ${sliceName(sliceUs).replace(' (default)', '')} of CPU, no SDK`] = Math.max(1, Math.round(sliceUs / unitUs));
+    const modes = ['no checks', 'no checks, again', 'nothing asked', ...Object.keys(immediateEvery), ...Object.keys(sockets)];
     for (let round = 0; round < BUSY_ROUNDS; round++) {
       const order = modes.map((_, i) => modes[(i + round) % modes.length]);
       for (const mode of order) {
         let w = null;
         if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
-        else if (mode !== 'no checks') {
+        else if (sockets[mode] !== undefined) {
           w = morpheus.initWorker({ socket: sockets[mode] });
           if (!w.attached) throw new Error(`bench: not attached to the agent of "${mode}"`);
         }
         try {
-          (busy.rows[mode] ??= []).push(await busyCell(w !== null));
+          (busy.rows[mode] ??= []).push(await busyCell(w !== null, immediateEvery[mode] ?? 0));
         } finally {
           w?.close();
         }
