@@ -20,7 +20,10 @@
 // with unless told otherwise) and 1 ms (the service benchmark's slice). The figure is
 // units per CPU second of the process (robust against time descheduled on a loaded machine; a yield
 // never sleeps: the loop polls with a zero timeout while a pass is queued), each round's ratio to that
-// round's no-checks cell; units per wall second too. Needs MORPHEUS_SCX_BIN (bench/run.sh builds it).
+// round's no-checks cell; units per wall second too. Then the same modes paired within each cell
+// (pairedCell: chunks of 50 ms of the loop thread's CPU time alternating the mode with the loop
+// without checks, the thread registered as in the mode), whose spread is a fraction of the cells'.
+// Needs MORPHEUS_SCX_BIN (bench/run.sh builds it).
 //
 // Usage: node bench/bench.mjs [ROUNDS (5)] [cpu|wall] [BUSY_ROUNDS (5)] [BUSY_CELL_SECONDS (1.5)] [BUSY_SLICES_US]
 // (ROUNDS 0: the busy loop only; BUSY_SLICES_US: comma-separated, e.g. 5000,1000.)
@@ -255,7 +258,60 @@ async function busyCell(checks, immediateEvery = 0) {
   return { perCpuSecond: units / cpu, perWallSecond: units / wall, cpu, pauses, yields, iterations, mode, reasons };
 }
 
-const busy = { rows: {}, skipped: {} };
+// The loop thread's own CPU time (its schedstat run time, ns): the paired cells' clock. Node's main
+// thread is the process's first thread, whose id is the pid.
+const threadStat = `/proc/self/task/${process.pid}/schedstat`;
+const threadCpuNs = () => Number(fs.readFileSync(threadStat, 'utf8').split(' ', 1)[0]);
+const BUSY_CHUNK_MS = 50;
+const CHUNK_UNITS = 1000;
+
+/**
+ * One paired cell: BUSY_CELL_SECONDS of the loop thread's CPU time in chunks of BUSY_CHUNK_MS that
+ * alternate between the loop without checks (the base: the thread registered as in the mode, so
+ * "no yields", not "no worker") and the mode's loop (`checks`: the SDK's checks and yields;
+ * `immediateEvery`: a setImmediate pass every that many units; neither: the base again). Chunks of
+ * tens of ms put both halves under the same conditions, so a drift of the machine over a cell moves
+ * both; `first` says which half opens the cell. Units per CPU second of each half, by the thread's
+ * and by the process's CPU time.
+ */
+async function pairedCell(checks, immediateEvery, first) {
+  const halves = { base: { units: 0, ns: 0, processNs: 0 }, mode: { units: 0, ns: 0, processNs: 0 } };
+  const due = (done) => done % immediateEvery === 0;
+  const reasonsBefore = checks ? morpheus.currentWorker().yieldCounts() : {};
+  let pauses = 0;
+  const start = threadCpuNs();
+  for (let k = 0; threadCpuNs() - start < BUSY_CELL_SECONDS * 1e9; k++) {
+    const half = (k % 2 === 0) === (first === 'mode') ? 'mode' : 'base';
+    const [t0, p0] = [threadCpuNs(), cpuNs()];
+    let units = 0;
+    while (threadCpuNs() - t0 < BUSY_CHUNK_MS * 1e6) {
+      const state = { h: units, done: 0 };
+      if (half === 'base' || (!checks && immediateEvery === 0)) {
+        hashUnits(state, CHUNK_UNITS, never);
+      } else if (immediateEvery > 0) {
+        while (hashUnits(state, CHUNK_UNITS, due)) {
+          await new Promise(setImmediate);
+          pauses++;
+        }
+      } else {
+        while (hashUnits(state, CHUNK_UNITS, morpheus.yieldRequested)) {
+          await morpheus.checkpoint();
+          pauses++;
+        }
+      }
+      units += CHUNK_UNITS;
+    }
+    halves[half].units += units;
+    halves[half].ns += threadCpuNs() - t0;
+    halves[half].processNs += cpuNs() - p0;
+  }
+  let yields = 0;
+  if (checks) for (const [reason, count] of Object.entries(morpheus.currentWorker().yieldCounts())) yields += count - (reasonsBefore[reason] ?? 0);
+  const rate = (h, key) => halves[h].units / halves[h][key];
+  return { ratio: rate('mode', 'ns') / rate('base', 'ns'), processRatio: rate('mode', 'processNs') / rate('base', 'processNs'), pauses, yields, modeSeconds: halves.mode.ns / 1e9 };
+}
+
+const busy = { rows: {}, paired: {}, skipped: {} };
 if (!process.env.MORPHEUS_SCX_BIN) {
   busy.skipped.all = 'MORPHEUS_SCX_BIN is not set (bench/run.sh builds scx_morpheus and sets it)';
 } else {
@@ -301,6 +357,25 @@ if (!process.env.MORPHEUS_SCX_BIN) {
         }
         try {
           (busy.rows[mode] ??= []).push(await busyCell(w !== null, immediateEvery[mode] ?? 0));
+        } finally {
+          w?.close();
+        }
+      }
+    }
+    // The same modes, each paired within its cell (pairedCell); "no checks, again" pairs the plain
+    // loop with itself: the paired method's own spread.
+    const pairedModes = modes.filter((mode) => mode !== 'no checks');
+    for (let round = 0; round < BUSY_ROUNDS; round++) {
+      const order = pairedModes.map((_, i) => pairedModes[(i + round) % pairedModes.length]);
+      for (const mode of order) {
+        let w = null;
+        if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
+        else if (sockets[mode] !== undefined) {
+          w = morpheus.initWorker({ socket: sockets[mode] });
+          if (!w.attached) throw new Error(`bench: not attached to the agent of "${mode}"`);
+        }
+        try {
+          (busy.paired[mode] ??= []).push(await pairedCell(w !== null, immediateEvery[mode] ?? 0, round % 2 === 0 ? 'mode' : 'base'));
         } finally {
           w?.close();
         }
@@ -365,4 +440,15 @@ if (busy.rows['no checks']) {
   }
   console.log(`\ntarget: every "asked" mode at the scheduler's default slice (${DEFAULT_SLICE_US / 1000} ms) >= 0.97x no checks (CPU time), in every round`);
 }
-console.log(JSON.stringify({ results, busy: busy.rows, busySkipped: busy.skipped, busyRatios }));
+if (Object.keys(busy.paired).length > 0) {
+  const spreadOf = (xs) => `${median(xs).toFixed(3)} [${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}]`;
+  console.log(`\nThe same, paired within each cell (${BUSY_ROUNDS} rounds x ${BUSY_CELL_SECONDS} s of the loop thread's CPU per cell, in chunks of ${BUSY_CHUNK_MS} ms that alternate the mode with the loop without checks, the thread registered as in the mode):\n`);
+  console.log('| mode | / no yields, loop thread CPU, per round | median [min-max] | / no yields, process CPU, median [min-max] | pauses per CPU ms of the mode | yields per CPU ms of the mode |');
+  console.log('|---|---|---:|---:|---:|---:|');
+  for (const [mode, cells] of Object.entries(busy.paired)) {
+    const ratios = cells.map((c) => c.ratio);
+    const perMs = (key) => median(cells.map((c) => c[key] / (c.modeSeconds * 1e3))).toFixed(2);
+    console.log(`| ${mode} | ${ratios.map((r) => r.toFixed(3)).join(', ')} | ${spreadOf(ratios)} | ${spreadOf(cells.map((c) => c.processRatio))} | ${perMs('pauses')} | ${perMs('yields')} |`);
+  }
+}
+console.log(JSON.stringify({ results, busy: busy.rows, busyPaired: busy.paired, busySkipped: busy.skipped, busyRatios }));
