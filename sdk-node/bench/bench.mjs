@@ -346,40 +346,32 @@ if (!process.env.MORPHEUS_SCX_BIN) {
     const immediateEvery = {};
     for (const sliceUs of BUSY_SLICES_US) immediateEvery[`setImmediate every ${sliceName(sliceUs).replace(' (default)', '')} of CPU, no SDK`] = Math.max(1, Math.round(sliceUs / unitUs));
     const modes = ['no checks', 'no checks, again', 'nothing asked', ...Object.keys(immediateEvery), ...Object.keys(sockets)];
+    // Run `cell(checks)` with the thread registered as `mode` asks (the region file's worker, an
+    // agent's, or none), closing the worker after.
+    const inMode = async (mode, cell) => {
+      let w = null;
+      if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
+      else if (sockets[mode] !== undefined) {
+        w = morpheus.initWorker({ socket: sockets[mode] });
+        if (!w.attached) throw new Error(`bench: not attached to the agent of "${mode}"`);
+      }
+      try {
+        return await cell(w !== null);
+      } finally {
+        w?.close();
+      }
+    };
     for (let round = 0; round < BUSY_ROUNDS; round++) {
       const order = modes.map((_, i) => modes[(i + round) % modes.length]);
-      for (const mode of order) {
-        let w = null;
-        if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
-        else if (sockets[mode] !== undefined) {
-          w = morpheus.initWorker({ socket: sockets[mode] });
-          if (!w.attached) throw new Error(`bench: not attached to the agent of "${mode}"`);
-        }
-        try {
-          (busy.rows[mode] ??= []).push(await busyCell(w !== null, immediateEvery[mode] ?? 0));
-        } finally {
-          w?.close();
-        }
-      }
+      for (const mode of order) (busy.rows[mode] ??= []).push(await inMode(mode, (checks) => busyCell(checks, immediateEvery[mode] ?? 0)));
     }
     // The same modes, each paired within its cell (pairedCell); "no checks, again" pairs the plain
     // loop with itself: the paired method's own spread.
     const pairedModes = modes.filter((mode) => mode !== 'no checks');
     for (let round = 0; round < BUSY_ROUNDS; round++) {
       const order = pairedModes.map((_, i) => pairedModes[(i + round) % pairedModes.length]);
-      for (const mode of order) {
-        let w = null;
-        if (mode === 'nothing asked') w = morpheus.initWorker({ region: region.path, slot: 0 });
-        else if (sockets[mode] !== undefined) {
-          w = morpheus.initWorker({ socket: sockets[mode] });
-          if (!w.attached) throw new Error(`bench: not attached to the agent of "${mode}"`);
-        }
-        try {
-          (busy.paired[mode] ??= []).push(await pairedCell(w !== null, immediateEvery[mode] ?? 0, round % 2 === 0 ? 'mode' : 'base'));
-        } finally {
-          w?.close();
-        }
-      }
+      const first = round % 2 === 0 ? 'mode' : 'base';
+      for (const mode of order) (busy.paired[mode] ??= []).push(await inMode(mode, (checks) => pairedCell(checks, immediateEvery[mode] ?? 0, first)));
     }
   } finally {
     for (const agent of agents) await agent.stop();
